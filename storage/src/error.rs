@@ -1,0 +1,35 @@
+//! The storage crate's one error type.
+
+/// Everything that can go wrong below the keyspace semantics: I/O, sled, and records on disk
+/// that do not decode. Rejections of client requests are not errors; they are
+/// [`crate::keyspace::Outcome`]s.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// sled reported a failure (I/O or a corrupt database).
+    #[error("sled: {0}")]
+    Sled(#[from] ::sled::Error),
+    /// File-system I/O outside sled (snapshots).
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// A stored record does not decode.
+    #[error("corrupt {what}: {reason}")]
+    Corrupt {
+        /// Which kind of record.
+        what: &'static str,
+        /// Decoder message.
+        reason: String,
+    },
+    /// A record was written by a newer, unknown format version.
+    #[error("{what} has format version {found}, this build reads version {supported}")]
+    FormatVersion {
+        /// Which kind of record.
+        what: &'static str,
+        /// Version byte found.
+        found: u8,
+        /// Version this build understands.
+        supported: u8,
+    },
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;

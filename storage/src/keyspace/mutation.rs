@@ -1,0 +1,153 @@
+//! What Raft replicates: a checked, typed [`Proposal`] stamped by the leader. Never raw
+//! request bytes (a malformed request must not reach the log, let alone every replica).
+
+use serde::{Deserialize, Serialize};
+
+use crate::hlc::Hlc;
+
+/// One log entry's payload.
+///
+/// Everything apply needs to decide the outcome is in here: the leader's HLC stamp (the
+/// version hint), the leader's wall time (expiry decisions) and the limits; apply never reads a
+/// clock or the local configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The leader's HLC after merging the request `__ts`; the write's version is at least this.
+    pub stamp: Hlc,
+    /// The leader's wall clock when it stamped the entry, in ms since the epoch.
+    pub wall_ms: u64,
+    /// Identity of the client request, for the reply memory (protocol §6); `None` for
+    /// leader-internal proposals such as expiry sweeps.
+    pub request: Option<RequestId>,
+    /// The change itself.
+    pub mutation: Mutation,
+}
+
+/// (client, correlation data) of a request, and how long its reply must be remembered.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RequestId {
+    /// The requester's id (`__srcId`, or what its response topic names).
+    #[serde(with = "serde_bytes")]
+    pub client: Vec<u8>,
+    /// The request's MQTT correlation data.
+    #[serde(with = "serde_bytes")]
+    pub correlation: Vec<u8>,
+    /// How long a retry may still arrive: the request's message expiry.
+    pub remember_for_ms: u64,
+}
+
+/// The SET condition (protocol §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SetCondition {
+    /// Plain SET.
+    Always,
+    /// `NX`: only if the key does not exist.
+    IfAbsent,
+    /// `NEX`: only if the key does not exist or already holds this value.
+    IfAbsentOrEqual,
+}
+
+/// A typed change to the replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mutation {
+    /// SET key value [NX|NEX] [PX ms], optionally fenced.
+    Set {
+        /// Key bytes (non-empty, checked at the door).
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        /// New value.
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        /// NX / NEX / none.
+        condition: SetCondition,
+        /// PX: expire this many ms after the entry's time.
+        expire_after_ms: Option<u64>,
+        /// `__ft` of the request.
+        fencing_token: Option<Hlc>,
+    },
+    /// DEL key.
+    Del {
+        /// Key bytes.
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        /// `__ft` of the request.
+        fencing_token: Option<Hlc>,
+    },
+    /// VDEL key value: delete only if the value matches.
+    VDel {
+        /// Key bytes.
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        /// Expected value.
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        /// `__ft` of the request.
+        fencing_token: Option<Hlc>,
+    },
+    /// KEYNOTIFY key: register `client` for notifications on `key`.
+    Observe {
+        /// Client id the notifications are addressed to.
+        client: String,
+        /// Observed key.
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    /// KEYNOTIFY key STOP.
+    Unobserve {
+        /// Client id.
+        client: String,
+        /// Key no longer observed.
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
+    /// Leader sweep: remove these keys if they are still due at the entry's time.
+    Expire {
+        /// Candidate keys found through the expiry index.
+        keys: Vec<serde_bytes::ByteBuf>,
+    },
+    /// Drop every registration of a client that is gone (PUBACK 0x10 on a notification).
+    ForgetClient {
+        /// Client id.
+        client: String,
+    },
+    /// Replace the replicated quota limits (proposed by a leader whose configuration differs).
+    SetLimits(Limits),
+}
+
+impl Mutation {
+    /// Short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Mutation::Set { .. } => "set",
+            Mutation::Del { .. } => "del",
+            Mutation::VDel { .. } => "vdel",
+            Mutation::Observe { .. } => "observe",
+            Mutation::Unobserve { .. } => "unobserve",
+            Mutation::Expire { .. } => "expire",
+            Mutation::ForgetClient { .. } => "forget_client",
+            Mutation::SetLimits(_) => "set_limits",
+        }
+    }
+}
+
+/// Quotas of protocol §9 that apply decides. They are replicated state, so every replica
+/// judges a write against the same numbers whatever its local configuration says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Limits {
+    /// Keys stored.
+    pub max_keys: u64,
+    /// Sum of key and value lengths stored.
+    pub max_bytes: u64,
+    /// KEYNOTIFY registrations per client.
+    pub max_registrations_per_client: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_keys: 1_000_000,
+            max_bytes: 1 << 30,
+            max_registrations_per_client: 1_000,
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! What applying a [`crate::keyspace::Proposal`] produced: the reply-level [`Outcome`] and the
+//! [`KeyEvent`]s the leader turns into notifications after commit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::hlc::Hlc;
+
+/// Result of one entry, the same on every replica. The node maps it to the wire reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// SET applied (`+OK`, `__ts` = new version).
+    Stored {
+        /// The key's new version.
+        version: Hlc,
+    },
+    /// SET condition failed (`:-1`, `__ts` = the stored version).
+    NotStored {
+        /// The existing key's version.
+        version: Hlc,
+    },
+    /// DEL/VDEL removed the key (`:1`, `__ts` = the deletion's HLC).
+    Deleted {
+        /// HLC of the deletion.
+        version: Hlc,
+    },
+    /// DEL/VDEL on a missing key (`:0`).
+    Missing,
+    /// VDEL on a key holding another value (`:-1`).
+    ValueDiffers,
+    /// KEYNOTIFY registered (or already was) (`+OK`).
+    Observing,
+    /// KEYNOTIFY STOP removed a registration (`+OK`).
+    StoppedObserving,
+    /// KEYNOTIFY STOP for a key the client did not observe (`:0`).
+    NotObserving,
+    /// Refused by a rule decided at apply (fencing, quota).
+    Rejected(Rejection),
+    /// Expiry sweep result.
+    Expired {
+        /// Keys actually removed.
+        keys: u32,
+    },
+    /// Registrations dropped for a departed client.
+    ForgotClient {
+        /// Registrations removed.
+        registrations: u32,
+    },
+    /// New limits are in force.
+    LimitsSet,
+    /// Entries without application payload (blank, membership).
+    Nothing,
+}
+
+/// Apply-time refusals (protocol §4, §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Rejection {
+    /// The key is fenced and the request had no `__ft`.
+    FencingTokenRequired,
+    /// The request's `__ft` is lower than the key's token.
+    FencingTokenLower,
+    /// Key count, byte or registration quota exceeded.
+    QuotaExceeded,
+}
+
+/// A committed change to one key that registered clients must hear about (protocol §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyEvent {
+    /// The key.
+    pub key: Vec<u8>,
+    /// New version (SET) or the deletion's HLC.
+    pub version: Hlc,
+    /// What happened.
+    pub change: Change,
+    /// Client ids registered for the key at commit time.
+    pub observers: Vec<String>,
+}
+
+/// Kind of change in a [`KeyEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// New value.
+    Set(Vec<u8>),
+    /// Removed by DEL, VDEL or expiry.
+    Delete,
+}
+
+/// Outcome plus notifications of one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The reply-level result.
+    pub outcome: Outcome,
+    /// Changes for the notifier, in commit order.
+    pub events: Vec<KeyEvent>,
+}

@@ -1,0 +1,130 @@
+//! Read-only queries over the replicated state, shared by apply and by the leader's read path
+//! (GET, the reply-memory fast path, the expiry sweeper, digests). Time is always an argument.
+
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::codec;
+use crate::error::Result;
+use crate::keyspace::layout::{self, Table};
+use crate::keyspace::mutation::RequestId;
+use crate::keyspace::outcome::Outcome;
+use crate::keyspace::record::{KeyspaceMeta, Record, RememberedReply};
+use crate::keyspace::txn::OrderedRead;
+
+/// The store-wide record (defaults on an empty store).
+pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<KeyspaceMeta> {
+    match view.get(&layout::meta_key(layout::META_KEYSPACE))? {
+        Some(bytes) => codec::decode("keyspace meta", &bytes),
+        None => Ok(KeyspaceMeta::default()),
+    }
+}
+
+/// The stored record of `key`, expired or not.
+pub fn record(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<Option<Record>> {
+    view.get(&layout::record_key(key))?
+        .map(|bytes| codec::decode("record", &bytes))
+        .transpose()
+}
+
+/// The record of `key` if it exists at `time_ms` (expired keys are invisible, §8).
+pub fn live_record(
+    view: &(impl OrderedRead + ?Sized),
+    key: &[u8],
+    time_ms: u64,
+) -> Result<Option<Record>> {
+    Ok(record(view, key)?.filter(|r| !r.is_expired_at(time_ms)))
+}
+
+/// The time a leader read must use: its wall clock, but never behind entries already applied.
+pub fn read_time(meta: &KeyspaceMeta, wall_ms: u64) -> u64 {
+    wall_ms.max(meta.time_floor_ms)
+}
+
+/// The remembered reply of `request` if a retry at `time_ms` must still get it (§6).
+pub fn remembered_reply(
+    view: &(impl OrderedRead + ?Sized),
+    request: &RequestId,
+    time_ms: u64,
+) -> Result<Option<Outcome>> {
+    let Some(bytes) = view.get(&layout::reply_key(&request.client, &request.correlation))? else {
+        return Ok(None);
+    };
+    let remembered: RememberedReply = codec::decode("remembered reply", &bytes)?;
+    Ok((remembered.expires_at_ms > time_ms).then_some(remembered.outcome))
+}
+
+/// Up to `limit` keys whose expiry instant is `<= time_ms`, earliest first.
+pub fn due_keys(
+    view: &(impl OrderedRead + ?Sized),
+    time_ms: u64,
+    limit: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let (start, _) = Table::Expiry.bounds();
+    let mut keys = Vec::new();
+    for entry in view
+        .range(&start, &layout::expiry_due_bound(time_ms))
+        .take(limit)
+    {
+        let (raw, _) = entry?;
+        if let Some((_, key)) = layout::split_expiry_key(&raw) {
+            keys.push(key.to_vec());
+        }
+    }
+    Ok(keys)
+}
+
+/// Client ids registered for notifications on `key`.
+pub fn observers(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<Vec<String>> {
+    let prefix = layout::observers_prefix(key);
+    keys_with_prefix(view, &prefix, usize::MAX)?
+        .into_iter()
+        .map(|raw| {
+            let client = raw.get(prefix.len()..).unwrap_or_default();
+            Ok(String::from_utf8_lossy(client).into_owned())
+        })
+        .collect()
+}
+
+/// Up to `limit` full keys starting with `prefix`.
+pub fn keys_with_prefix(
+    view: &(impl OrderedRead + ?Sized),
+    prefix: &[u8],
+    limit: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let end = layout::prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    view.range(prefix, &end)
+        .take(limit)
+        .map(|entry| entry.map(|(k, _)| k))
+        .collect()
+}
+
+/// Number of keys starting with `prefix`, counting no further than `limit`.
+pub fn count_prefix(
+    view: &(impl OrderedRead + ?Sized),
+    prefix: &[u8],
+    limit: usize,
+) -> Result<usize> {
+    let end = layout::prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    let mut count = 0;
+    for entry in view.range(prefix, &end).take(limit) {
+        entry?;
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// A digest of the whole replicated keyspace (every table but the consensus layer's own
+/// records). Two replicas at the same applied index must report the same digest.
+pub fn digest(view: &(impl OrderedRead + ?Sized)) -> Result<u64> {
+    let mut hasher = Xxh3::new();
+    let start = [0u8];
+    let end = [Table::ConsensusState.prefix()];
+    for entry in view.range(&start, &end) {
+        let (key, value) = entry?;
+        hasher.update(&(key.len() as u64).to_be_bytes());
+        hasher.update(&key);
+        hasher.update(&(value.len() as u64).to_be_bytes());
+        hasher.update(&value);
+    }
+    Ok(hasher.digest())
+}

@@ -1,0 +1,714 @@
+//! Unit tests of the keyspace semantics, one per rule of the protocol, on an in-memory map.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::hlc::Hlc;
+
+/// A replica on a BTreeMap with a hand-driven leader clock.
+struct Replica {
+    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    wall_ms: u64,
+    counter: u64,
+}
+
+impl Replica {
+    fn new() -> Self {
+        Replica {
+            map: BTreeMap::new(),
+            wall_ms: 1_000_000,
+            counter: 0,
+        }
+    }
+
+    fn proposal(&mut self, mutation: Mutation, request: Option<RequestId>) -> Proposal {
+        self.counter += 1;
+        Proposal {
+            stamp: Hlc::new(self.wall_ms, self.counter, "n1"),
+            wall_ms: self.wall_ms,
+            request,
+            mutation,
+        }
+    }
+
+    fn apply_proposal(&mut self, proposal: &Proposal) -> Applied {
+        let mut txn = Overlay::new(&self.map);
+        let mut keyspace = Keyspace::open(&mut txn).expect("open");
+        let applied = keyspace.apply(proposal).expect("apply");
+        keyspace.finish();
+        let writes = txn.into_writes();
+        for (k, w) in writes {
+            match w {
+                Some(v) => self.map.insert(k, v),
+                None => self.map.remove(&k),
+            };
+        }
+        applied
+    }
+
+    fn apply(&mut self, mutation: Mutation) -> Applied {
+        let proposal = self.proposal(mutation, None);
+        self.apply_proposal(&proposal)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Record> {
+        let meta = read::meta(&self.map).expect("meta");
+        read::live_record(&self.map, key, read::read_time(&meta, self.wall_ms)).expect("read")
+    }
+
+    fn meta(&self) -> KeyspaceMeta {
+        read::meta(&self.map).expect("meta")
+    }
+}
+
+fn set(key: &[u8], value: &[u8]) -> Mutation {
+    Mutation::Set {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        condition: SetCondition::Always,
+        expire_after_ms: None,
+        fencing_token: None,
+    }
+}
+
+fn set_with(
+    key: &[u8],
+    value: &[u8],
+    condition: SetCondition,
+    px: Option<u64>,
+    ft: Option<Hlc>,
+) -> Mutation {
+    Mutation::Set {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        condition,
+        expire_after_ms: px,
+        fencing_token: ft,
+    }
+}
+
+fn del(key: &[u8], ft: Option<Hlc>) -> Mutation {
+    Mutation::Del {
+        key: key.to_vec(),
+        fencing_token: ft,
+    }
+}
+
+fn vdel(key: &[u8], value: &[u8], ft: Option<Hlc>) -> Mutation {
+    Mutation::VDel {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        fencing_token: ft,
+    }
+}
+
+fn observe(client: &str, key: &[u8]) -> Mutation {
+    Mutation::Observe {
+        client: client.to_owned(),
+        key: key.to_vec(),
+    }
+}
+
+fn stored_version(applied: &Applied) -> Hlc {
+    match &applied.outcome {
+        Outcome::Stored { version } | Outcome::Deleted { version } => version.clone(),
+        other => panic!("expected a new version, got {other:?}"),
+    }
+}
+
+#[test]
+fn section_2_set_stores_value_and_get_returns_the_set_version() {
+    let mut r = Replica::new();
+    let v = stored_version(&r.apply(set(b"k", b"v")));
+    let record = r.get(b"k").expect("present");
+    assert_eq!(record.value, b"v");
+    assert_eq!(
+        record.version, v,
+        "§3: GET returns the version stored by the write"
+    );
+}
+
+#[test]
+fn section_2_binary_keys_and_values_round_trip() {
+    let mut r = Replica::new();
+    let key: Vec<u8> = (0..=255u8).collect();
+    let value = b"a\r\nb\0c".to_vec();
+    r.apply(set(&key, &value));
+    assert_eq!(r.get(&key).expect("present").value, value);
+    r.apply(set(b"empty", b""));
+    assert_eq!(r.get(b"empty").expect("present").value, b"");
+}
+
+#[test]
+fn section_2_nx_sets_only_absent_keys() {
+    let mut r = Replica::new();
+    let first = stored_version(&r.apply(set_with(b"k", b"1", SetCondition::IfAbsent, None, None)));
+    let second = r.apply(set_with(b"k", b"2", SetCondition::IfAbsent, None, None));
+    assert_eq!(
+        second.outcome,
+        Outcome::NotStored {
+            version: first.clone()
+        },
+        "§1.2: :-1 carries the stored version"
+    );
+    assert_eq!(r.get(b"k").expect("present").value, b"1");
+}
+
+#[test]
+fn section_2_nex_sets_absent_or_equal_keys() {
+    let mut r = Replica::new();
+    let v1 = stored_version(&r.apply(set_with(
+        b"lock",
+        b"me",
+        SetCondition::IfAbsentOrEqual,
+        None,
+        None,
+    )));
+    let v2 = stored_version(&r.apply(set_with(
+        b"lock",
+        b"me",
+        SetCondition::IfAbsentOrEqual,
+        None,
+        None,
+    )));
+    assert!(v2 > v1, "renewal issues a new version");
+    let other = r.apply(set_with(
+        b"lock",
+        b"you",
+        SetCondition::IfAbsentOrEqual,
+        None,
+        None,
+    ));
+    assert_eq!(other.outcome, Outcome::NotStored { version: v2 });
+    assert_eq!(r.get(b"lock").expect("present").value, b"me");
+}
+
+#[test]
+fn section_2_set_conditions_are_decided_on_live_keys_only() {
+    let mut r = Replica::new();
+    r.apply(set_with(
+        b"k",
+        b"old",
+        SetCondition::Always,
+        Some(100),
+        None,
+    ));
+    r.wall_ms += 100;
+    assert!(
+        r.get(b"k").is_none(),
+        "§8: invisible from the expiry instant on"
+    );
+    let applied = r.apply(set_with(b"k", b"new", SetCondition::IfAbsent, None, None));
+    assert!(
+        matches!(applied.outcome, Outcome::Stored { .. }),
+        "§8: NX sees an expired key as absent"
+    );
+}
+
+#[test]
+fn section_2_plain_set_clears_an_earlier_expiry() {
+    let mut r = Replica::new();
+    r.apply(set_with(b"k", b"1", SetCondition::Always, Some(50), None));
+    r.apply(set(b"k", b"2"));
+    r.wall_ms += 10_000;
+    assert_eq!(r.get(b"k").expect("still there").value, b"2");
+    assert!(
+        read::due_keys(&r.map, r.wall_ms, 10)
+            .expect("scan")
+            .is_empty(),
+        "expiry index entry removed"
+    );
+}
+
+#[test]
+fn section_2_del_and_vdel_outcomes() {
+    let mut r = Replica::new();
+    assert_eq!(r.apply(del(b"k", None)).outcome, Outcome::Missing);
+    assert_eq!(r.apply(vdel(b"k", b"v", None)).outcome, Outcome::Missing);
+    r.apply(set(b"k", b"v"));
+    assert_eq!(
+        r.apply(vdel(b"k", b"other", None)).outcome,
+        Outcome::ValueDiffers
+    );
+    assert!(r.get(b"k").is_some());
+    let set_version = r.get(b"k").expect("present").version;
+    let deletion = stored_version(&r.apply(vdel(b"k", b"v", None)));
+    assert!(
+        deletion > set_version,
+        "§1.2: the deletion has its own, later HLC"
+    );
+    assert!(r.get(b"k").is_none());
+    r.apply(set(b"k", b"v"));
+    assert!(matches!(
+        r.apply(del(b"k", None)).outcome,
+        Outcome::Deleted { .. }
+    ));
+    assert_eq!(r.meta().keys, 0);
+    assert_eq!(r.meta().bytes, 0);
+}
+
+#[test]
+fn section_3_versions_always_increase_even_if_the_stamp_goes_back() {
+    let mut r = Replica::new();
+    let v1 = stored_version(&r.apply(set(b"k", b"1")));
+    r.wall_ms -= 500; // a new leader with a slower clock
+    r.counter = 0;
+    let v2 = stored_version(&r.apply(set(b"k", b"2")));
+    let v3 = stored_version(&r.apply(set(b"other", b"3")));
+    assert!(v1 < v2 && v2 < v3, "{v1} {v2} {v3}");
+    assert_eq!(r.meta().max_version, Some(v3));
+}
+
+#[test]
+fn section_4_fencing_token_rules() {
+    let mut r = Replica::new();
+    let token = Hlc::new(5_000, 0, "client");
+    let lower = Hlc::new(4_000, 9, "client");
+    let higher = Hlc::new(6_000, 0, "client");
+    // a SET with __ft on an unfenced key stores the token
+    assert!(matches!(
+        r.apply(set_with(
+            b"res",
+            b"1",
+            SetCondition::Always,
+            None,
+            Some(token.clone())
+        ))
+        .outcome,
+        Outcome::Stored { .. }
+    ));
+    assert_eq!(
+        r.get(b"res").expect("present").fencing_token,
+        Some(token.clone())
+    );
+    let cases: Vec<(&str, Mutation, Outcome)> = vec![
+        (
+            "SET without __ft",
+            set(b"res", b"x"),
+            Outcome::Rejected(Rejection::FencingTokenRequired),
+        ),
+        (
+            "DEL without __ft",
+            del(b"res", None),
+            Outcome::Rejected(Rejection::FencingTokenRequired),
+        ),
+        (
+            "VDEL without __ft",
+            vdel(b"res", b"1", None),
+            Outcome::Rejected(Rejection::FencingTokenRequired),
+        ),
+        (
+            "SET lower",
+            set_with(
+                b"res",
+                b"x",
+                SetCondition::Always,
+                None,
+                Some(lower.clone()),
+            ),
+            Outcome::Rejected(Rejection::FencingTokenLower),
+        ),
+        (
+            "DEL lower",
+            del(b"res", Some(lower.clone())),
+            Outcome::Rejected(Rejection::FencingTokenLower),
+        ),
+        (
+            "VDEL lower",
+            vdel(b"res", b"1", Some(lower)),
+            Outcome::Rejected(Rejection::FencingTokenLower),
+        ),
+    ];
+    for (name, mutation, expected) in cases {
+        assert_eq!(r.apply(mutation).outcome, expected, "§4 {name}");
+        assert_eq!(
+            r.get(b"res").expect("unchanged").value,
+            b"1",
+            "§4 {name} changes nothing"
+        );
+    }
+    assert!(
+        matches!(
+            r.apply(set_with(
+                b"res",
+                b"2",
+                SetCondition::Always,
+                None,
+                Some(token.clone())
+            ))
+            .outcome,
+            Outcome::Stored { .. }
+        ),
+        "equal token proceeds"
+    );
+    assert!(
+        matches!(
+            r.apply(set_with(
+                b"res",
+                b"3",
+                SetCondition::Always,
+                None,
+                Some(higher.clone())
+            ))
+            .outcome,
+            Outcome::Stored { .. }
+        ),
+        "higher token proceeds"
+    );
+    assert_eq!(
+        r.get(b"res").expect("present").fencing_token,
+        Some(higher.clone()),
+        "SET stores the higher token"
+    );
+    assert_eq!(
+        r.apply(set_with(
+            b"res",
+            b"4",
+            SetCondition::Always,
+            None,
+            Some(token)
+        ))
+        .outcome,
+        Outcome::Rejected(Rejection::FencingTokenLower)
+    );
+    assert!(matches!(
+        r.apply(del(b"res", Some(higher))).outcome,
+        Outcome::Deleted { .. }
+    ));
+    assert!(
+        matches!(r.apply(set(b"res", b"5")).outcome, Outcome::Stored { .. }),
+        "deleting a key removes its token"
+    );
+}
+
+#[test]
+fn section_4_get_and_keynotify_never_need_a_token() {
+    let mut r = Replica::new();
+    r.apply(set_with(
+        b"res",
+        b"1",
+        SetCondition::Always,
+        None,
+        Some(Hlc::new(1, 0, "c")),
+    ));
+    assert!(r.get(b"res").is_some());
+    assert_eq!(r.apply(observe("c1", b"res")).outcome, Outcome::Observing);
+}
+
+#[test]
+fn section_4_lease_pattern_acquire_renew_release() {
+    let mut r = Replica::new();
+    let acquire = || {
+        set_with(
+            b"lease",
+            b"holder-a",
+            SetCondition::IfAbsentOrEqual,
+            Some(10_000),
+            None,
+        )
+    };
+    let token = stored_version(&r.apply(acquire()));
+    let contender = r.apply(set_with(
+        b"lease",
+        b"holder-b",
+        SetCondition::IfAbsentOrEqual,
+        Some(10_000),
+        None,
+    ));
+    assert!(matches!(contender.outcome, Outcome::NotStored { .. }));
+    let renewed = stored_version(&r.apply(acquire()));
+    assert!(renewed > token);
+    // the token fences the protected resource
+    r.apply(set_with(
+        b"resource",
+        b"a",
+        SetCondition::Always,
+        None,
+        Some(renewed.clone()),
+    ));
+    assert_eq!(
+        r.apply(set_with(
+            b"resource",
+            b"stale",
+            SetCondition::Always,
+            None,
+            Some(token)
+        ))
+        .outcome,
+        Outcome::Rejected(Rejection::FencingTokenLower)
+    );
+    assert!(matches!(
+        r.apply(vdel(b"lease", b"holder-a", None)).outcome,
+        Outcome::Deleted { .. }
+    ));
+    assert!(matches!(
+        r.apply(set_with(
+            b"lease",
+            b"holder-b",
+            SetCondition::IfAbsentOrEqual,
+            Some(10_000),
+            None
+        ))
+        .outcome,
+        Outcome::Stored { .. }
+    ));
+}
+
+#[test]
+fn section_6_retried_request_gets_the_remembered_reply_and_runs_once() {
+    let mut r = Replica::new();
+    let request = RequestId {
+        client: b"c1".to_vec(),
+        correlation: vec![7; 16],
+        remember_for_ms: 10_000,
+    };
+    let first = r.proposal(
+        set_with(b"k", b"v", SetCondition::IfAbsent, None, None),
+        Some(request.clone()),
+    );
+    let original = r.apply_proposal(&first);
+    let retry = r.proposal(
+        set_with(b"k", b"v", SetCondition::IfAbsent, None, None),
+        Some(request.clone()),
+    );
+    let again = r.apply_proposal(&retry);
+    assert_eq!(
+        again.outcome, original.outcome,
+        "a retried SET NX is not answered :-1"
+    );
+    assert_eq!(
+        r.meta().max_version,
+        Some(stored_version(&original)),
+        "no new version issued"
+    );
+
+    // another client with the same correlation data is a different request
+    let other = RequestId {
+        client: b"c2".to_vec(),
+        ..request.clone()
+    };
+    let p = r.proposal(
+        set_with(b"k", b"v", SetCondition::IfAbsent, None, None),
+        Some(other),
+    );
+    assert!(matches!(
+        r.apply_proposal(&p).outcome,
+        Outcome::NotStored { .. }
+    ));
+
+    // after the request's expiry a retry is a new request
+    r.wall_ms += 10_000;
+    let late = r.proposal(del(b"k", None), Some(request));
+    assert!(matches!(
+        r.apply_proposal(&late).outcome,
+        Outcome::Deleted { .. }
+    ));
+}
+
+#[test]
+fn section_6_reply_memory_is_pruned_after_expiry() {
+    let mut r = Replica::new();
+    for i in 0..100u8 {
+        let request = RequestId {
+            client: b"c".to_vec(),
+            correlation: vec![i],
+            remember_for_ms: 1_000,
+        };
+        let p = r.proposal(set(b"k", &[i]), Some(request));
+        r.apply_proposal(&p);
+    }
+    let replies = |r: &Replica| {
+        read::count_prefix(&r.map, &[layout::Table::Replies.prefix()], usize::MAX).expect("count")
+    };
+    assert_eq!(replies(&r), 100);
+    r.wall_ms += 2_000;
+    for _ in 0..5 {
+        r.apply(set(b"tick", b""));
+    }
+    assert_eq!(replies(&r), 0, "32 per entry: 5 entries prune all 100");
+    assert_eq!(
+        read::count_prefix(&r.map, &[layout::Table::ReplyExpiry.prefix()], usize::MAX)
+            .expect("count"),
+        0
+    );
+}
+
+#[test]
+fn section_7_notifications_follow_registrations() {
+    let mut r = Replica::new();
+    assert!(
+        r.apply(set(b"k", b"before")).events.is_empty(),
+        "changes before KEYNOTIFY are not notified"
+    );
+    assert_eq!(r.apply(observe("c1", b"k")).outcome, Outcome::Observing);
+    assert_eq!(
+        r.apply(observe("c1", b"k")).outcome,
+        Outcome::Observing,
+        "KEYNOTIFY is idempotent"
+    );
+    r.apply(observe("c2", b"k"));
+    let applied = r.apply(set(b"k", b"new"));
+    let version = stored_version(&applied);
+    assert_eq!(
+        applied.events,
+        vec![KeyEvent {
+            key: b"k".to_vec(),
+            version: version.clone(),
+            change: Change::Set(b"new".to_vec()),
+            observers: vec!["c1".to_owned(), "c2".to_owned()],
+        }]
+    );
+    let deleted = r.apply(del(b"k", None));
+    assert_eq!(deleted.events[0].change, Change::Delete);
+    assert_eq!(deleted.events[0].version, stored_version(&deleted));
+    let stop = Mutation::Unobserve {
+        client: "c1".into(),
+        key: b"k".to_vec(),
+    };
+    assert_eq!(r.apply(stop.clone()).outcome, Outcome::StoppedObserving);
+    assert_eq!(
+        r.apply(stop).outcome,
+        Outcome::NotObserving,
+        "STOP on an unobserved key is :0"
+    );
+    assert_eq!(
+        r.apply(set(b"k", b"x")).events[0].observers,
+        vec!["c2".to_owned()],
+        "no notification after STOP"
+    );
+    assert!(r.apply(set(b"unobserved", b"x")).events.is_empty());
+}
+
+#[test]
+fn section_7_departed_client_registrations_are_dropped() {
+    let mut r = Replica::new();
+    r.apply(observe("gone", b"a"));
+    r.apply(observe("gone", b"b"));
+    r.apply(observe("stays", b"a"));
+    assert_eq!(
+        r.apply(Mutation::ForgetClient {
+            client: "gone".into()
+        })
+        .outcome,
+        Outcome::ForgotClient { registrations: 2 }
+    );
+    assert_eq!(
+        r.apply(set(b"a", b"1")).events[0].observers,
+        vec!["stays".to_owned()]
+    );
+    assert!(r.apply(set(b"b", b"1")).events.is_empty());
+}
+
+#[test]
+fn section_8_sweep_removes_only_keys_still_due_and_notifies_delete() {
+    let mut r = Replica::new();
+    r.apply(observe("c1", b"short"));
+    r.apply(set_with(
+        b"short",
+        b"1",
+        SetCondition::Always,
+        Some(100),
+        None,
+    ));
+    r.apply(set_with(
+        b"renewed",
+        b"1",
+        SetCondition::Always,
+        Some(100),
+        None,
+    ));
+    r.wall_ms += 100;
+    let due = read::due_keys(&r.map, r.wall_ms, 10).expect("due");
+    assert_eq!(due, vec![b"renewed".to_vec(), b"short".to_vec()]);
+    r.apply(set_with(
+        b"renewed",
+        b"1",
+        SetCondition::Always,
+        Some(10_000),
+        None,
+    )); // renewed after the scan
+    let keys = due.into_iter().map(serde_bytes::ByteBuf::from).collect();
+    let applied = r.apply(Mutation::Expire { keys });
+    assert_eq!(applied.outcome, Outcome::Expired { keys: 1 });
+    assert_eq!(applied.events.len(), 1);
+    assert_eq!(applied.events[0].change, Change::Delete);
+    assert!(r.get(b"renewed").is_some());
+    assert_eq!(r.meta().keys, 1);
+}
+
+#[test]
+fn section_8_write_over_an_expired_unswept_key_notifies_delete_then_set() {
+    let mut r = Replica::new();
+    r.apply(observe("c1", b"k"));
+    r.apply(set_with(b"k", b"1", SetCondition::Always, Some(10), None));
+    r.wall_ms += 10;
+    let applied = r.apply(set(b"k", b"2"));
+    let changes: Vec<&Change> = applied.events.iter().map(|e| &e.change).collect();
+    assert_eq!(changes, vec![&Change::Delete, &Change::Set(b"2".to_vec())]);
+    assert!(applied.events[0].version < applied.events[1].version);
+    assert_eq!(r.meta().keys, 1);
+}
+
+#[test]
+fn section_8_apply_time_never_goes_back() {
+    let mut r = Replica::new();
+    r.apply(set_with(b"k", b"1", SetCondition::Always, Some(100), None));
+    r.wall_ms += 200;
+    r.apply(set(b"tick", b""));
+    r.wall_ms -= 1_000; // a leader whose clock is behind
+    assert!(
+        r.get(b"k").is_none(),
+        "once expired for the store, expired for every later reader"
+    );
+    assert_eq!(r.apply(del(b"k", None)).outcome, Outcome::Missing);
+}
+
+#[test]
+fn section_9_key_byte_and_registration_quotas() {
+    let mut r = Replica::new();
+    r.apply(Mutation::SetLimits(Limits {
+        max_keys: 2,
+        max_bytes: 20,
+        max_registrations_per_client: 2,
+    }));
+    r.apply(set(b"a", b"1"));
+    r.apply(set(b"b", b"1"));
+    assert_eq!(
+        r.apply(set(b"c", b"1")).outcome,
+        Outcome::Rejected(Rejection::QuotaExceeded),
+        "key count"
+    );
+    assert!(
+        matches!(r.apply(set(b"a", b"2")).outcome, Outcome::Stored { .. }),
+        "overwrites do not add keys"
+    );
+    assert_eq!(
+        r.apply(set(b"a", &[0u8; 30])).outcome,
+        Outcome::Rejected(Rejection::QuotaExceeded),
+        "bytes"
+    );
+    assert!(
+        matches!(
+            r.apply(set(b"a", &[0u8; 17])).outcome,
+            Outcome::Stored { .. }
+        ),
+        "exactly at the byte limit"
+    );
+    r.apply(observe("c", b"x"));
+    r.apply(observe("c", b"y"));
+    assert_eq!(
+        r.apply(observe("c", b"z")).outcome,
+        Outcome::Rejected(Rejection::QuotaExceeded),
+        "registrations"
+    );
+    assert_eq!(
+        r.apply(observe("c", b"x")).outcome,
+        Outcome::Observing,
+        "re-registering is not a new registration"
+    );
+    assert_eq!(
+        r.apply(observe("d", b"z")).outcome,
+        Outcome::Observing,
+        "the quota is per client"
+    );
+}

@@ -1,0 +1,13 @@
+//! statestore-storage: the hybrid logical clock, the keyspace semantics of the state store
+//! protocol, and the sled-backed Raft log and state machine they persist into.
+//!
+//! Knows nothing about openraft or MQTT: the consensus layer hands it opaque log records and
+//! typed [`keyspace::Proposal`]s.
+
+pub mod codec;
+pub mod error;
+pub mod hlc;
+pub mod keyspace;
+pub mod sled;
+
+pub use error::{Result, StorageError};
