@@ -144,6 +144,7 @@ impl StateTree {
         id: &str,
         consensus_records: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<SnapshotFile> {
+        std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
         snapshot::read_entries(received, |_| Ok(()))?; // verify before touching anything
 
         let (old_name, _) = self.active();

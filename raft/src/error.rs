@@ -1,0 +1,40 @@
+//! The raft crate's one error type.
+
+use crate::types::NodeId;
+
+/// Failures of the consensus layer as the node sees them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// This node is not the leader; `leader` is who is, if known.
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader {
+        /// Current leader, if known.
+        leader: Option<NodeId>,
+    },
+    /// The leader could not confirm its leadership with a quorum (partitioned or deposed).
+    #[error("leadership not confirmed by a quorum")]
+    QuorumNotReached,
+    /// Raft has stopped (shutdown or a fatal storage error).
+    #[error("raft stopped: {0}")]
+    Stopped(String),
+    /// Storage failure.
+    #[error("storage: {0}")]
+    Storage(#[from] statestore_storage::StorageError),
+    /// Membership change refused.
+    #[error("membership change: {0}")]
+    Membership(String),
+    /// Bad configuration.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Network listener failure.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Maps a storage error to openraft's, keeping the message.
+pub(crate) fn io_error(err: &statestore_storage::StorageError) -> std::io::Error {
+    std::io::Error::other(err.to_string())
+}

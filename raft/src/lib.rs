@@ -1,0 +1,17 @@
+//! statestore-raft: openraft 0.9 wiring for statestore.
+//!
+//! Owns the type configuration, the `RaftLogStorage` and `RaftStateMachine` adapters over the
+//! storage crate, the HTTP peer network, consensus metrics and [`RaftNode`], the handle the
+//! node crate drives. The only crate that imports openraft; knows nothing about MQTT or RESP3.
+
+pub mod error;
+pub mod log_store;
+pub mod metrics;
+pub mod network;
+mod raft_node;
+pub mod state_machine;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
+pub use state_machine::{DiscardEvents, EventSink};

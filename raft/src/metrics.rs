@@ -1,0 +1,170 @@
+//! Metrics of the consensus layer, defined next to the code that records them and registered
+//! into the registry the node owns (names follow `statestore_<subsystem>_<name>_<unit>`).
+
+use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+
+use crate::types::RaftMetrics;
+
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+}
+
+fn gauge(name: &str, help: &str) -> IntGauge {
+    IntGauge::new(name, help).unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+}
+
+/// 0.1 ms .. ~3.3 s, doubling.
+fn disk_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.0001, 2.0, 16).unwrap_or_default()
+}
+
+/// Disk-side metrics of the log and the state machine.
+pub struct RaftStorageMetrics {
+    /// `statestore_disk_log_fsync_duration_seconds`
+    pub log_fsync_seconds: Histogram,
+    /// `statestore_disk_log_append_duration_seconds`
+    pub log_append_seconds: Histogram,
+    /// `statestore_disk_log_written_bytes_total`
+    pub log_written_bytes_total: IntCounter,
+    /// `statestore_disk_apply_commit_duration_seconds`
+    pub apply_commit_seconds: Histogram,
+    /// `statestore_disk_snapshot_duration_seconds{op=build|install}`
+    pub snapshot_seconds: HistogramVec,
+    /// `statestore_disk_errors_total`
+    pub disk_errors_total: IntCounter,
+}
+
+impl Default for RaftStorageMetrics {
+    fn default() -> Self {
+        RaftStorageMetrics {
+            log_fsync_seconds: histogram(
+                "statestore_disk_log_fsync_duration_seconds",
+                "Time to fsync the Raft log (one fsync covers every append queued meanwhile).",
+                disk_buckets(),
+            ),
+            log_append_seconds: histogram(
+                "statestore_disk_log_append_duration_seconds",
+                "Time to write a batch of entries to the log before the fsync.",
+                disk_buckets(),
+            ),
+            log_written_bytes_total: counter("statestore_disk_log_written_bytes_total", "Bytes of encoded entries appended to the log."),
+            apply_commit_seconds: histogram(
+                "statestore_disk_apply_commit_duration_seconds",
+                "Time to apply a batch of committed entries and write it to the state machine.",
+                disk_buckets(),
+            ),
+            snapshot_seconds: HistogramVec::new(
+                HistogramOpts::new("statestore_disk_snapshot_duration_seconds", "Time to build or install a snapshot.")
+                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap_or_default()),
+                &["op"],
+            )
+            .unwrap_or_else(|e| unreachable!("static metric: {e}")),
+            disk_errors_total: counter("statestore_disk_errors_total", "Storage operations that failed."),
+        }
+    }
+}
+
+impl RaftStorageMetrics {
+    /// Registers every metric into `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.log_fsync_seconds.clone()))?;
+        registry.register(Box::new(self.log_append_seconds.clone()))?;
+        registry.register(Box::new(self.log_written_bytes_total.clone()))?;
+        registry.register(Box::new(self.apply_commit_seconds.clone()))?;
+        registry.register(Box::new(self.snapshot_seconds.clone()))?;
+        registry.register(Box::new(self.disk_errors_total.clone()))?;
+        Ok(())
+    }
+}
+
+/// Gauges mirroring openraft's own metrics.
+pub struct ConsensusMetrics {
+    has_leader: IntGauge,
+    is_leader: IntGauge,
+    current_leader_id: IntGauge,
+    leader_changes_seen_total: IntCounter,
+    term: IntGauge,
+    last_log_index: IntGauge,
+    applied_index: IntGauge,
+    snapshot_index: IntGauge,
+    purged_index: IntGauge,
+    state: IntGaugeVec,
+    last_leader: std::sync::Mutex<Option<u64>>,
+}
+
+const STATES: [&str; 5] = ["leader", "follower", "candidate", "learner", "shutdown"];
+
+impl Default for ConsensusMetrics {
+    fn default() -> Self {
+        let state = IntGaugeVec::new(Opts::new("statestore_raft_state", "1 for the Raft role this node is in."), &["state"])
+            .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        for s in STATES {
+            state.with_label_values(&[s]).set(0);
+        }
+        ConsensusMetrics {
+            has_leader: gauge("statestore_server_has_leader", "1 if this node knows a leader."),
+            is_leader: gauge("statestore_server_is_leader", "1 if this node is the leader."),
+            current_leader_id: gauge("statestore_server_current_leader_id", "Id of the leader this node knows (0: none)."),
+            leader_changes_seen_total: counter("statestore_server_leader_changes_seen_total", "Leader changes this node has seen."),
+            term: gauge("statestore_raft_term", "Current Raft term."),
+            last_log_index: gauge("statestore_raft_last_log_index", "Index of the last log entry."),
+            applied_index: gauge("statestore_raft_applied_index", "Index of the last applied entry."),
+            snapshot_index: gauge("statestore_raft_snapshot_index", "Last log index covered by the current snapshot."),
+            purged_index: gauge("statestore_raft_purged_index", "Last purged log index."),
+            state,
+            last_leader: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl ConsensusMetrics {
+    /// Registers every metric into `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.has_leader.clone()))?;
+        registry.register(Box::new(self.is_leader.clone()))?;
+        registry.register(Box::new(self.current_leader_id.clone()))?;
+        registry.register(Box::new(self.leader_changes_seen_total.clone()))?;
+        registry.register(Box::new(self.term.clone()))?;
+        registry.register(Box::new(self.last_log_index.clone()))?;
+        registry.register(Box::new(self.applied_index.clone()))?;
+        registry.register(Box::new(self.snapshot_index.clone()))?;
+        registry.register(Box::new(self.purged_index.clone()))?;
+        registry.register(Box::new(self.state.clone()))?;
+        Ok(())
+    }
+
+    /// Updates the gauges from one openraft metrics snapshot.
+    pub fn observe(&self, m: &RaftMetrics) {
+        let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.has_leader.set(i64::from(m.current_leader.is_some()));
+        self.is_leader.set(i64::from(m.current_leader == Some(m.id)));
+        self.current_leader_id.set(as_gauge(m.current_leader.unwrap_or(0)));
+        if let Ok(mut last) = self.last_leader.lock()
+            && *last != m.current_leader
+        {
+            if m.current_leader.is_some() {
+                self.leader_changes_seen_total.inc();
+            }
+            *last = m.current_leader;
+        }
+        self.term.set(as_gauge(m.current_term));
+        self.last_log_index.set(as_gauge(m.last_log_index.unwrap_or(0)));
+        self.applied_index.set(as_gauge(m.last_applied.map_or(0, |l| l.index)));
+        self.snapshot_index.set(as_gauge(m.snapshot.map_or(0, |l| l.index)));
+        self.purged_index.set(as_gauge(m.purged.map_or(0, |l| l.index)));
+        let current = match m.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        };
+        for s in STATES {
+            self.state.with_label_values(&[s]).set(i64::from(s == current));
+        }
+    }
+}

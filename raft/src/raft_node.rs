@@ -1,0 +1,261 @@
+//! [`RaftNode`]: the one handle the node crate uses — start, bootstrap, propose, linearizable
+//! read barrier, leadership watch, membership changes, shutdown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, ServerState, SnapshotPolicy};
+use prometheus::Registry;
+use statestore_storage::keyspace::{Outcome, Proposal};
+use statestore_storage::sled::{StateView, Store};
+use tokio::sync::{oneshot, watch};
+
+use crate::error::{Error, Result};
+use crate::log_store::LogStore;
+use crate::metrics::{ConsensusMetrics, RaftStorageMetrics};
+use crate::network::{NetworkFactory, peer_router};
+use crate::state_machine::{EventSink, StateMachine};
+use crate::types::{NodeId, Raft, RaftMetrics, TypeConfig};
+
+/// Consensus settings of one node.
+#[derive(Debug, Clone)]
+pub struct RaftConfig {
+    /// This node's id (unique in the cluster, never reused).
+    pub id: NodeId,
+    /// Leader heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// Election timeout is drawn from `[min, max)`.
+    pub election_timeout_min: Duration,
+    /// Upper bound of the election timeout.
+    pub election_timeout_max: Duration,
+    /// Build a snapshot after this many entries since the last one.
+    pub snapshot_after_entries: u64,
+    /// Entries kept in the log after a snapshot, for followers that are only a little behind.
+    pub entries_kept_after_snapshot: u64,
+    /// Peer connection timeout.
+    pub connect_timeout: Duration,
+    /// How long a snapshot chunk may take to send or install.
+    pub snapshot_timeout: Duration,
+}
+
+impl Default for RaftConfig {
+    fn default() -> Self {
+        RaftConfig {
+            id: 1,
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(800),
+            election_timeout_max: Duration::from_millis(1_600),
+            snapshot_after_entries: 50_000,
+            entries_kept_after_snapshot: 5_000,
+            connect_timeout: Duration::from_millis(500),
+            snapshot_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RaftConfig {
+    fn openraft(&self) -> Result<Config> {
+        let config = Config {
+            cluster_name: "statestore".to_owned(),
+            heartbeat_interval: millis(self.heartbeat_interval),
+            election_timeout_min: millis(self.election_timeout_min),
+            election_timeout_max: millis(self.election_timeout_max),
+            install_snapshot_timeout: millis(self.snapshot_timeout),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
+            max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
+            purge_batch_size: 1_024,
+            max_payload_entries: 256,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| Error::Config(e.to_string()))
+    }
+}
+
+/// Who leads, as this node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Leadership {
+    /// The leader this node knows, if any.
+    pub leader: Option<NodeId>,
+    /// True when this node is the leader.
+    pub is_leader: bool,
+    /// Current term.
+    pub term: u64,
+}
+
+/// A submitted write; await [`PendingWrite::outcome`] for its applied result.
+pub struct PendingWrite(oneshot::Receiver<std::result::Result<openraft::raft::ClientWriteResponse<TypeConfig>, ClientWriteError<NodeId, BasicNode>>>);
+
+impl PendingWrite {
+    /// Waits until the entry is committed and applied, and returns what apply decided.
+    pub async fn outcome(self) -> Result<Outcome> {
+        match self.0.await {
+            Ok(Ok(response)) => Ok(response.data),
+            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(Error::NotLeader { leader: forward.leader_id }),
+            Ok(Err(ClientWriteError::ChangeMembershipError(err))) => Err(Error::Membership(err.to_string())),
+            Err(_) => Err(Error::Stopped("raft dropped the write (shutting down or leadership lost)".into())),
+        }
+    }
+}
+
+/// The running consensus of this node.
+#[derive(Clone)]
+pub struct RaftNode {
+    id: NodeId,
+    raft: Raft,
+    store: Store,
+    state: statestore_storage::sled::StateTree,
+    leadership: watch::Receiver<Leadership>,
+}
+
+impl RaftNode {
+    /// Opens the log and state machine on `store` and starts Raft. Committed key events are
+    /// delivered to `sink`. Metrics are registered into `registry`.
+    pub async fn start(config: &RaftConfig, store: Store, sink: Arc<dyn EventSink>, registry: &Registry) -> Result<RaftNode> {
+        let storage_metrics = Arc::new(RaftStorageMetrics::default());
+        storage_metrics.register(registry).map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        let consensus_metrics = Arc::new(ConsensusMetrics::default());
+        consensus_metrics.register(registry).map_err(|e| Error::Config(format!("metrics: {e}")))?;
+
+        let log_store = LogStore::new(store.log()?, storage_metrics.clone());
+        let state_machine =
+            StateMachine::new(store.clone(), sink, storage_metrics).map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
+        let state = state_machine.state();
+        let network = NetworkFactory::new(config.connect_timeout).map_err(|e| Error::Config(format!("http client: {e}")))?;
+        let raft = Raft::new(config.id, Arc::new(config.openraft()?), network, log_store, state_machine)
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))?;
+
+        let (leadership_tx, leadership) = watch::channel(Leadership::default());
+        tokio::spawn(watch_metrics(raft.metrics(), leadership_tx, consensus_metrics));
+        Ok(RaftNode { id: config.id, raft, store, state, leadership })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The axum routes peers call; serve them on the Raft listener.
+    pub fn peer_router(&self) -> axum::Router {
+        peer_router(self.raft.clone())
+    }
+
+    /// Initialises a new cluster with `members` (id -> Raft address) unless this node already
+    /// has state. Returns whether it initialised. Every member may call it with the same set:
+    /// the ones that already joined ignore it.
+    pub async fn bootstrap(&self, members: BTreeMap<NodeId, String>) -> Result<bool> {
+        if self.raft.is_initialized().await.map_err(|e| Error::Stopped(e.to_string()))? {
+            return Ok(false);
+        }
+        let nodes: BTreeMap<NodeId, BasicNode> = members.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(true),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(false),
+            Err(e) => Err(Error::Config(format!("bootstrap: {e}"))),
+        }
+    }
+
+    /// Appends a proposal to the log (in call order) and returns a handle to its outcome.
+    pub async fn submit(&self, proposal: Proposal) -> Result<PendingWrite> {
+        let receiver = self.raft.client_write_ff(proposal).await.map_err(|e| Error::Stopped(e.to_string()))?;
+        Ok(PendingWrite(receiver))
+    }
+
+    /// Returns once this node has confirmed with a quorum that it is the leader and has applied
+    /// everything committed before the call: a read after this is linearizable.
+    pub async fn ensure_linearizable(&self) -> Result<()> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(Error::NotLeader { leader: f.leader_id }),
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Error::QuorumNotReached),
+            Err(RaftError::Fatal(f)) => Err(Error::Stopped(f.to_string())),
+        }
+    }
+
+    /// Leadership as seen by this node; changes are pushed as they happen.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// openraft's metrics stream.
+    pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
+        self.raft.metrics()
+    }
+
+    /// Read view of the state machine (read it after [`Self::ensure_linearizable`]).
+    pub fn view(&self) -> StateView {
+        self.state.view()
+    }
+
+    /// The underlying store (flush, size).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Adds `id` at `addr` as a learner, waits for it to catch up, then makes it a voter.
+    pub async fn add_voter(&self, id: NodeId, addr: String) -> Result<()> {
+        self.raft.add_learner(id, BasicNode::new(addr), true).await.map_err(write_error)?;
+        self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Removes `id` from the voters and from the cluster.
+    pub async fn remove_node(&self, id: NodeId) -> Result<()> {
+        self.raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Current voter ids.
+    pub fn voters(&self) -> BTreeSet<NodeId> {
+        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+    }
+
+    /// Asks Raft to build a snapshot now.
+    pub async fn trigger_snapshot(&self) -> Result<()> {
+        self.raft.trigger().snapshot().await.map_err(|e| Error::Stopped(e.to_string()))
+    }
+
+    /// Stops Raft.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.raft.shutdown().await.map_err(|e| Error::Stopped(e.to_string()))
+    }
+
+    /// Current role.
+    pub fn server_state(&self) -> ServerState {
+        self.raft.metrics().borrow().state
+    }
+}
+
+fn write_error(err: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Error {
+    match err {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Error::NotLeader { leader: f.leader_id },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Membership(e.to_string()),
+        RaftError::Fatal(f) => Error::Stopped(f.to_string()),
+    }
+}
+
+async fn watch_metrics(mut metrics: watch::Receiver<RaftMetrics>, leadership: watch::Sender<Leadership>, gauges: Arc<ConsensusMetrics>) {
+    loop {
+        let snapshot = metrics.borrow_and_update().clone();
+        gauges.observe(&snapshot);
+        let now = Leadership {
+            leader: snapshot.current_leader,
+            is_leader: snapshot.state == ServerState::Leader && snapshot.current_leader == Some(snapshot.id),
+            term: snapshot.current_term,
+        };
+        leadership.send_if_modified(|current| {
+            let changed = *current != now;
+            *current = now;
+            changed
+        });
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
