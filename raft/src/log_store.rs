@@ -39,14 +39,27 @@ impl LogStore {
     pub fn new(tree: LogTree, metrics: Arc<RaftStorageMetrics>) -> Self {
         let (flusher, pending) = mpsc::unbounded_channel();
         tokio::spawn(flush_loop(tree.clone(), pending, metrics.clone()));
-        LogStore { tree, flusher, metrics }
+        LogStore {
+            tree,
+            flusher,
+            metrics,
+        }
     }
 
-    fn record<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageError> {
-        let Some(bytes) = self.tree.record(name).map_err(|e| StorageIOError::read(&io_error(&e)))? else {
+    fn record<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, StorageError> {
+        let Some(bytes) = self
+            .tree
+            .record(name)
+            .map_err(|e| StorageIOError::read(&io_error(&e)))?
+        else {
             return Ok(None);
         };
-        codec::decode(name_of(name), &bytes).map(Some).map_err(|e| StorageIOError::read(&io_error(&e)).into())
+        codec::decode(name_of(name), &bytes)
+            .map(Some)
+            .map_err(|e| StorageIOError::read(&io_error(&e)).into())
     }
 }
 
@@ -75,20 +88,27 @@ async fn flush_loop(
         }
         let started = Instant::now();
         let result = tree.flush().await;
-        metrics.log_fsync_seconds.observe(started.elapsed().as_secs_f64());
+        metrics
+            .log_fsync_seconds
+            .observe(started.elapsed().as_secs_f64());
         match result {
-            Ok(()) => batch.drain(..).for_each(|callback| callback.log_io_completed(Ok(()))),
+            Ok(()) => batch
+                .drain(..)
+                .for_each(|callback| callback.log_io_completed(Ok(()))),
             Err(err) => {
                 tracing::error!(error = %err, "raft log fsync failed; refusing to acknowledge entries");
                 metrics.disk_errors_total.inc();
-                batch.drain(..).for_each(|callback| callback.log_io_completed(Err(io_error(&err))));
+                batch
+                    .drain(..)
+                    .for_each(|callback| callback.log_io_completed(Err(io_error(&err))));
             }
         }
     }
 }
 
 fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
-    codec::decode("raft log entry", bytes).map_err(|e| StorageIOError::read_logs(&io_error(&e)).into())
+    codec::decode("raft log entry", bytes)
+        .map_err(|e| StorageIOError::read_logs(&io_error(&e)).into())
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -98,14 +118,25 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let start = range.start_bound().cloned();
         let end = range.end_bound().cloned();
-        let raw = self.tree.range(start, end, usize::MAX).map_err(|e| StorageIOError::read_logs(&io_error(&e)))?;
+        let raw = self
+            .tree
+            .range(start, end, usize::MAX)
+            .map_err(|e| StorageIOError::read_logs(&io_error(&e)))?;
         raw.iter().map(|(_, bytes)| decode_entry(bytes)).collect()
     }
 
-    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
         let raw = self
             .tree
-            .range(Bound::Included(start), Bound::Excluded(end), MAX_READ_ENTRIES)
+            .range(
+                Bound::Included(start),
+                Bound::Excluded(end),
+                MAX_READ_ENTRIES,
+            )
             .map_err(|e| StorageIOError::read_logs(&io_error(&e)))?;
         raw.iter().map(|(_, bytes)| decode_entry(bytes)).collect()
     }
@@ -116,12 +147,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId> = self.record(LAST_PURGED)?;
-        let last = self.tree.last().map_err(|e| StorageIOError::read_logs(&io_error(&e)))?;
+        let last = self
+            .tree
+            .last()
+            .map_err(|e| StorageIOError::read_logs(&io_error(&e)))?;
         let last_log_id = match last {
             Some((_, bytes)) => Some(*decode_entry(&bytes)?.get_log_id()),
             None => last_purged_log_id,
         };
-        Ok(LogState { last_purged_log_id, last_log_id })
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -129,8 +166,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.tree.set_record(VOTE, codec::encode(vote)).map_err(|e| StorageIOError::write_vote(&io_error(&e)))?;
-        self.tree.flush().await.map_err(|e| StorageIOError::write_vote(&io_error(&e)))?;
+        self.tree
+            .set_record(VOTE, codec::encode(vote))
+            .map_err(|e| StorageIOError::write_vote(&io_error(&e)))?;
+        self.tree
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_vote(&io_error(&e)))?;
         Ok(())
     }
 
@@ -140,7 +182,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Not a durability point: losing it only means re-learning the commit index.
-        self.tree.set_record(COMMITTED, codec::encode(&committed)).map_err(|e| StorageIOError::write(&io_error(&e)))?;
+        self.tree
+            .set_record(COMMITTED, codec::encode(&committed))
+            .map_err(|e| StorageIOError::write(&io_error(&e)))?;
         Ok(())
     }
 
@@ -148,26 +192,44 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.record::<Option<LogId>>(COMMITTED)?.flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
         let started = Instant::now();
-        let encoded = entries.into_iter().map(|entry| (entry.get_log_id().index, codec::encode(&entry)));
-        let bytes = self.tree.append(encoded).map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
-        self.metrics.log_append_seconds.observe(started.elapsed().as_secs_f64());
+        let encoded = entries
+            .into_iter()
+            .map(|entry| (entry.get_log_id().index, codec::encode(&entry)));
+        let bytes = self
+            .tree
+            .append(encoded)
+            .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.metrics
+            .log_append_seconds
+            .observe(started.elapsed().as_secs_f64());
         self.metrics.log_written_bytes_total.inc_by(bytes as u64);
         if let Err(returned) = self.flusher.send(callback) {
             // The flusher only stops with the runtime; report instead of hanging the caller.
-            returned.0.log_io_completed(Err(std::io::Error::other("log flusher stopped")));
+            returned
+                .0
+                .log_io_completed(Err(std::io::Error::other("log flusher stopped")));
         }
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.tree.truncate_from(log_id.index).map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
-        self.tree.flush().await.map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.tree
+            .truncate_from(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.tree
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
         Ok(())
     }
 
@@ -176,7 +238,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.tree
             .set_record(LAST_PURGED, codec::encode(&log_id))
             .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
-        self.tree.purge_upto(log_id.index).map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.tree
+            .purge_upto(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
         Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! Metrics of the consensus layer, defined next to the code that records them and registered
 //! into the registry the node owns (names follow `statestore_<subsystem>_<name>_<unit>`).
 
-use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use crate::types::RaftMetrics;
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
-    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+        .unwrap_or_else(|e| unreachable!("static metric {name}: {e}"))
 }
 
 fn counter(name: &str, help: &str) -> IntCounter {
@@ -51,19 +54,28 @@ impl Default for RaftStorageMetrics {
                 "Time to write a batch of entries to the log before the fsync.",
                 disk_buckets(),
             ),
-            log_written_bytes_total: counter("statestore_disk_log_written_bytes_total", "Bytes of encoded entries appended to the log."),
+            log_written_bytes_total: counter(
+                "statestore_disk_log_written_bytes_total",
+                "Bytes of encoded entries appended to the log.",
+            ),
             apply_commit_seconds: histogram(
                 "statestore_disk_apply_commit_duration_seconds",
                 "Time to apply a batch of committed entries and write it to the state machine.",
                 disk_buckets(),
             ),
             snapshot_seconds: HistogramVec::new(
-                HistogramOpts::new("statestore_disk_snapshot_duration_seconds", "Time to build or install a snapshot.")
-                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap_or_default()),
+                HistogramOpts::new(
+                    "statestore_disk_snapshot_duration_seconds",
+                    "Time to build or install a snapshot.",
+                )
+                .buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap_or_default()),
                 &["op"],
             )
             .unwrap_or_else(|e| unreachable!("static metric: {e}")),
-            disk_errors_total: counter("statestore_disk_errors_total", "Storage operations that failed."),
+            disk_errors_total: counter(
+                "statestore_disk_errors_total",
+                "Storage operations that failed.",
+            ),
         }
     }
 }
@@ -100,20 +112,47 @@ const STATES: [&str; 5] = ["leader", "follower", "candidate", "learner", "shutdo
 
 impl Default for ConsensusMetrics {
     fn default() -> Self {
-        let state = IntGaugeVec::new(Opts::new("statestore_raft_state", "1 for the Raft role this node is in."), &["state"])
-            .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        let state = IntGaugeVec::new(
+            Opts::new(
+                "statestore_raft_state",
+                "1 for the Raft role this node is in.",
+            ),
+            &["state"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
         for s in STATES {
             state.with_label_values(&[s]).set(0);
         }
         ConsensusMetrics {
-            has_leader: gauge("statestore_server_has_leader", "1 if this node knows a leader."),
-            is_leader: gauge("statestore_server_is_leader", "1 if this node is the leader."),
-            current_leader_id: gauge("statestore_server_current_leader_id", "Id of the leader this node knows (0: none)."),
-            leader_changes_seen_total: counter("statestore_server_leader_changes_seen_total", "Leader changes this node has seen."),
+            has_leader: gauge(
+                "statestore_server_has_leader",
+                "1 if this node knows a leader.",
+            ),
+            is_leader: gauge(
+                "statestore_server_is_leader",
+                "1 if this node is the leader.",
+            ),
+            current_leader_id: gauge(
+                "statestore_server_current_leader_id",
+                "Id of the leader this node knows (0: none).",
+            ),
+            leader_changes_seen_total: counter(
+                "statestore_server_leader_changes_seen_total",
+                "Leader changes this node has seen.",
+            ),
             term: gauge("statestore_raft_term", "Current Raft term."),
-            last_log_index: gauge("statestore_raft_last_log_index", "Index of the last log entry."),
-            applied_index: gauge("statestore_raft_applied_index", "Index of the last applied entry."),
-            snapshot_index: gauge("statestore_raft_snapshot_index", "Last log index covered by the current snapshot."),
+            last_log_index: gauge(
+                "statestore_raft_last_log_index",
+                "Index of the last log entry.",
+            ),
+            applied_index: gauge(
+                "statestore_raft_applied_index",
+                "Index of the last applied entry.",
+            ),
+            snapshot_index: gauge(
+                "statestore_raft_snapshot_index",
+                "Last log index covered by the current snapshot.",
+            ),
             purged_index: gauge("statestore_raft_purged_index", "Last purged log index."),
             state,
             last_leader: std::sync::Mutex::new(None),
@@ -141,8 +180,10 @@ impl ConsensusMetrics {
     pub fn observe(&self, m: &RaftMetrics) {
         let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.has_leader.set(i64::from(m.current_leader.is_some()));
-        self.is_leader.set(i64::from(m.current_leader == Some(m.id)));
-        self.current_leader_id.set(as_gauge(m.current_leader.unwrap_or(0)));
+        self.is_leader
+            .set(i64::from(m.current_leader == Some(m.id)));
+        self.current_leader_id
+            .set(as_gauge(m.current_leader.unwrap_or(0)));
         if let Ok(mut last) = self.last_leader.lock()
             && *last != m.current_leader
         {
@@ -152,10 +193,14 @@ impl ConsensusMetrics {
             *last = m.current_leader;
         }
         self.term.set(as_gauge(m.current_term));
-        self.last_log_index.set(as_gauge(m.last_log_index.unwrap_or(0)));
-        self.applied_index.set(as_gauge(m.last_applied.map_or(0, |l| l.index)));
-        self.snapshot_index.set(as_gauge(m.snapshot.map_or(0, |l| l.index)));
-        self.purged_index.set(as_gauge(m.purged.map_or(0, |l| l.index)));
+        self.last_log_index
+            .set(as_gauge(m.last_log_index.unwrap_or(0)));
+        self.applied_index
+            .set(as_gauge(m.last_applied.map_or(0, |l| l.index)));
+        self.snapshot_index
+            .set(as_gauge(m.snapshot.map_or(0, |l| l.index)));
+        self.purged_index
+            .set(as_gauge(m.purged.map_or(0, |l| l.index)));
         let current = match m.state {
             openraft::ServerState::Leader => "leader",
             openraft::ServerState::Follower => "follower",
@@ -164,7 +209,9 @@ impl ConsensusMetrics {
             openraft::ServerState::Shutdown => "shutdown",
         };
         for s in STATES {
-            self.state.with_label_values(&[s]).set(i64::from(s == current));
+            self.state
+                .with_label_values(&[s])
+                .set(i64::from(s == current));
         }
     }
 }

@@ -89,16 +89,29 @@ pub struct Leadership {
 }
 
 /// A submitted write; await [`PendingWrite::outcome`] for its applied result.
-pub struct PendingWrite(oneshot::Receiver<std::result::Result<openraft::raft::ClientWriteResponse<TypeConfig>, ClientWriteError<NodeId, BasicNode>>>);
+pub struct PendingWrite(
+    oneshot::Receiver<
+        std::result::Result<
+            openraft::raft::ClientWriteResponse<TypeConfig>,
+            ClientWriteError<NodeId, BasicNode>,
+        >,
+    >,
+);
 
 impl PendingWrite {
     /// Waits until the entry is committed and applied, and returns what apply decided.
     pub async fn outcome(self) -> Result<Outcome> {
         match self.0.await {
             Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(Error::NotLeader { leader: forward.leader_id }),
-            Ok(Err(ClientWriteError::ChangeMembershipError(err))) => Err(Error::Membership(err.to_string())),
-            Err(_) => Err(Error::Stopped("raft dropped the write (shutting down or leadership lost)".into())),
+            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(Error::NotLeader {
+                leader: forward.leader_id,
+            }),
+            Ok(Err(ClientWriteError::ChangeMembershipError(err))) => {
+                Err(Error::Membership(err.to_string()))
+            }
+            Err(_) => Err(Error::Stopped(
+                "raft dropped the write (shutting down or leadership lost)".into(),
+            )),
         }
     }
 }
@@ -116,24 +129,50 @@ pub struct RaftNode {
 impl RaftNode {
     /// Opens the log and state machine on `store` and starts Raft. Committed key events are
     /// delivered to `sink`. Metrics are registered into `registry`.
-    pub async fn start(config: &RaftConfig, store: Store, sink: Arc<dyn EventSink>, registry: &Registry) -> Result<RaftNode> {
+    pub async fn start(
+        config: &RaftConfig,
+        store: Store,
+        sink: Arc<dyn EventSink>,
+        registry: &Registry,
+    ) -> Result<RaftNode> {
         let storage_metrics = Arc::new(RaftStorageMetrics::default());
-        storage_metrics.register(registry).map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        storage_metrics
+            .register(registry)
+            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
         let consensus_metrics = Arc::new(ConsensusMetrics::default());
-        consensus_metrics.register(registry).map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        consensus_metrics
+            .register(registry)
+            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
 
         let log_store = LogStore::new(store.log()?, storage_metrics.clone());
-        let state_machine =
-            StateMachine::new(store.clone(), sink, storage_metrics).map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
+        let state_machine = StateMachine::new(store.clone(), sink, storage_metrics)
+            .map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
         let state = state_machine.state();
-        let network = NetworkFactory::new(config.connect_timeout).map_err(|e| Error::Config(format!("http client: {e}")))?;
-        let raft = Raft::new(config.id, Arc::new(config.openraft()?), network, log_store, state_machine)
-            .await
-            .map_err(|e| Error::Stopped(e.to_string()))?;
+        let network = NetworkFactory::new(config.connect_timeout)
+            .map_err(|e| Error::Config(format!("http client: {e}")))?;
+        let raft = Raft::new(
+            config.id,
+            Arc::new(config.openraft()?),
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|e| Error::Stopped(e.to_string()))?;
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
-        tokio::spawn(watch_metrics(raft.metrics(), leadership_tx, consensus_metrics));
-        Ok(RaftNode { id: config.id, raft, store, state, leadership })
+        tokio::spawn(watch_metrics(
+            raft.metrics(),
+            leadership_tx,
+            consensus_metrics,
+        ));
+        Ok(RaftNode {
+            id: config.id,
+            raft,
+            store,
+            state,
+            leadership,
+        })
     }
 
     /// This node's id.
@@ -150,10 +189,18 @@ impl RaftNode {
     /// has state. Returns whether it initialised. Every member may call it with the same set:
     /// the ones that already joined ignore it.
     pub async fn bootstrap(&self, members: BTreeMap<NodeId, String>) -> Result<bool> {
-        if self.raft.is_initialized().await.map_err(|e| Error::Stopped(e.to_string()))? {
+        if self
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))?
+        {
             return Ok(false);
         }
-        let nodes: BTreeMap<NodeId, BasicNode> = members.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+        let nodes: BTreeMap<NodeId, BasicNode> = members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode::new(addr)))
+            .collect();
         match self.raft.initialize(nodes).await {
             Ok(()) => Ok(true),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(false),
@@ -163,7 +210,11 @@ impl RaftNode {
 
     /// Appends a proposal to the log (in call order) and returns a handle to its outcome.
     pub async fn submit(&self, proposal: Proposal) -> Result<PendingWrite> {
-        let receiver = self.raft.client_write_ff(proposal).await.map_err(|e| Error::Stopped(e.to_string()))?;
+        let receiver = self
+            .raft
+            .client_write_ff(proposal)
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))?;
         Ok(PendingWrite(receiver))
     }
 
@@ -172,8 +223,14 @@ impl RaftNode {
     pub async fn ensure_linearizable(&self) -> Result<()> {
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(Error::NotLeader { leader: f.leader_id }),
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => Err(Error::QuorumNotReached),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(Error::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
+                Err(Error::QuorumNotReached)
+            }
             Err(RaftError::Fatal(f)) => Err(Error::Stopped(f.to_string())),
         }
     }
@@ -200,30 +257,52 @@ impl RaftNode {
 
     /// Adds `id` at `addr` as a learner, waits for it to catch up, then makes it a voter.
     pub async fn add_voter(&self, id: NodeId, addr: String) -> Result<()> {
-        self.raft.add_learner(id, BasicNode::new(addr), true).await.map_err(write_error)?;
-        self.raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        self.raft
+            .add_learner(id, BasicNode::new(addr), true)
+            .await
+            .map_err(write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
         Ok(())
     }
 
     /// Removes `id` from the voters and from the cluster.
     pub async fn remove_node(&self, id: NodeId) -> Result<()> {
-        self.raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false).await.map_err(write_error)?;
+        self.raft
+            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map_err(write_error)?;
         Ok(())
     }
 
     /// Current voter ids.
     pub fn voters(&self) -> BTreeSet<NodeId> {
-        self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
     }
 
     /// Asks Raft to build a snapshot now.
     pub async fn trigger_snapshot(&self) -> Result<()> {
-        self.raft.trigger().snapshot().await.map_err(|e| Error::Stopped(e.to_string()))
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))
     }
 
     /// Stops Raft.
     pub async fn shutdown(&self) -> Result<()> {
-        self.raft.shutdown().await.map_err(|e| Error::Stopped(e.to_string()))
+        self.raft
+            .shutdown()
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))
     }
 
     /// Current role.
@@ -234,19 +313,28 @@ impl RaftNode {
 
 fn write_error(err: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Error {
     match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Error::NotLeader { leader: f.leader_id },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Membership(e.to_string()),
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Error::NotLeader {
+            leader: f.leader_id,
+        },
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            Error::Membership(e.to_string())
+        }
         RaftError::Fatal(f) => Error::Stopped(f.to_string()),
     }
 }
 
-async fn watch_metrics(mut metrics: watch::Receiver<RaftMetrics>, leadership: watch::Sender<Leadership>, gauges: Arc<ConsensusMetrics>) {
+async fn watch_metrics(
+    mut metrics: watch::Receiver<RaftMetrics>,
+    leadership: watch::Sender<Leadership>,
+    gauges: Arc<ConsensusMetrics>,
+) {
     loop {
         let snapshot = metrics.borrow_and_update().clone();
         gauges.observe(&snapshot);
         let now = Leadership {
             leader: snapshot.current_leader,
-            is_leader: snapshot.state == ServerState::Leader && snapshot.current_leader == Some(snapshot.id),
+            is_leader: snapshot.state == ServerState::Leader
+                && snapshot.current_leader == Some(snapshot.id),
             term: snapshot.current_term,
         };
         leadership.send_if_modified(|current| {

@@ -48,9 +48,21 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// A state machine on `store`'s state tree, delivering events to `sink`.
-    pub fn new(store: Store, sink: Arc<dyn EventSink>, metrics: Arc<RaftStorageMetrics>) -> Result<Self, StorageError> {
-        let state = store.state().map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
-        Ok(StateMachine { store, state, sink, metrics, receiving: None })
+    pub fn new(
+        store: Store,
+        sink: Arc<dyn EventSink>,
+        metrics: Arc<RaftStorageMetrics>,
+    ) -> Result<Self, StorageError> {
+        let state = store
+            .state()
+            .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
+        Ok(StateMachine {
+            store,
+            state,
+            sink,
+            metrics,
+            receiving: None,
+        })
     }
 
     /// A read view for the leader's read path.
@@ -63,8 +75,13 @@ impl StateMachine {
         self.state.clone()
     }
 
-    fn consensus_record<T: serde::de::DeserializeOwned>(view: &StateView, name: &[u8]) -> Result<Option<T>, StorageError> {
-        let bytes = view.get(&layout::consensus_key(name)).map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
+    fn consensus_record<T: serde::de::DeserializeOwned>(
+        view: &StateView,
+        name: &[u8],
+    ) -> Result<Option<T>, StorageError> {
+        let bytes = view
+            .get(&layout::consensus_key(name))
+            .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
         bytes
             .map(|b| codec::decode("state machine consensus record", &b))
             .transpose()
@@ -79,12 +96,21 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        self.built.take().unwrap_or_else(|| Err(StorageIOError::write_snapshot(None, &std::io::Error::other("snapshot already taken")).into()))
+        self.built.take().unwrap_or_else(|| {
+            Err(StorageIOError::write_snapshot(
+                None,
+                &std::io::Error::other("snapshot already taken"),
+            )
+            .into())
+        })
     }
 }
 
 fn snapshot_id(log_id: Option<&LogId>) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     match log_id {
         Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, nanos),
         None => format!("empty-{nanos}"),
@@ -95,22 +121,41 @@ impl StateMachine {
     async fn export_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let started = Instant::now();
         // Make the state at the snapshot point durable before the log it covers may be purged.
-        self.store.flush().await.map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
+        self.store
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
         let view = self.state.view();
         let last_applied: Option<LogId> = Self::consensus_record(&view, LAST_APPLIED)?;
-        let membership: StoredMembership = Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
+        let membership: StoredMembership =
+            Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
         let snapshot_id = snapshot_id(last_applied.as_ref());
-        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id: snapshot_id.clone() };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+            snapshot_id: snapshot_id.clone(),
+        };
         let header = codec::encode(&meta);
         let state = self.state.clone();
-        let file = tokio::task::spawn_blocking(move || state.export_snapshot(&snapshot_id, &header))
+        let file =
+            tokio::task::spawn_blocking(move || state.export_snapshot(&snapshot_id, &header))
+                .await
+                .map_err(|e| {
+                    StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
+                })?
+                .map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
+        let data = tokio::fs::File::open(&file.path)
             .await
-            .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?
-            .map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
-        let data = tokio::fs::File::open(&file.path).await.map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        self.metrics.snapshot_seconds.with_label_values(&["build"]).observe(started.elapsed().as_secs_f64());
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        self.metrics
+            .snapshot_seconds
+            .with_label_values(&["build"])
+            .observe(started.elapsed().as_secs_f64());
         tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
-        Ok(Snapshot { meta, snapshot: Box::new(data) })
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(data),
+        })
     }
 }
 
@@ -146,14 +191,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut last_applied = None;
         let mut membership = None;
         {
-            let mut keyspace = Keyspace::open(&mut txn).map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
+            let mut keyspace = Keyspace::open(&mut txn)
+                .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
             for entry in entries {
                 let log_id = entry.log_id;
                 last_applied = Some(log_id);
                 match entry.payload {
                     EntryPayload::Blank => outcomes.push(Outcome::Nothing),
                     EntryPayload::Normal(proposal) => {
-                        let applied = keyspace.apply(&proposal).map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;
+                        let applied = keyspace
+                            .apply(&proposal)
+                            .map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;
                         events.extend(applied.events);
                         outcomes.push(applied.outcome);
                     }
@@ -176,7 +224,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.metrics.disk_errors_total.inc();
             StorageIOError::write_state_machine(&io_error(&e))
         })?;
-        self.metrics.apply_commit_seconds.observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .apply_commit_seconds
+            .observe(started.elapsed().as_secs_f64());
         if !events.is_empty() {
             self.sink.deliver(events);
         }
@@ -185,54 +235,98 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         // Exported here, while openraft holds off applies, so the dump is consistent.
-        SnapshotBuilder { built: Some(self.export_snapshot().await) }
+        SnapshotBuilder {
+            built: Some(self.export_snapshot().await),
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
         let path = self.state.incoming_snapshot_path();
-        let file = tokio::fs::File::create(&path).await.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         self.receiving = Some(path);
         Ok(Box::new(file))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, mut snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        mut snapshot: Box<tokio::fs::File>,
+    ) -> Result<(), StorageError> {
         let started = Instant::now();
         let signature = Some(meta.signature());
-        snapshot.flush().await.map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-        let received = self.receiving.take().unwrap_or_else(|| self.state.incoming_snapshot_path());
+        snapshot
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+        let received = self
+            .receiving
+            .take()
+            .unwrap_or_else(|| self.state.incoming_snapshot_path());
         if !same_file(&snapshot, &received).await {
             // The data arrived in another file than the one we handed out: copy it over.
-            snapshot.seek(std::io::SeekFrom::Start(0)).await.map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
-            let mut copy = tokio::fs::File::create(&received).await.map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-            tokio::io::copy(&mut snapshot, &mut copy).await.map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-            copy.flush().await.map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+            snapshot
+                .seek(std::io::SeekFrom::Start(0))
+                .await
+                .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
+            let mut copy = tokio::fs::File::create(&received)
+                .await
+                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+            tokio::io::copy(&mut snapshot, &mut copy)
+                .await
+                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+            copy.flush()
+                .await
+                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
         }
         drop(snapshot);
-        let mut records = vec![(layout::consensus_key(MEMBERSHIP), codec::encode(&meta.last_membership))];
+        let mut records = vec![(
+            layout::consensus_key(MEMBERSHIP),
+            codec::encode(&meta.last_membership),
+        )];
         if let Some(last) = &meta.last_log_id {
             records.push((layout::consensus_key(LAST_APPLIED), codec::encode(last)));
         }
         let state = self.state.clone();
         let id = meta.snapshot_id.clone();
-        let file = tokio::task::spawn_blocking(move || state.install_snapshot(&received, &id, records))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &std::io::Error::other(e.to_string())))?
-            .map_err(|e| {
-                self.metrics.disk_errors_total.inc();
-                StorageIOError::write_snapshot(signature, &io_error(&e))
-            })?;
-        self.metrics.snapshot_seconds.with_label_values(&["install"]).observe(started.elapsed().as_secs_f64());
+        let file =
+            tokio::task::spawn_blocking(move || state.install_snapshot(&received, &id, records))
+                .await
+                .map_err(|e| {
+                    StorageIOError::write_snapshot(
+                        signature.clone(),
+                        &std::io::Error::other(e.to_string()),
+                    )
+                })?
+                .map_err(|e| {
+                    self.metrics.disk_errors_total.inc();
+                    StorageIOError::write_snapshot(signature, &io_error(&e))
+                })?;
+        self.metrics
+            .snapshot_seconds
+            .with_label_values(&["install"])
+            .observe(started.elapsed().as_secs_f64());
         tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot installed");
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(file) = self.state.current_snapshot().map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))? else {
+        let Some(file) = self
+            .state
+            .current_snapshot()
+            .map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))?
+        else {
             return Ok(None);
         };
-        let meta: SnapshotMeta =
-            codec::decode("snapshot header", &file.header).map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))?;
-        let data = tokio::fs::File::open(&file.path).await.map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        Ok(Some(Snapshot { meta, snapshot: Box::new(data) }))
+        let meta: SnapshotMeta = codec::decode("snapshot header", &file.header)
+            .map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))?;
+        let data = tokio::fs::File::open(&file.path)
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(data),
+        }))
     }
 }

@@ -17,7 +17,11 @@ struct SledBuilder;
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&StoreConfig { dir: dir.path().to_owned(), cache_capacity_bytes: 16 << 20 }).expect("open store");
+        let store = Store::open(&StoreConfig {
+            dir: dir.path().to_owned(),
+            cache_capacity_bytes: 16 << 20,
+        })
+        .expect("open store");
         let metrics = Arc::new(RaftStorageMetrics::default());
         let log = LogStore::new(store.log().expect("log tree"), metrics.clone());
         let sm = StateMachine::new(store, Arc::new(DiscardEvents), metrics)?;

@@ -7,10 +7,13 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -28,7 +31,11 @@ pub struct NetworkFactory {
 impl NetworkFactory {
     /// A factory whose connections time out after `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder().connect_timeout(connect_timeout).tcp_nodelay(true).no_proxy().build()?;
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .build()?;
         Ok(NetworkFactory { http })
     }
 }
@@ -37,7 +44,11 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
-        PeerClient { target, base_url: format!("http://{}", node.addr), http: self.http.clone() }
+        PeerClient {
+            target,
+            base_url: format!("http://{}", node.addr),
+            http: self.http.clone(),
+        }
     }
 }
 
@@ -51,7 +62,12 @@ pub struct PeerClient {
 type RpcResult<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
 
 impl PeerClient {
-    async fn call<Req, Resp, E>(&self, path: &str, request: &Req, option: &RPCOption) -> RpcResult<Resp, E>
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        request: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -65,16 +81,25 @@ impl PeerClient {
             .send()
             .await
             .map_err(|e| {
-                if e.is_connect() { RPCError::Unreachable(Unreachable::new(&e)) } else { RPCError::Network(NetworkError::new(&e)) }
+                if e.is_connect() {
+                    RPCError::Unreachable(Unreachable::new(&e))
+                } else {
+                    RPCError::Network(NetworkError::new(&e))
+                }
             })?;
         let status = response.status();
-        let body = response.bytes().await.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         if !status.is_success() {
             let message = String::from_utf8_lossy(&body).into_owned();
-            return Err(RPCError::Network(NetworkError::new(&std::io::Error::other(format!("peer answered {status}: {message}")))));
+            return Err(RPCError::Network(NetworkError::new(
+                &std::io::Error::other(format!("peer answered {status}: {message}")),
+            )));
         }
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            codec::decode("peer response", &body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode("peer response", &body)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -96,7 +121,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         self.call(SNAPSHOT_PATH, &rpc, &option).await
     }
 
-    async fn vote(&mut self, rpc: VoteRequest<NodeId>, option: RPCOption) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.call(VOTE_PATH, &rpc, &option).await
     }
 }

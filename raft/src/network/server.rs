@@ -32,7 +32,8 @@ pub fn peer_router(raft: Raft) -> Router {
 }
 
 async fn append(State(raft): State<Raft>, body: Bytes) -> Reply {
-    let request: AppendEntriesRequest<TypeConfig> = codec::decode("append entries request", &body).map_err(bad_request)?;
+    let request: AppendEntriesRequest<TypeConfig> =
+        codec::decode("append entries request", &body).map_err(bad_request)?;
     Ok(codec::encode(&raft.append_entries(request).await))
 }
 
@@ -42,6 +43,7 @@ async fn vote(State(raft): State<Raft>, body: Bytes) -> Reply {
 }
 
 async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Reply {
-    let request: InstallSnapshotRequest<TypeConfig> = codec::decode("install snapshot request", &body).map_err(bad_request)?;
+    let request: InstallSnapshotRequest<TypeConfig> =
+        codec::decode("install snapshot request", &body).map_err(bad_request)?;
     Ok(codec::encode(&raft.install_snapshot(request).await))
 }

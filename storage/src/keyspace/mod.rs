@@ -16,6 +16,7 @@ pub use apply::Keyspace;
 pub use mutation::{Limits, Mutation, Proposal, RequestId, SetCondition};
 pub use outcome::{Applied, Change, KeyEvent, Outcome, Rejection};
 pub use record::{KeyspaceMeta, Record, RememberedReply};
+pub use serde_bytes::ByteBuf;
 pub use txn::{KvPair, OrderedRead, Overlay, RangeIter, Txn};
 
 #[cfg(test)]

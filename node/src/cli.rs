@@ -1,0 +1,271 @@
+//! The `statestore` command line: `run` starts a node (TOML file plus flags), `cluster`
+//! talks to a running node's admin API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+use crate::error::NodeError;
+
+/// statestore: a replicated, persistent key-value store served over MQTT 5 request/response
+/// (the Azure IoT Operations state store protocol).
+#[derive(Debug, Parser)]
+#[command(name = "statestore", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CliCommand,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CliCommand {
+    /// Run a node until SIGTERM or Ctrl-C.
+    Run(Box<RunArgs>),
+    /// Inspect or change cluster membership through a node's admin API.
+    Cluster(ClusterArgs),
+}
+
+/// `statestore run`: every flag overrides the same setting of the config file.
+#[derive(Debug, Default, Args)]
+pub struct RunArgs {
+    /// TOML config file (see README "Configuration").
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Raft node id (unique in the cluster, >= 1).
+    #[arg(long, value_name = "U64")]
+    pub id: Option<u64>,
+    /// Node name used in versions (default statestore-<id>).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Data directory (database and snapshots).
+    #[arg(long, value_name = "PATH")]
+    pub data_dir: Option<PathBuf>,
+    /// MQTT broker host:port.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub broker: Option<String>,
+    /// MQTT client id of this node (default statestore-node-<id>).
+    #[arg(long)]
+    pub mqtt_client_id: Option<String>,
+    /// MQTT username.
+    #[arg(long)]
+    pub mqtt_username: Option<String>,
+    /// File whose first line is the MQTT password (or set STATESTORE_MQTT_PASSWORD).
+    #[arg(long, value_name = "FILE")]
+    pub mqtt_password_file: Option<PathBuf>,
+    /// HTTP listener: /metrics, /livez, /readyz and the admin API.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<SocketAddr>,
+    /// Raft peer listener.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub raft: Option<SocketAddr>,
+    /// Raft address peers use for this node (default: --raft).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub advertise: Option<String>,
+    /// Initial cluster member `id=host:port` (repeat for each member, this node included).
+    #[arg(long = "peer", value_name = "ID=HOST:PORT")]
+    pub peers: Vec<String>,
+    /// Leader heartbeat interval, ms.
+    #[arg(long, value_name = "MS")]
+    pub heartbeat_ms: Option<u64>,
+    /// Election timeout lower bound, ms.
+    #[arg(long, value_name = "MS")]
+    pub election_timeout_min_ms: Option<u64>,
+    /// Election timeout upper bound, ms.
+    #[arg(long, value_name = "MS")]
+    pub election_timeout_max_ms: Option<u64>,
+    /// Build a snapshot every this many log entries.
+    #[arg(long, value_name = "N")]
+    pub snapshot_after_entries: Option<u64>,
+    /// Longest key in bytes (§9, default 1024).
+    #[arg(long, value_name = "BYTES")]
+    pub max_key_bytes: Option<usize>,
+    /// Longest value in bytes (§9, default 4 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_value_bytes: Option<usize>,
+    /// Most elements in a request array (§9, default 8).
+    #[arg(long, value_name = "N")]
+    pub max_array_len: Option<usize>,
+    /// Keys stored (§9, default 1,000,000).
+    #[arg(long, value_name = "N")]
+    pub max_keys: Option<u64>,
+    /// Key+value bytes stored (§9, default 1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+    /// KEYNOTIFY registrations per client (§9, default 1000).
+    #[arg(long, value_name = "N")]
+    pub max_registrations_per_client: Option<u32>,
+    /// Expiry sweep interval, ms.
+    #[arg(long, value_name = "MS")]
+    pub sweep_interval_ms: Option<u64>,
+    /// sled cache size, MiB.
+    #[arg(long, value_name = "MIB")]
+    pub cache_capacity_mb: Option<u64>,
+    /// Log filter, e.g. `info` or `statestore_node=debug`.
+    #[arg(long, value_name = "FILTER")]
+    pub log: Option<String>,
+    /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// `statestore cluster ...`
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Admin endpoint of any node (its --http address).
+    #[arg(long, default_value = "http://127.0.0.1:7480", global = true)]
+    pub endpoint: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+/// Cluster actions.
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Members, leader, term, log indexes.
+    Status,
+    /// Add a node (started with --id, --raft and an empty data dir) as a voter.
+    AddNode {
+        /// New node id.
+        #[arg(long)]
+        id: u64,
+        /// Its Raft address.
+        #[arg(long)]
+        raft: String,
+    },
+    /// Remove a node from the cluster.
+    RemoveNode {
+        /// Node id to remove.
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+impl RunArgs {
+    /// Defaults, then the file, then the flags.
+    pub fn into_config(self) -> Result<Config, NodeError> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        fn set<T>(target: &mut T, value: Option<T>) {
+            if let Some(value) = value {
+                *target = value;
+            }
+        }
+        set(&mut config.id, self.id);
+        if self.name.is_some() {
+            config.name = self.name;
+        }
+        set(&mut config.data_dir, self.data_dir);
+        set(&mut config.mqtt.broker, self.broker);
+        if self.mqtt_client_id.is_some() {
+            config.mqtt.client_id = self.mqtt_client_id;
+        }
+        if self.mqtt_username.is_some() {
+            config.mqtt.username = self.mqtt_username;
+        }
+        if self.mqtt_password_file.is_some() {
+            config.mqtt.password_file = self.mqtt_password_file;
+        }
+        set(&mut config.listen.http, self.http);
+        set(&mut config.listen.raft, self.raft);
+        if self.advertise.is_some() {
+            config.cluster.advertise = self.advertise;
+        }
+        if !self.peers.is_empty() {
+            config.cluster.peers.clear();
+            for peer in &self.peers {
+                let (id, addr) = peer.split_once('=').ok_or_else(|| {
+                    NodeError::Config(format!("--peer {peer:?}: expected ID=HOST:PORT"))
+                })?;
+                config
+                    .cluster
+                    .peers
+                    .insert(id.trim().to_owned(), addr.trim().to_owned());
+            }
+        }
+        set(&mut config.cluster.heartbeat_ms, self.heartbeat_ms);
+        set(
+            &mut config.cluster.election_timeout_min_ms,
+            self.election_timeout_min_ms,
+        );
+        set(
+            &mut config.cluster.election_timeout_max_ms,
+            self.election_timeout_max_ms,
+        );
+        set(
+            &mut config.cluster.snapshot_after_entries,
+            self.snapshot_after_entries,
+        );
+        set(&mut config.limits.max_key_bytes, self.max_key_bytes);
+        set(&mut config.limits.max_value_bytes, self.max_value_bytes);
+        set(&mut config.limits.max_array_len, self.max_array_len);
+        set(&mut config.limits.max_keys, self.max_keys);
+        set(&mut config.limits.max_bytes, self.max_bytes);
+        set(
+            &mut config.limits.max_registrations_per_client,
+            self.max_registrations_per_client,
+        );
+        set(&mut config.expiry.sweep_interval_ms, self.sweep_interval_ms);
+        set(
+            &mut config.storage.cache_capacity_mb,
+            self.cache_capacity_mb,
+        );
+        set(&mut config.telemetry.log, self.log);
+        if self.otlp_endpoint.is_some() {
+            config.telemetry.otlp_endpoint = self.otlp_endpoint;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("node.toml");
+        std::fs::write(
+            &path,
+            "id = 3\n[mqtt]\nbroker = \"a:1\"\n[limits]\nmax_keys = 5\n",
+        )
+        .expect("write");
+        let cli = Cli::try_parse_from([
+            "statestore",
+            "run",
+            "--config",
+            path.to_str().expect("utf8"),
+            "--broker",
+            "b:2",
+            "--peer",
+            "3=127.0.0.1:1",
+            "--peer",
+            "4=127.0.0.1:2",
+        ])
+        .expect("parses");
+        let CliCommand::Run(args) = cli.command else {
+            panic!("run expected")
+        };
+        let config = args.into_config().expect("valid");
+        assert_eq!(config.id, 3, "from the file");
+        assert_eq!(config.mqtt.broker, "b:2", "flag wins");
+        assert_eq!(config.limits.max_keys, 5);
+        assert_eq!(config.initial_members().expect("members").len(), 2);
+    }
+
+    #[test]
+    fn bad_peer_flag_is_an_error() {
+        let args = RunArgs {
+            peers: vec!["nonsense".into()],
+            ..RunArgs::default()
+        };
+        assert!(args.into_config().is_err());
+    }
+}

@@ -1,0 +1,559 @@
+//! Node configuration: one validated [`Config`] from defaults, an optional TOML file and
+//! command-line flags (flags win over the file, the file over defaults).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use statestore_raft::RaftConfig;
+use statestore_storage::hlc::Hlc;
+use statestore_storage::keyspace::Limits;
+
+use crate::error::NodeError;
+use crate::mqtt::SessionConfig;
+use crate::protocol::ProtocolLimits;
+use crate::service::ServiceConfig;
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Raft node id: unique in the cluster, never reused for another data directory.
+    pub id: u64,
+    /// Node name written into versions (HLC node id); default `statestore-<id>`.
+    pub name: Option<String>,
+    /// Where the database and snapshots live.
+    pub data_dir: PathBuf,
+    /// Listeners.
+    pub listen: ListenConfig,
+    /// Cluster membership and Raft timing.
+    pub cluster: ClusterConfig,
+    /// Broker connection.
+    pub mqtt: MqttConfig,
+    /// Protocol limits and quotas (§9).
+    pub limits: LimitsConfig,
+    /// Expiry sweeper.
+    pub expiry: ExpiryConfig,
+    /// Reply memory (§6).
+    pub dedup: DedupConfig,
+    /// Storage engine.
+    pub storage: StorageConfig,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+    /// How long shutdown waits for in-flight requests, ms.
+    pub shutdown_grace_ms: u64,
+}
+
+/// Listener addresses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListenConfig {
+    /// HTTP: `/metrics`, `/livez`, `/readyz`, admin API.
+    pub http: SocketAddr,
+    /// Raft peer listener.
+    pub raft: SocketAddr,
+}
+
+/// Membership and consensus timing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Address peers use to reach this node's Raft listener; default: `listen.raft`.
+    pub advertise: Option<String>,
+    /// Initial members `id -> raft address` (this node included) for a new cluster. Empty:
+    /// a single-node cluster of this node.
+    pub peers: BTreeMap<String, String>,
+    /// Leader heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// Election timeout lower bound, ms.
+    pub election_timeout_min_ms: u64,
+    /// Election timeout upper bound, ms.
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries.
+    pub snapshot_after_entries: u64,
+    /// Log entries kept behind a snapshot.
+    pub entries_kept_after_snapshot: u64,
+}
+
+/// Broker connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttConfig {
+    /// Broker `host:port`.
+    pub broker: String,
+    /// This node's MQTT client id; default `statestore-node-<id>`.
+    pub client_id: Option<String>,
+    /// Username.
+    pub username: Option<String>,
+    /// Password (prefer `password_file` or the `STATESTORE_MQTT_PASSWORD` variable).
+    pub password: Option<String>,
+    /// File holding the password (first line).
+    pub password_file: Option<PathBuf>,
+    /// Keep-alive, seconds.
+    pub keep_alive_secs: u64,
+    /// QoS 1 requests the broker may have in flight to this node.
+    pub receive_maximum: u16,
+}
+
+/// Limits of protocol §9.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Longest key, bytes.
+    pub max_key_bytes: usize,
+    /// Longest value, bytes.
+    pub max_value_bytes: usize,
+    /// Most elements in a request array.
+    pub max_array_len: usize,
+    /// Longest PX, ms.
+    pub max_px_ms: u64,
+    /// Keys stored.
+    pub max_keys: u64,
+    /// Key+value bytes stored.
+    pub max_bytes: u64,
+    /// KEYNOTIFY registrations per client.
+    pub max_registrations_per_client: u32,
+}
+
+/// Expiry sweeper.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExpiryConfig {
+    /// Time between sweeps, ms.
+    pub sweep_interval_ms: u64,
+    /// Keys removed per proposal.
+    pub batch_size: usize,
+}
+
+/// Reply memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DedupConfig {
+    /// Window when a request has no Message Expiry, ms.
+    pub default_window_ms: u64,
+    /// Longest window whatever the Message Expiry says, ms.
+    pub max_window_ms: u64,
+}
+
+/// Storage engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// sled page cache, MiB.
+    pub cache_capacity_mb: u64,
+}
+
+/// Logs and traces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Log filter (`RUST_LOG` syntax); `RUST_LOG` overrides it.
+    pub log: String,
+    /// OTLP/gRPC endpoint for traces; `OTEL_EXPORTER_OTLP_ENDPOINT` also enables it.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            id: 1,
+            name: None,
+            data_dir: PathBuf::from("statestore-data"),
+            listen: ListenConfig::default(),
+            cluster: ClusterConfig::default(),
+            mqtt: MqttConfig::default(),
+            limits: LimitsConfig::default(),
+            expiry: ExpiryConfig::default(),
+            dedup: DedupConfig::default(),
+            storage: StorageConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            http: SocketAddr::from(([127, 0, 0, 1], 7480)),
+            raft: SocketAddr::from(([127, 0, 0, 1], 7481)),
+        }
+    }
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        let raft = RaftConfig::default();
+        ClusterConfig {
+            advertise: None,
+            peers: BTreeMap::new(),
+            heartbeat_ms: as_ms(raft.heartbeat_interval),
+            election_timeout_min_ms: as_ms(raft.election_timeout_min),
+            election_timeout_max_ms: as_ms(raft.election_timeout_max),
+            snapshot_after_entries: raft.snapshot_after_entries,
+            entries_kept_after_snapshot: raft.entries_kept_after_snapshot,
+        }
+    }
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            broker: "127.0.0.1:1883".to_owned(),
+            client_id: None,
+            username: None,
+            password: None,
+            password_file: None,
+            keep_alive_secs: 10,
+            receive_maximum: 1024,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let protocol = ProtocolLimits::default();
+        let quota = Limits::default();
+        LimitsConfig {
+            max_key_bytes: protocol.max_key_bytes,
+            max_value_bytes: protocol.max_value_bytes,
+            max_array_len: protocol.max_array_len,
+            max_px_ms: protocol.max_px_ms,
+            max_keys: quota.max_keys,
+            max_bytes: quota.max_bytes,
+            max_registrations_per_client: quota.max_registrations_per_client,
+        }
+    }
+}
+
+impl Default for ExpiryConfig {
+    fn default() -> Self {
+        ExpiryConfig {
+            sweep_interval_ms: 250,
+            batch_size: 1_000,
+        }
+    }
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        DedupConfig {
+            default_window_ms: 10_000,
+            max_window_ms: 600_000,
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            cache_capacity_mb: 256,
+        }
+    }
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            log: "info,openraft=warn".to_owned(),
+            otlp_endpoint: None,
+        }
+    }
+}
+
+fn as_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn invalid(message: impl Into<String>) -> NodeError {
+    NodeError::Config(message.into())
+}
+
+impl Config {
+    /// Reads a TOML file (unknown keys are errors).
+    pub fn from_file(path: &Path) -> Result<Config, NodeError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| invalid(format!("cannot read {}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))
+    }
+
+    /// The HLC node id.
+    pub fn node_name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("statestore-{}", self.id))
+    }
+
+    /// The MQTT client id.
+    pub fn mqtt_client_id(&self) -> String {
+        self.mqtt
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("statestore-node-{}", self.id))
+    }
+
+    /// The address peers reach this node at.
+    pub fn advertise_addr(&self) -> String {
+        self.cluster
+            .advertise
+            .clone()
+            .unwrap_or_else(|| self.listen.raft.to_string())
+    }
+
+    /// Initial members: the configured peers, or this node alone.
+    pub fn initial_members(&self) -> Result<BTreeMap<u64, String>, NodeError> {
+        if self.cluster.peers.is_empty() {
+            return Ok(BTreeMap::from([(self.id, self.advertise_addr())]));
+        }
+        let mut members = BTreeMap::new();
+        for (id, addr) in &self.cluster.peers {
+            let id: u64 = id
+                .parse()
+                .map_err(|_| invalid(format!("peer id {id:?} is not a number")))?;
+            members.insert(id, addr.clone());
+        }
+        if !members.contains_key(&self.id) {
+            return Err(invalid(format!(
+                "peers must include this node (id {})",
+                self.id
+            )));
+        }
+        Ok(members)
+    }
+
+    /// Checks every setting; the node refuses to start with a message naming the bad one.
+    pub fn validate(&self) -> Result<(), NodeError> {
+        if self.id == 0 {
+            return Err(invalid("id must be at least 1"));
+        }
+        if !Hlc::valid_node_id(&self.node_name()) {
+            return Err(invalid("name must be non-empty and must not contain ':'"));
+        }
+        if self.mqtt_client_id().is_empty() {
+            return Err(invalid("mqtt.client_id must not be empty"));
+        }
+        let c = &self.cluster;
+        if c.heartbeat_ms == 0
+            || c.election_timeout_min_ms <= c.heartbeat_ms
+            || c.election_timeout_max_ms <= c.election_timeout_min_ms
+        {
+            return Err(invalid(
+                "cluster timing needs 0 < heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms",
+            ));
+        }
+        if c.snapshot_after_entries == 0 {
+            return Err(invalid("cluster.snapshot_after_entries must be positive"));
+        }
+        let l = &self.limits;
+        if l.max_key_bytes == 0
+            || l.max_value_bytes == 0
+            || l.max_keys == 0
+            || l.max_bytes == 0
+            || l.max_px_ms == 0
+        {
+            return Err(invalid("limits must be positive"));
+        }
+        if l.max_array_len < 6 {
+            return Err(invalid(
+                "limits.max_array_len must be at least 6 (SET key value NX PX ms)",
+            ));
+        }
+        if l.max_value_bytes > 256 << 20 {
+            return Err(invalid("limits.max_value_bytes must be at most 256 MiB"));
+        }
+        if self.expiry.sweep_interval_ms == 0 || self.expiry.batch_size == 0 {
+            return Err(invalid("expiry settings must be positive"));
+        }
+        if self.dedup.default_window_ms > self.dedup.max_window_ms {
+            return Err(invalid(
+                "dedup.default_window_ms must not exceed dedup.max_window_ms",
+            ));
+        }
+        if self.mqtt.receive_maximum == 0 {
+            return Err(invalid("mqtt.receive_maximum must be positive"));
+        }
+        self.initial_members()?;
+        Ok(())
+    }
+
+    /// The broker password from the file, the environment or the config, in that order.
+    pub fn mqtt_password(&self) -> Result<Option<String>, NodeError> {
+        if let Some(path) = &self.mqtt.password_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| invalid(format!("mqtt.password_file {}: {e}", path.display())))?;
+            return Ok(text.lines().next().map(str::to_owned));
+        }
+        if let Ok(password) = std::env::var("STATESTORE_MQTT_PASSWORD") {
+            return Ok(Some(password));
+        }
+        Ok(self.mqtt.password.clone())
+    }
+
+    /// Consensus settings.
+    pub fn raft(&self) -> RaftConfig {
+        let c = &self.cluster;
+        RaftConfig {
+            id: self.id,
+            heartbeat_interval: Duration::from_millis(c.heartbeat_ms),
+            election_timeout_min: Duration::from_millis(c.election_timeout_min_ms),
+            election_timeout_max: Duration::from_millis(c.election_timeout_max_ms),
+            snapshot_after_entries: c.snapshot_after_entries,
+            entries_kept_after_snapshot: c.entries_kept_after_snapshot,
+            ..RaftConfig::default()
+        }
+    }
+
+    /// Door limits.
+    pub fn protocol_limits(&self) -> ProtocolLimits {
+        ProtocolLimits {
+            max_key_bytes: self.limits.max_key_bytes,
+            max_value_bytes: self.limits.max_value_bytes,
+            max_array_len: self.limits.max_array_len,
+            max_px_ms: self.limits.max_px_ms,
+        }
+    }
+
+    /// Replicated quotas.
+    pub fn quota(&self) -> Limits {
+        Limits {
+            max_keys: self.limits.max_keys,
+            max_bytes: self.limits.max_bytes,
+            max_registrations_per_client: self.limits.max_registrations_per_client,
+        }
+    }
+
+    /// Service settings.
+    pub fn service(&self) -> ServiceConfig {
+        ServiceConfig {
+            protocol: self.protocol_limits(),
+            default_dedup_window: Duration::from_millis(self.dedup.default_window_ms),
+            max_dedup_window: Duration::from_millis(self.dedup.max_window_ms),
+            node_client_id: self.mqtt_client_id(),
+        }
+    }
+
+    /// MQTT session settings.
+    pub fn session(&self) -> Result<SessionConfig, NodeError> {
+        let max_packet = self
+            .limits
+            .max_value_bytes
+            .saturating_add(self.limits.max_key_bytes)
+            .saturating_add(64 << 10);
+        Ok(SessionConfig {
+            broker: self.mqtt.broker.clone(),
+            client_id: self.mqtt_client_id(),
+            username: self.mqtt.username.clone(),
+            password: self.mqtt_password()?,
+            keep_alive: Duration::from_secs(self.mqtt.keep_alive_secs),
+            receive_maximum: self.mqtt.receive_maximum,
+            max_packet_size: u32::try_from(max_packet).unwrap_or(u32::MAX),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_the_spec_limits() {
+        let config = Config::default();
+        config.validate().expect("defaults validate");
+        assert_eq!(config.limits.max_key_bytes, 1024);
+        assert_eq!(config.limits.max_value_bytes, 4 << 20);
+        assert_eq!(config.limits.max_array_len, 8);
+        assert_eq!(config.limits.max_keys, 1_000_000);
+        assert_eq!(config.limits.max_bytes, 1 << 30);
+        assert_eq!(config.limits.max_registrations_per_client, 1_000);
+        assert_eq!(config.limits.max_px_ms, 30 * 24 * 3600 * 1000);
+        assert_eq!(
+            config.initial_members().expect("members"),
+            BTreeMap::from([(1, "127.0.0.1:7481".to_owned())])
+        );
+    }
+
+    #[test]
+    fn toml_file_overrides_defaults_and_rejects_unknown_keys() {
+        let config: Config = toml::from_str(
+            r#"
+            id = 2
+            data_dir = "/tmp/x"
+            [mqtt]
+            broker = "broker:1884"
+            [cluster.peers]
+            1 = "10.0.0.1:7481"
+            2 = "10.0.0.2:7481"
+            [limits]
+            max_keys = 10
+            "#,
+        )
+        .expect("parses");
+        assert_eq!(config.id, 2);
+        assert_eq!(config.mqtt.broker, "broker:1884");
+        assert_eq!(config.limits.max_keys, 10);
+        assert_eq!(
+            config.limits.max_key_bytes, 1024,
+            "unset keys keep defaults"
+        );
+        assert_eq!(config.initial_members().expect("members").len(), 2);
+        assert!(toml::from_str::<Config>("idd = 2").is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_refused_with_a_message() {
+        let bad: Vec<(&str, Config)> = vec![
+            (
+                "id 0",
+                Config {
+                    id: 0,
+                    ..Config::default()
+                },
+            ),
+            (
+                "name with ':'",
+                Config {
+                    name: Some("a:b".into()),
+                    ..Config::default()
+                },
+            ),
+            (
+                "election below heartbeat",
+                Config {
+                    cluster: ClusterConfig {
+                        heartbeat_ms: 500,
+                        election_timeout_min_ms: 400,
+                        ..ClusterConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "peers without this node",
+                Config {
+                    cluster: ClusterConfig {
+                        peers: BTreeMap::from([("2".into(), "x:1".into())]),
+                        ..ClusterConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "array too short for SET NX PX",
+                Config {
+                    limits: LimitsConfig {
+                        max_array_len: 4,
+                        ..LimitsConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+        ];
+        for (name, config) in bad {
+            assert!(config.validate().is_err(), "{name} must be refused");
+        }
+    }
+}

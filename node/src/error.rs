@@ -1,0 +1,28 @@
+//! The node crate's one error type (startup and shutdown failures; request-level errors are
+//! wire replies, see [`crate::protocol::ErrorReply`]).
+
+/// Why the node could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A setting is invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Storage failed to open.
+    #[error("storage: {0}")]
+    Storage(#[from] statestore_storage::StorageError),
+    /// Consensus failed.
+    #[error("raft: {0}")]
+    Raft(#[from] statestore_raft::Error),
+    /// A listener or the session thread could not start.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Metric registration failed.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// Tracing or OpenTelemetry setup failed.
+    #[error("telemetry: {0}")]
+    Telemetry(String),
+    /// An admin call to a node failed.
+    #[error("admin: {0}")]
+    Admin(String),
+}

@@ -1,0 +1,260 @@
+//! The HTTP listener: `/metrics` (Prometheus text), `/livez`, `/readyz`, and the admin API
+//! (`/admin/status`, `/admin/digest`, `/admin/members`) that `statestore cluster` and the
+//! black-box tests use.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use statestore_raft::RaftNode;
+use statestore_storage::keyspace::read;
+use tokio::sync::watch;
+
+use crate::metrics::NodeMetrics;
+use crate::mqtt::SessionState;
+
+/// What the HTTP handlers read.
+pub struct HttpState {
+    /// Node metrics (and the registry).
+    pub metrics: Arc<NodeMetrics>,
+    /// Consensus handle.
+    pub raft: RaftNode,
+    /// Broker connection state.
+    pub mqtt: watch::Receiver<SessionState>,
+    /// True while leader duties run here.
+    pub serving: Arc<AtomicBool>,
+    /// Node name.
+    pub name: String,
+}
+
+impl HttpState {
+    /// `Ok` when the node can do its job: connected to the broker, a leader is known, and if
+    /// this node is the leader it has taken over and holds the request subscription.
+    pub fn readiness(&self) -> Result<(), String> {
+        let mqtt = *self.mqtt.borrow();
+        if !mqtt.connected {
+            return Err("not connected to the MQTT broker".into());
+        }
+        let leadership = *self.raft.leadership().borrow();
+        let Some(leader) = leadership.leader else {
+            return Err("no Raft leader known".into());
+        };
+        if leader == self.raft.id()
+            && !(self.serving.load(Ordering::SeqCst) && mqtt.request_subscription_active)
+        {
+            return Err("leader still taking over the request subscription".into());
+        }
+        Ok(())
+    }
+}
+
+/// The router.
+pub fn router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/admin/status", get(status))
+        .route("/admin/digest", get(digest))
+        .route("/admin/members", post(change_members))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
+    let body = state.metrics.render();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn livez(State(state): State<Arc<HttpState>>) -> Response {
+    match read::meta(&state.raft.view()) {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(err) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("storage unreadable: {err}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
+    match state.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /admin/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Node id.
+    pub id: u64,
+    /// Node name.
+    pub name: String,
+    /// Raft role.
+    pub state: String,
+    /// Known leader.
+    pub leader: Option<u64>,
+    /// Term.
+    pub term: u64,
+    /// Last log index.
+    pub last_log_index: Option<u64>,
+    /// Last applied index.
+    pub applied_index: Option<u64>,
+    /// Snapshot index.
+    pub snapshot_index: Option<u64>,
+    /// Purged index.
+    pub purged_index: Option<u64>,
+    /// Voters.
+    pub voters: Vec<u64>,
+    /// Every member (voters and learners) with its Raft address.
+    pub members: std::collections::BTreeMap<u64, String>,
+    /// Connected to the broker.
+    pub mqtt_connected: bool,
+    /// Holds the request subscription.
+    pub request_subscription_active: bool,
+    /// Keys stored.
+    pub keys: u64,
+    /// Ready (see `/readyz`).
+    pub ready: bool,
+}
+
+async fn status(State(state): State<Arc<HttpState>>) -> Response {
+    let metrics = state.raft.metrics().borrow().clone();
+    let membership = metrics.membership_config.membership();
+    let mqtt = *state.mqtt.borrow();
+    let keys = read::meta(&state.raft.view())
+        .map(|m| m.keys)
+        .unwrap_or_default();
+    Json(Status {
+        id: metrics.id,
+        name: state.name.clone(),
+        state: format!("{:?}", metrics.state),
+        leader: metrics.current_leader,
+        term: metrics.current_term,
+        last_log_index: metrics.last_log_index,
+        applied_index: metrics.last_applied.map(|l| l.index),
+        snapshot_index: metrics.snapshot.map(|l| l.index),
+        purged_index: metrics.purged.map(|l| l.index),
+        voters: membership.voter_ids().collect(),
+        members: membership
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect(),
+        mqtt_connected: mqtt.connected,
+        request_subscription_active: mqtt.request_subscription_active,
+        keys,
+        ready: state.readiness().is_ok(),
+    })
+    .into_response()
+}
+
+/// `GET /admin/digest`: a hash of the whole replicated keyspace at an applied index.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Digest {
+    /// Node id.
+    pub id: u64,
+    /// Applied index the digest was taken at.
+    pub applied_index: Option<u64>,
+    /// xxh3-64 of every keyspace table, hex.
+    pub digest: String,
+    /// Keys stored.
+    pub keys: u64,
+}
+
+async fn digest(State(state): State<Arc<HttpState>>) -> Response {
+    // Retry until no entry was applied while hashing, so index and digest belong together.
+    for _ in 0..20 {
+        let before = state.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let view = state.raft.view();
+        let hashed = read::digest(&view).and_then(|d| read::meta(&view).map(|m| (d, m.keys)));
+        let after = state.raft.metrics().borrow().last_applied.map(|l| l.index);
+        match hashed {
+            Ok((digest, keys)) if before == after => {
+                return Json(Digest {
+                    id: state.raft.id(),
+                    applied_index: after,
+                    digest: format!("{digest:016x}"),
+                    keys,
+                })
+                .into_response();
+            }
+            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            Err(err) => {
+                return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response();
+            }
+        }
+    }
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "keyspace kept changing while hashing\n",
+    )
+        .into_response()
+}
+
+/// `POST /admin/members`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum MemberChange {
+    /// Add a voter.
+    Add {
+        /// Node id.
+        id: u64,
+        /// Its Raft address.
+        raft: String,
+    },
+    /// Remove a node.
+    Remove {
+        /// Node id.
+        id: u64,
+    },
+}
+
+async fn change_members(
+    State(state): State<Arc<HttpState>>,
+    Json(change): Json<MemberChange>,
+) -> Response {
+    let result = match &change {
+        MemberChange::Add { id, raft } => state.raft.add_voter(*id, raft.clone()).await,
+        MemberChange::Remove { id } => state.raft.remove_node(*id).await,
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!(?change, "membership changed");
+            (StatusCode::OK, "ok\n").into_response()
+        }
+        Err(statestore_raft::Error::NotLeader { leader }) => {
+            let leader_addr = leader.and_then(|l| {
+                state
+                    .raft
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&l)
+                    .map(|n| n.addr.clone())
+            });
+            (
+                StatusCode::CONFLICT,
+                format!("not the leader; leader is {leader:?} at {leader_addr:?}\n"),
+            )
+                .into_response()
+        }
+        Err(err) => (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+    }
+}

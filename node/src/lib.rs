@@ -1,0 +1,22 @@
+//! The statestore node: RESP3 protocol, request service, MQTT 5 session, CLI, metrics.
+//!
+//! Data flow: [`mqtt`] receives a request → [`service`] checks the envelope, parses it with
+//! [`protocol`], reads linearizably or proposes a typed mutation through
+//! `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
+//! assembles the pieces; [`cli`] and [`config`] describe them; [`http`] and [`metrics`] make
+//! them observable.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod mqtt;
+pub mod node;
+pub mod protocol;
+pub mod service;
+pub mod telemetry;
+pub mod transport;
+
+pub use error::NodeError;

@@ -1,0 +1,43 @@
+//! `statestore`: parse the command line, set up logging, run.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use statestore_node::cli::{Cli, CliCommand};
+use statestore_node::{admin, node, telemetry};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("statestore")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("statestore: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result: anyhow::Result<()> = runtime.block_on(async move {
+        match cli.command {
+            CliCommand::Run(args) => {
+                let config = args.into_config()?;
+                let _telemetry = telemetry::init(&config.telemetry)?;
+                node::run(config).await?;
+                Ok(())
+            }
+            CliCommand::Cluster(args) => {
+                println!("{}", admin::run(&args.endpoint, &args.action).await?);
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("statestore: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The node's metrics and the registry it owns (the raft crate registers its own into it).
+//! Names follow `statestore_<subsystem>_<name>_<unit>`; label sets are closed (never keys or
+//! client ids); labelled series are created at start so dashboards see zeros, not gaps.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
+};
+
+use crate::protocol::{CommandVerb, ErrorReply};
+use crate::transport::OutboundKind;
+
+macro_rules! metric {
+    ($e:expr) => {
+        $e.unwrap_or_else(|err| unreachable!("static metric definition: {err}"))
+    };
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: &T,
+) -> prometheus::Result<()> {
+    registry.register(Box::new(metric.clone()))
+}
+
+/// Request latency buckets: 100 µs .. ~6.5 s, doubling.
+fn latency_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.0001, 2.0, 17).unwrap_or_default()
+}
+
+/// Every `result` label value of the request metrics.
+pub const RESULTS: [&str; 5] = ["ok", "not_found", "not_applied", "not_leader", "internal"];
+
+/// Why a request got no reply (§1, §5.2).
+pub const DROP_REASONS: [&str; 6] = [
+    "qos0",
+    "no_response_topic",
+    "no_correlation_data",
+    "forbidden_response_topic",
+    "expired",
+    "not_leader",
+];
+
+/// Request-path metrics.
+pub struct ServiceMetrics {
+    /// `statestore_server_requests_total{command,result}`
+    pub requests_total: IntCounterVec,
+    /// `statestore_server_request_duration_seconds{command,result}`
+    pub request_duration_seconds: HistogramVec,
+    /// `statestore_server_requests_dropped_total{reason}`
+    pub requests_dropped_total: IntCounterVec,
+    /// `statestore_server_requests_in_flight`
+    pub requests_in_flight: IntGauge,
+    /// `statestore_server_dedup_hits_total`
+    pub dedup_hits_total: IntCounter,
+    /// `statestore_server_unsupported_protocol_version_total`
+    pub unsupported_version_total: IntCounter,
+}
+
+impl ServiceMetrics {
+    fn new() -> Self {
+        let requests_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_server_requests_total",
+                "Requests answered, by command and result."
+            ),
+            &["command", "result"]
+        ));
+        let request_duration_seconds = metric!(HistogramVec::new(
+            HistogramOpts::new(
+                "statestore_server_request_duration_seconds",
+                "Time from receiving a request to queueing its reply, by command and result."
+            )
+            .buckets(latency_buckets()),
+            &["command", "result"]
+        ));
+        let requests_dropped_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_server_requests_dropped_total",
+                "Requests not answered, by reason."
+            ),
+            &["reason"]
+        ));
+        for verb in CommandVerb::ALL {
+            let results = RESULTS
+                .iter()
+                .copied()
+                .chain(ErrorReply::ALL.iter().map(|e| e.result_label()));
+            for result in results {
+                requests_total.with_label_values(&[verb.label(), result]);
+            }
+        }
+        for reason in DROP_REASONS {
+            requests_dropped_total.with_label_values(&[reason]);
+        }
+        ServiceMetrics {
+            requests_total,
+            request_duration_seconds,
+            requests_dropped_total,
+            requests_in_flight: metric!(IntGauge::new(
+                "statestore_server_requests_in_flight",
+                "Requests being processed."
+            )),
+            dedup_hits_total: metric!(IntCounter::new(
+                "statestore_server_dedup_hits_total",
+                "Retried requests answered from the reply memory."
+            )),
+            unsupported_version_total: metric!(IntCounter::new(
+                "statestore_server_unsupported_protocol_version_total",
+                "Requests refused with __stat 505."
+            )),
+        }
+    }
+
+    /// Records one answered request.
+    pub fn observe(&self, command: CommandVerb, result: &str, seconds: f64) {
+        self.requests_total
+            .with_label_values(&[command.label(), result])
+            .inc();
+        self.request_duration_seconds
+            .with_label_values(&[command.label(), result])
+            .observe(seconds);
+    }
+
+    /// Records one request that gets no reply.
+    pub fn dropped(&self, reason: &'static str) {
+        self.requests_dropped_total
+            .with_label_values(&[reason])
+            .inc();
+    }
+}
+
+/// Keyspace, expiry and notification metrics.
+pub struct StoreMetrics {
+    /// `statestore_keyspace_keys`
+    pub keys: IntGauge,
+    /// `statestore_keyspace_size_bytes`
+    pub size_bytes: IntGauge,
+    /// `statestore_keyspace_quota_limit_keys`
+    pub quota_limit_keys: IntGauge,
+    /// `statestore_keyspace_quota_limit_bytes`
+    pub quota_limit_bytes: IntGauge,
+    /// `statestore_keyspace_quota_used_ratio` (per mille precision is plenty)
+    pub quota_used_ratio: prometheus::Gauge,
+    /// `statestore_disk_db_size_bytes`
+    pub db_size_bytes: IntGauge,
+    /// `statestore_expiry_sweep_duration_seconds`
+    pub sweep_duration_seconds: Histogram,
+    /// `statestore_expiry_keys_expired_total`
+    pub keys_expired_total: IntCounter,
+    /// `statestore_expiry_due_keys`
+    pub due_keys: IntGauge,
+    /// `statestore_notify_sent_total{op}`
+    pub notify_sent_total: IntCounterVec,
+    /// `statestore_notify_dropped_total{reason}`
+    pub notify_dropped_total: IntCounterVec,
+    /// `statestore_notify_pending`
+    pub notify_pending: IntGauge,
+    /// `statestore_notify_clients_forgotten_total`
+    pub clients_forgotten_total: IntCounter,
+}
+
+impl StoreMetrics {
+    fn new() -> Self {
+        let notify_sent_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_notify_sent_total",
+                "Key notifications published, by operation."
+            ),
+            &["op"]
+        ));
+        for op in ["set", "delete"] {
+            notify_sent_total.with_label_values(&[op]);
+        }
+        let notify_dropped_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_notify_dropped_total",
+                "Key notifications not published, by reason."
+            ),
+            &["reason"]
+        ));
+        for reason in ["queue_full", "publish_failed"] {
+            notify_dropped_total.with_label_values(&[reason]);
+        }
+        StoreMetrics {
+            keys: metric!(IntGauge::new("statestore_keyspace_keys", "Keys stored.")),
+            size_bytes: metric!(IntGauge::new(
+                "statestore_keyspace_size_bytes",
+                "Key and value bytes stored."
+            )),
+            quota_limit_keys: metric!(IntGauge::new(
+                "statestore_keyspace_quota_limit_keys",
+                "Key count quota."
+            )),
+            quota_limit_bytes: metric!(IntGauge::new(
+                "statestore_keyspace_quota_limit_bytes",
+                "Key and value byte quota."
+            )),
+            quota_used_ratio: metric!(prometheus::Gauge::new(
+                "statestore_keyspace_quota_used_ratio",
+                "max(keys / key quota, bytes / byte quota)."
+            )),
+            db_size_bytes: metric!(IntGauge::new(
+                "statestore_disk_db_size_bytes",
+                "Size of the database on disk."
+            )),
+            sweep_duration_seconds: metric!(Histogram::with_opts(
+                HistogramOpts::new(
+                    "statestore_expiry_sweep_duration_seconds",
+                    "One expiry sweep: scan, propose, apply."
+                )
+                .buckets(latency_buckets())
+            )),
+            keys_expired_total: metric!(IntCounter::new(
+                "statestore_expiry_keys_expired_total",
+                "Keys removed by expiry."
+            )),
+            due_keys: metric!(IntGauge::new(
+                "statestore_expiry_due_keys",
+                "Keys past their expiry not yet removed (counted up to one sweep batch)."
+            )),
+            notify_sent_total,
+            notify_dropped_total,
+            notify_pending: metric!(IntGauge::new(
+                "statestore_notify_pending",
+                "Notifications queued for publishing."
+            )),
+            clients_forgotten_total: metric!(IntCounter::new(
+                "statestore_notify_clients_forgotten_total",
+                "Clients whose registrations were dropped after PUBACK 0x10."
+            )),
+        }
+    }
+}
+
+/// MQTT session metrics (recorded on the session thread; prometheus types are Sync).
+pub struct MqttMetrics {
+    /// `statestore_mqtt_connection_state{state}`
+    pub connection_state: IntGaugeVec,
+    /// `statestore_mqtt_connects_total{result}`
+    pub connects_total: IntCounterVec,
+    /// `statestore_mqtt_disconnects_total`
+    pub disconnects_total: IntCounter,
+    /// `statestore_mqtt_request_subscription_active`
+    pub request_subscription_active: IntGauge,
+    /// `statestore_mqtt_messages_received_total`
+    pub messages_received_total: IntCounter,
+    /// `statestore_mqtt_messages_sent_total{kind}`
+    pub messages_sent_total: IntCounterVec,
+    /// `statestore_mqtt_publish_failures_total{kind}`
+    pub publish_failures_total: IntCounterVec,
+}
+
+const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
+
+impl MqttMetrics {
+    fn new() -> Self {
+        let connection_state = metric!(IntGaugeVec::new(
+            Opts::new(
+                "statestore_mqtt_connection_state",
+                "1 for the current broker connection state."
+            ),
+            &["state"]
+        ));
+        let connects_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_mqtt_connects_total",
+                "Connection attempts, by result."
+            ),
+            &["result"]
+        ));
+        for result in ["success", "failure"] {
+            connects_total.with_label_values(&[result]);
+        }
+        let messages_sent_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_mqtt_messages_sent_total",
+                "QoS 1 publishes sent, by kind."
+            ),
+            &["kind"]
+        ));
+        let publish_failures_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_mqtt_publish_failures_total",
+                "Publishes dropped or failed, by kind."
+            ),
+            &["kind"]
+        ));
+        for kind in ["response", "notification"] {
+            messages_sent_total.with_label_values(&[kind]);
+            publish_failures_total.with_label_values(&[kind]);
+        }
+        let metrics = MqttMetrics {
+            connection_state,
+            connects_total,
+            disconnects_total: metric!(IntCounter::new(
+                "statestore_mqtt_disconnects_total",
+                "Broker connections lost."
+            )),
+            request_subscription_active: metric!(IntGauge::new(
+                "statestore_mqtt_request_subscription_active",
+                "1 while this node holds the request-topic subscription (summed over a cluster: 1)."
+            )),
+            messages_received_total: metric!(IntCounter::new(
+                "statestore_mqtt_messages_received_total",
+                "Requests received from the broker."
+            )),
+            messages_sent_total,
+            publish_failures_total,
+        };
+        metrics.set_connection_state("disconnected");
+        metrics
+    }
+
+    /// Marks `state` as the current connection state.
+    pub fn set_connection_state(&self, state: &str) {
+        for s in CONNECTION_STATES {
+            self.connection_state
+                .with_label_values(&[s])
+                .set(i64::from(s == state));
+        }
+    }
+
+    /// Counts a publish that could not be sent.
+    pub fn publish_dropped(&self, kind: &OutboundKind) {
+        let label = match kind {
+            OutboundKind::Response => "response",
+            OutboundKind::Notification { .. } => "notification",
+        };
+        self.publish_failures_total
+            .with_label_values(&[label])
+            .inc();
+    }
+}
+
+/// All node metrics plus the registry they (and the raft crate's) live in.
+pub struct NodeMetrics {
+    /// The registry `/metrics` serves.
+    pub registry: Registry,
+    /// Request path.
+    pub service: ServiceMetrics,
+    /// Keyspace, expiry, notifications.
+    pub store: StoreMetrics,
+    /// MQTT session.
+    pub mqtt: std::sync::Arc<MqttMetrics>,
+}
+
+impl NodeMetrics {
+    /// Creates and registers every node metric.
+    pub fn new() -> prometheus::Result<Self> {
+        let registry = Registry::new();
+        let service = ServiceMetrics::new();
+        let store = StoreMetrics::new();
+        let mqtt = MqttMetrics::new();
+        register(&registry, &service.requests_total)?;
+        register(&registry, &service.request_duration_seconds)?;
+        register(&registry, &service.requests_dropped_total)?;
+        register(&registry, &service.requests_in_flight)?;
+        register(&registry, &service.dedup_hits_total)?;
+        register(&registry, &service.unsupported_version_total)?;
+        register(&registry, &store.keys)?;
+        register(&registry, &store.size_bytes)?;
+        register(&registry, &store.quota_limit_keys)?;
+        register(&registry, &store.quota_limit_bytes)?;
+        register(&registry, &store.quota_used_ratio)?;
+        register(&registry, &store.db_size_bytes)?;
+        register(&registry, &store.sweep_duration_seconds)?;
+        register(&registry, &store.keys_expired_total)?;
+        register(&registry, &store.due_keys)?;
+        register(&registry, &store.notify_sent_total)?;
+        register(&registry, &store.notify_dropped_total)?;
+        register(&registry, &store.notify_pending)?;
+        register(&registry, &store.clients_forgotten_total)?;
+        register(&registry, &mqtt.connection_state)?;
+        register(&registry, &mqtt.connects_total)?;
+        register(&registry, &mqtt.disconnects_total)?;
+        register(&registry, &mqtt.request_subscription_active)?;
+        register(&registry, &mqtt.messages_received_total)?;
+        register(&registry, &mqtt.messages_sent_total)?;
+        register(&registry, &mqtt.publish_failures_total)?;
+        let build_info = metric!(IntGaugeVec::new(
+            Opts::new(
+                "statestore_build_info",
+                "Always 1; labels describe the build."
+            ),
+            &["version"]
+        ));
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        register(&registry, &build_info)?;
+        registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+        Ok(NodeMetrics {
+            registry,
+            service,
+            store,
+            mqtt: std::sync::Arc::new(mqtt),
+        })
+    }
+
+    /// The text exposition of every registered metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let encoder = prometheus::TextEncoder::new();
+        if let Err(err) = encoder.encode_utf8(&self.registry.gather(), &mut out) {
+            tracing::warn!(error = %err, "metrics encoding failed");
+        }
+        out
+    }
+}

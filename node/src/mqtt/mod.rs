@@ -1,0 +1,130 @@
+//! The MQTT 5 session: the only module that imports ntex-mqtt.
+//!
+//! ntex is single-threaded and `!Send`, so the session runs on its own OS thread inside an
+//! ntex `System` and talks to the Tokio side through channels: requests flow out as
+//! [`InboundMessage`]s, publishes and subscription changes flow in as commands, connection
+//! state is a watch, and notification PUBACKs with reason 0x10 come back as
+//! [`SessionEvent`]s. It reconnects with exponential backoff and restores the request
+//! subscription whenever the service wants it.
+
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::metrics::MqttMetrics;
+use crate::transport::{InboundMessage, OutboundMessage, Outbox};
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Broker `host:port`.
+    pub broker: String,
+    /// MQTT client id of this node (unique per node).
+    pub client_id: String,
+    /// Optional username.
+    pub username: Option<String>,
+    /// Optional password.
+    pub password: Option<String>,
+    /// Keep-alive interval.
+    pub keep_alive: Duration,
+    /// QoS 1 messages the broker may have in flight to us.
+    pub receive_maximum: u16,
+    /// Largest packet we accept.
+    pub max_packet_size: u32,
+    /// First reconnect delay; doubles up to `reconnect_max`.
+    pub reconnect_min: Duration,
+    /// Longest reconnect delay.
+    pub reconnect_max: Duration,
+}
+
+/// What the session tells the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A notification to `client_id` was acked with "no matching subscribers".
+    NoMatchingSubscribers {
+        /// The client that is gone.
+        client_id: String,
+    },
+}
+
+/// Connection state as the service sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SessionState {
+    /// Connected to the broker.
+    pub connected: bool,
+    /// The broker confirmed our request-topic subscription.
+    pub request_subscription_active: bool,
+}
+
+enum Command {
+    Publish(OutboundMessage),
+    RequestSubscription(bool, Option<oneshot::Sender<()>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Handle to the session thread (cheap to clone).
+#[derive(Clone)]
+pub struct MqttHandle {
+    commands: mpsc::Sender<Command>,
+    state: watch::Receiver<SessionState>,
+}
+
+/// Publishes queued while the session is busy or reconnecting; beyond this callers wait.
+const COMMAND_QUEUE: usize = 16_384;
+
+impl MqttHandle {
+    /// Starts the session thread. Requests are forwarded to `requests`.
+    pub fn start(
+        config: SessionConfig,
+        requests: mpsc::Sender<InboundMessage>,
+        metrics: Arc<MqttMetrics>,
+    ) -> std::io::Result<(MqttHandle, mpsc::UnboundedReceiver<SessionEvent>)> {
+        let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
+        let (state_tx, state) = watch::channel(SessionState::default());
+        let (event_tx, events) = mpsc::unbounded_channel();
+        std::thread::Builder::new()
+            .name("mqtt-session".into())
+            .spawn(move || {
+                ntex_rt::System::new("statestore-mqtt", ntex_net::DefaultRuntime).block_on(
+                    session::run(config, command_rx, requests, state_tx, event_tx, metrics),
+                )
+            })?;
+        Ok((MqttHandle { commands, state }, events))
+    }
+
+    /// Connection state changes.
+    pub fn state(&self) -> watch::Receiver<SessionState> {
+        self.state.clone()
+    }
+
+    /// Asks for (or drops) the request-topic subscription; resolves once the broker answered
+    /// (or immediately if disconnected: the wish is kept and applied on reconnect).
+    pub async fn set_request_subscription(&self, subscribed: bool) {
+        let (done, wait) = oneshot::channel();
+        if self
+            .commands
+            .send(Command::RequestSubscription(subscribed, Some(done)))
+            .await
+            .is_ok()
+        {
+            let _ = wait.await;
+        }
+    }
+
+    /// Unsubscribes, disconnects cleanly and stops the session thread.
+    pub async fn shutdown(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.commands.send(Command::Shutdown(done)).await.is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), wait).await;
+        }
+    }
+}
+
+impl Outbox for MqttHandle {
+    async fn publish(&self, message: OutboundMessage) -> bool {
+        self.commands.send(Command::Publish(message)).await.is_ok()
+    }
+}

@@ -1,0 +1,390 @@
+//! The session loop on the ntex thread: connect, serve, reconnect.
+//!
+//! Publishes go out strictly in the order they were queued (per-key notification order and
+//! response order depend on it): one loop sends them with the non-blocking QoS 1 API after
+//! waiting for send credit, and a FIFO of what was sent matches the broker's in-order PUBACKs.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::num::NonZeroU32;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ntex_bytes::{ByteString, Bytes as NtexBytes};
+use ntex_mqtt::v5::client::{Client, Connect, MqttConnector, ProtocolMessage};
+use ntex_mqtt::v5::codec::{
+    self, PublishAckReason, RetainHandling, SubscribeAckReason, SubscriptionOptions,
+};
+use ntex_mqtt::v5::{MqttSink, QoS};
+use ntex_service::cfg::SharedCfg;
+use ntex_service::{Pipeline, ServiceFactory, fn_service};
+use ntex_util::time::Seconds;
+use tokio::sync::{mpsc, watch};
+
+use super::{Command, SessionConfig, SessionEvent, SessionState};
+use crate::metrics::MqttMetrics;
+use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, REQUEST_TOPIC};
+
+enum Ended {
+    Shutdown,
+    Disconnected,
+}
+
+/// Runs until a shutdown command (or the command channel closes).
+pub(super) async fn run(
+    config: SessionConfig,
+    mut commands: mpsc::Receiver<Command>,
+    requests: mpsc::Sender<InboundMessage>,
+    state: watch::Sender<SessionState>,
+    events: mpsc::UnboundedSender<SessionEvent>,
+    metrics: Arc<MqttMetrics>,
+) {
+    let mut want_subscription = false;
+    let mut backoff = config.reconnect_min;
+    loop {
+        metrics.set_connection_state("connecting");
+        match connect(&config).await {
+            Ok(client) => {
+                backoff = config.reconnect_min;
+                metrics.connects_total.with_label_values(&["success"]).inc();
+                metrics.set_connection_state("connected");
+                tracing::info!(broker = %config.broker, client_id = %config.client_id, "connected to the MQTT broker");
+                state.send_replace(SessionState {
+                    connected: true,
+                    request_subscription_active: false,
+                });
+                let session = Connected {
+                    sink: client.sink(),
+                    state: &state,
+                    metrics: &metrics,
+                    subscribed: false,
+                };
+                let ended = session
+                    .serve(
+                        client,
+                        &mut commands,
+                        &mut want_subscription,
+                        requests.clone(),
+                        events.clone(),
+                    )
+                    .await;
+                state.send_replace(SessionState::default());
+                metrics.request_subscription_active.set(0);
+                metrics.set_connection_state("disconnected");
+                match ended {
+                    Ended::Shutdown => return,
+                    Ended::Disconnected => {
+                        metrics.disconnects_total.inc();
+                        tracing::warn!(broker = %config.broker, "MQTT connection lost; reconnecting");
+                    }
+                }
+            }
+            Err(err) => {
+                metrics.connects_total.with_label_values(&["failure"]).inc();
+                metrics.set_connection_state("disconnected");
+                tracing::warn!(broker = %config.broker, error = %err, retry_in = ?backoff, "cannot connect to the MQTT broker");
+                if wait_offline(backoff, &mut commands, &mut want_subscription, &metrics).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(config.reconnect_max);
+            }
+        }
+    }
+}
+
+async fn connect(config: &SessionConfig) -> Result<Client, String> {
+    let connector = Pipeline::new(
+        MqttConnector::new()
+            .create(SharedCfg::default())
+            .await
+            .map_err(|e| format!("connector: {e:?}"))?,
+    );
+    let keep_alive = u16::try_from(config.keep_alive.as_secs()).unwrap_or(u16::MAX);
+    let mut connect = Connect::new(config.broker.clone())
+        .client_id(ByteString::from(config.client_id.clone()))
+        .clean_start()
+        .keep_alive(Seconds(keep_alive))
+        .max_receive(config.receive_maximum)
+        .max_packet_size(config.max_packet_size);
+    if let Some(username) = &config.username {
+        connect = connect.username(ByteString::from(username.clone()));
+    }
+    if let Some(password) = &config.password {
+        connect = connect.password(NtexBytes::copy_from_slice(password.as_bytes()));
+    }
+    match tokio::time::timeout(Duration::from_secs(10), connector.call(connect)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(err)) => Err(format!("{err:?}")),
+        Err(_) => Err("connect timed out".to_owned()),
+    }
+}
+
+/// Waits `delay` while disconnected: publishes are dropped (nobody can receive them), the
+/// subscription wish is recorded for the next connection. True on shutdown.
+async fn wait_offline(
+    delay: Duration,
+    commands: &mut mpsc::Receiver<Command>,
+    want_subscription: &mut bool,
+    metrics: &MqttMetrics,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + delay;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => return false,
+            command = commands.recv() => match command {
+                None => return true,
+                Some(Command::Shutdown(done)) => {
+                    let _ = done.send(());
+                    return true;
+                }
+                Some(Command::Publish(message)) => metrics.publish_dropped(&message.kind),
+                Some(Command::RequestSubscription(wanted, done)) => {
+                    *want_subscription = wanted;
+                    if let Some(done) = done {
+                        let _ = done.send(());
+                    }
+                }
+            },
+        }
+    }
+}
+
+struct Connected<'a> {
+    sink: MqttSink,
+    state: &'a watch::Sender<SessionState>,
+    metrics: &'a Arc<MqttMetrics>,
+    subscribed: bool,
+}
+
+impl Connected<'_> {
+    async fn serve(
+        mut self,
+        client: Client,
+        commands: &mut mpsc::Receiver<Command>,
+        want_subscription: &mut bool,
+        requests: mpsc::Sender<InboundMessage>,
+        events: mpsc::UnboundedSender<SessionEvent>,
+    ) -> Ended {
+        let in_flight: Rc<RefCell<VecDeque<OutboundKind>>> = Rc::default();
+        {
+            let in_flight = in_flight.clone();
+            let metrics = self.metrics.clone();
+            self.sink.publish_ack_cb(move |ack, disconnected| {
+                let kind = in_flight.borrow_mut().pop_front();
+                if disconnected {
+                    if let Some(kind) = &kind {
+                        metrics.publish_dropped(kind);
+                    }
+                    return;
+                }
+                if ack.reason_code == PublishAckReason::NoMatchingSubscribers
+                    && let Some(OutboundKind::Notification { client_id }) = kind
+                {
+                    let _ = events.send(SessionEvent::NoMatchingSubscribers { client_id });
+                }
+            });
+        }
+
+        let metrics = self.metrics.clone();
+        let handler = fn_service(move |message: ProtocolMessage| {
+            let requests = requests.clone();
+            let metrics = metrics.clone();
+            async move {
+                match message {
+                    ProtocolMessage::Publish(publish) => {
+                        let received_at = Instant::now();
+                        let payload = publish.read_all().await.unwrap_or_default();
+                        let inbound = inbound_message(publish.packet(), &payload, received_at);
+                        metrics.messages_received_total.inc();
+                        // Bounded: when the service is saturated the PUBACK waits, and the
+                        // broker stops sending once our receive maximum is reached.
+                        if requests.send(inbound).await.is_err() {
+                            tracing::debug!("request dropped: service stopped");
+                        }
+                        Ok::<_, Infallible>(publish.ack(PublishAckReason::Success))
+                    }
+                    other => Ok(other.ack()),
+                }
+            }
+        });
+        // The dispatcher reads the socket (PUBACKs, SUBACKs, requests); it runs as its own
+        // task so that waiting for an ack below never stops it.
+        let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
+        ntex_rt::spawn(async move {
+            if let Err(err) = client.start(handler).await {
+                tracing::debug!(error = ?err, "MQTT dispatcher ended");
+            }
+            let _ = closed_tx.send(());
+        });
+
+        if *want_subscription {
+            self.set_subscription(true).await;
+        }
+        loop {
+            tokio::select! {
+                _ = &mut closed => return Ended::Disconnected,
+                command = commands.recv() => match command {
+                    None => return self.close().await,
+                    Some(Command::Shutdown(done)) => {
+                        let ended = self.close().await;
+                        let _ = done.send(());
+                        return ended;
+                    }
+                    Some(Command::RequestSubscription(wanted, done)) => {
+                        *want_subscription = wanted;
+                        self.set_subscription(wanted).await;
+                        if let Some(done) = done {
+                            let _ = done.send(());
+                        }
+                    }
+                    Some(Command::Publish(message)) => self.publish(message, &in_flight).await,
+                },
+            }
+        }
+    }
+
+    async fn publish(&self, message: OutboundMessage, in_flight: &RefCell<VecDeque<OutboundKind>>) {
+        if !self.sink.is_ready() && !self.sink.ready().await {
+            self.metrics.publish_dropped(&message.kind);
+            return;
+        }
+        let OutboundMessage {
+            topic,
+            payload,
+            correlation_data,
+            message_expiry_secs,
+            content_type,
+            user_properties,
+            kind,
+        } = message;
+        let builder = self.sink.publish(ByteString::from(topic)).properties(|p| {
+            p.correlation_data = correlation_data.map(|c| NtexBytes::copy_from_slice(&c));
+            p.message_expiry_interval = message_expiry_secs.and_then(NonZeroU32::new);
+            p.content_type = content_type.map(ByteString::from_static);
+            p.user_properties = user_properties
+                .into_iter()
+                .map(|(k, v)| (ByteString::from_static(k), ByteString::from(v)))
+                .collect();
+        });
+        let label = kind_label(&kind);
+        in_flight.borrow_mut().push_back(kind);
+        match builder.send_at_least_once_no_block(NtexBytes::copy_from_slice(&payload)) {
+            Ok(()) => self
+                .metrics
+                .messages_sent_total
+                .with_label_values(&[label])
+                .inc(),
+            Err(err) => {
+                in_flight.borrow_mut().pop_back();
+                self.metrics
+                    .publish_failures_total
+                    .with_label_values(&[label])
+                    .inc();
+                tracing::debug!(error = ?err, "publish failed");
+            }
+        }
+    }
+
+    async fn set_subscription(&mut self, wanted: bool) {
+        if wanted == self.subscribed {
+            return;
+        }
+        if wanted {
+            let options = SubscriptionOptions {
+                qos: QoS::AtLeastOnce,
+                no_local: false,
+                retain_as_published: false,
+                retain_handling: RetainHandling::NoAtSubscribe,
+            };
+            match self
+                .sink
+                .subscribe(None)
+                .topic_filter(ByteString::from_static(REQUEST_TOPIC), options)
+                .send()
+                .await
+            {
+                Ok(ack)
+                    if ack
+                        .status
+                        .iter()
+                        .all(|s| *s == SubscribeAckReason::GrantedQos1) =>
+                {
+                    self.subscribed = true;
+                    tracing::info!(topic = REQUEST_TOPIC, "holding the request subscription");
+                }
+                Ok(ack) => {
+                    tracing::error!(status = ?ack.status, "broker refused the request subscription")
+                }
+                Err(err) => tracing::warn!(error = ?err, "request subscription failed"),
+            }
+        } else {
+            match self
+                .sink
+                .unsubscribe()
+                .topic_filter(ByteString::from_static(REQUEST_TOPIC))
+                .send()
+                .await
+            {
+                Ok(_) => tracing::info!(topic = REQUEST_TOPIC, "released the request subscription"),
+                Err(err) => {
+                    tracing::warn!(error = ?err, "unsubscribe failed; dropping the connection")
+                }
+            }
+            self.subscribed = false;
+        }
+        self.metrics
+            .request_subscription_active
+            .set(i64::from(self.subscribed));
+        self.state.send_replace(SessionState {
+            connected: true,
+            request_subscription_active: self.subscribed,
+        });
+    }
+
+    async fn close(&mut self) -> Ended {
+        if self.subscribed {
+            self.set_subscription(false).await;
+        }
+        self.sink.close();
+        Ended::Shutdown
+    }
+}
+
+fn kind_label(kind: &OutboundKind) -> &'static str {
+    match kind {
+        OutboundKind::Response => "response",
+        OutboundKind::Notification { .. } => "notification",
+    }
+}
+
+fn inbound_message(
+    packet: &codec::Publish,
+    payload: &[u8],
+    received_at: Instant,
+) -> InboundMessage {
+    let properties = &packet.properties;
+    InboundMessage {
+        topic: packet.topic.to_string(),
+        qos: match packet.qos {
+            QoS::AtMostOnce => 0,
+            QoS::AtLeastOnce => 1,
+            QoS::ExactlyOnce => 2,
+        },
+        response_topic: properties.response_topic.as_ref().map(|t| t.to_string()),
+        correlation_data: properties
+            .correlation_data
+            .as_ref()
+            .map(|c| bytes::Bytes::copy_from_slice(c)),
+        message_expiry_secs: properties.message_expiry_interval.map(NonZeroU32::get),
+        content_type: properties.content_type.as_ref().map(|c| c.to_string()),
+        user_properties: properties
+            .user_properties
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        payload: bytes::Bytes::copy_from_slice(payload),
+        received_at,
+    }
+}

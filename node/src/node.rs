@@ -1,0 +1,219 @@
+//! Assembly of a running node: storage → Raft → MQTT session → service, leader duties and
+//! HTTP; then graceful shutdown on SIGTERM/SIGINT (release the request subscription, finish
+//! in-flight requests, stop Raft, flush).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use statestore_raft::RaftNode;
+use statestore_storage::keyspace::read;
+use statestore_storage::sled::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::error::NodeError;
+use crate::http::{self, HttpState};
+use crate::metrics::NodeMetrics;
+use crate::mqtt::MqttHandle;
+use crate::service::notify::{self, NotifySink};
+use crate::service::{Service, expiry, leader};
+
+/// Requests queued between the MQTT session and the service.
+const REQUEST_QUEUE: usize = 4_096;
+/// Key events queued for the notifier; beyond this they are dropped (and counted).
+const NOTIFY_QUEUE: usize = 65_536;
+
+/// Runs a node until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> Result<(), NodeError> {
+    let metrics = Arc::new(NodeMetrics::new()?);
+    let store = Store::open(&StoreConfig {
+        dir: config.data_dir.clone(),
+        cache_capacity_bytes: config.storage.cache_capacity_mb.saturating_mul(1 << 20),
+    })?;
+    tracing::info!(id = config.id, name = %config.node_name(), data_dir = %config.data_dir.display(), "storage opened");
+
+    let serving = Arc::new(AtomicBool::new(false));
+    let (event_tx, event_rx) = mpsc::channel(NOTIFY_QUEUE);
+    let sink = Arc::new(NotifySink::new(event_tx, serving.clone(), metrics.clone()));
+    let raft = RaftNode::start(&config.raft(), store.clone(), sink, &metrics.registry).await?;
+
+    let raft_listener = TcpListener::bind(config.listen.raft).await?;
+    let http_listener = TcpListener::bind(config.listen.http).await?;
+    let (stop_tx, stop) = watch::channel(false);
+    tokio::spawn(serve(
+        raft_listener,
+        raft.peer_router(),
+        stop.clone(),
+        "raft",
+    ));
+    if raft.bootstrap(config.initial_members()?).await? {
+        tracing::info!(members = ?config.initial_members()?, "initialised a new cluster");
+    }
+
+    let (request_tx, mut request_rx) = mpsc::channel(REQUEST_QUEUE);
+    let (mqtt, session_events) =
+        MqttHandle::start(config.session()?, request_tx, metrics.mqtt.clone())?;
+    let service = Arc::new(Service::new(
+        raft.clone(),
+        &config.node_name(),
+        mqtt.clone(),
+        config.service(),
+        metrics.clone(),
+        serving.clone(),
+    ));
+
+    let http_state = Arc::new(HttpState {
+        metrics: metrics.clone(),
+        raft: raft.clone(),
+        mqtt: mqtt.state(),
+        serving: serving.clone(),
+        name: config.node_name(),
+    });
+    tokio::spawn(serve(
+        http_listener,
+        http::router(http_state),
+        stop.clone(),
+        "http",
+    ));
+    tokio::spawn(leader::run(
+        service.clone(),
+        mqtt.clone(),
+        serving.clone(),
+        config.quota(),
+        stop.clone(),
+    ));
+    tokio::spawn(expiry::run(
+        service.clone(),
+        Duration::from_millis(config.expiry.sweep_interval_ms),
+        config.expiry.batch_size,
+        stop.clone(),
+    ));
+    tokio::spawn(notify::run_notifier(event_rx, service.clone()));
+    tokio::spawn(notify::run_forgetter(
+        session_events,
+        service.clone(),
+        stop.clone(),
+    ));
+    tokio::spawn(sample_gauges(
+        raft.clone(),
+        store.clone(),
+        metrics.clone(),
+        stop.clone(),
+    ));
+    let dispatcher = {
+        let service = service.clone();
+        tokio::spawn(async move {
+            while let Some(message) = request_rx.recv().await {
+                tokio::spawn(service.clone().handle(message));
+            }
+        })
+    };
+    tracing::info!(
+        http = %config.listen.http,
+        raft = %config.listen.raft,
+        broker = %config.mqtt.broker,
+        "statestore node started"
+    );
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: releasing the request subscription");
+    let _ = stop_tx.send(true);
+    serving.store(false, std::sync::atomic::Ordering::SeqCst);
+    mqtt.set_request_subscription(false).await;
+    let remaining = service
+        .in_flight()
+        .wait_drained(Duration::from_millis(config.shutdown_grace_ms))
+        .await;
+    if remaining > 0 {
+        tracing::warn!(
+            remaining,
+            "shutdown grace period over with requests still in flight"
+        );
+    }
+    mqtt.shutdown().await;
+    dispatcher.abort();
+    if let Err(err) = raft.shutdown().await {
+        tracing::warn!(error = %err, "raft shutdown");
+    }
+    store.flush().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    mut stop: watch::Receiver<bool>,
+    name: &'static str,
+) {
+    let shutdown = async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    };
+    if let Err(err) = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(listener = name, error = %err, "listener failed");
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+/// Refreshes gauges that are cheaper to sample than to track: key count, bytes, quota use,
+/// database size on disk.
+async fn sample_gauges(
+    raft: RaftNode,
+    store: Store,
+    metrics: Arc<NodeMetrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let gauges = &metrics.store;
+        if let Ok(meta) = read::meta(&raft.view()) {
+            let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            gauges.keys.set(as_gauge(meta.keys));
+            gauges.size_bytes.set(as_gauge(meta.bytes));
+            gauges.quota_limit_keys.set(as_gauge(meta.limits.max_keys));
+            gauges
+                .quota_limit_bytes
+                .set(as_gauge(meta.limits.max_bytes));
+            let ratio = |used: u64, limit: u64| {
+                if limit == 0 {
+                    1.0
+                } else {
+                    used as f64 / limit as f64
+                }
+            };
+            gauges.quota_used_ratio.set(
+                ratio(meta.keys, meta.limits.max_keys)
+                    .max(ratio(meta.bytes, meta.limits.max_bytes)),
+            );
+        }
+        let store = store.clone();
+        if let Ok(Ok(size)) = tokio::task::spawn_blocking(move || store.size_on_disk()).await {
+            gauges
+                .db_size_bytes
+                .set(i64::try_from(size).unwrap_or(i64::MAX));
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The state store wire protocol as pure data transformations: RESP3 request
+//! framing (`resp3`), typed commands (`command`), replies with the single error
+//! table (`reply`), and the size limits enforced at the door (spec §2, §5, §9).
+//!
+//! This module must stay pure: no async, no MQTT, no I/O, no clocks, no global
+//! state. Every function maps bytes to values or values to bytes, never panics
+//! on any input, and can therefore be unit-tested, property-tested and fuzzed in
+//! isolation. The fuzz crate in `node/fuzz` compiles these files on their own,
+//! so an import from elsewhere in the crate breaks that build on purpose.
+
+pub mod command;
+pub mod reply;
+pub mod resp3;
+
+pub use command::{Command, CommandVerb, SetCondition, parse_command, sniff_verb};
+pub use reply::{ErrorReply, Reply};
+pub use resp3::{NOTIFY_DELETE_PAYLOAD, encode_bulk, notify_set_payload, parse_request};
+
+/// Size limits enforced at the door (spec §9). Defaults: key 1024 bytes, value
+/// 4 MiB (4*1024*1024), 8 array elements, PX 1..=30 days in ms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtocolLimits {
+    /// Longest key accepted, in bytes; a longer key is `syntax error`.
+    pub max_key_bytes: usize,
+    /// Longest value accepted, in bytes; a longer value is `syntax error`.
+    pub max_value_bytes: usize,
+    /// Most elements in one request array; more is `syntax error`.
+    pub max_array_len: usize,
+    /// Largest `PX` accepted, in milliseconds (the smallest is always 1).
+    pub max_px_ms: u64,
+}
+
+impl ProtocolLimits {
+    /// Default key limit: 1 KiB (spec §9).
+    pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
+    /// Default value limit: 4 MiB (spec §9).
+    pub const DEFAULT_MAX_VALUE_BYTES: usize = 4 * 1024 * 1024;
+    /// Default array element limit: 8 (spec §9).
+    pub const DEFAULT_MAX_ARRAY_LEN: usize = 8;
+    /// Default PX limit: 30 days in milliseconds (spec §9).
+    pub const DEFAULT_MAX_PX_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+
+    /// Bulk strings up to this length always pass the framing layer, whatever
+    /// the key and value limits, so that verbs (`KEYNOTIFY`), options and `PX`
+    /// arguments stay readable under tiny configured limits. Key and value
+    /// limits are still enforced exactly by the command parser.
+    pub const MIN_FRAMED_BULK_BYTES: usize = 32;
+
+    /// The longest bulk string the framing layer will accept (spec §9): the
+    /// longer of the key and value limits, but at least
+    /// [`Self::MIN_FRAMED_BULK_BYTES`].
+    pub fn max_bulk_bytes(&self) -> usize {
+        self.max_key_bytes
+            .max(self.max_value_bytes)
+            .max(Self::MIN_FRAMED_BULK_BYTES)
+    }
+}
+
+impl Default for ProtocolLimits {
+    fn default() -> Self {
+        Self {
+            max_key_bytes: Self::DEFAULT_MAX_KEY_BYTES,
+            max_value_bytes: Self::DEFAULT_MAX_VALUE_BYTES,
+            max_array_len: Self::DEFAULT_MAX_ARRAY_LEN,
+            max_px_ms: Self::DEFAULT_MAX_PX_MS,
+        }
+    }
+}
+
+/// Why a request payload could not be turned into a [`Command`]. The `Display`
+/// text is the exact wire message of spec §5.1, taken from [`ErrorReply`] so
+/// the two cannot drift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum ProtocolError {
+    /// Malformed RESP, bad option, bad PX, bad or excessive length (§2, §9).
+    #[error("{}", ErrorReply::Syntax.message())]
+    Syntax,
+    /// Right verb, wrong number of elements (§5.1).
+    #[error("{}", ErrorReply::WrongArity.message())]
+    WrongArity,
+    /// Verb not supported (§5.1).
+    #[error("{}", ErrorReply::UnknownCommand.message())]
+    UnknownCommand,
+    /// The key is empty (§5.1).
+    #[error("{}", ErrorReply::EmptyKey.message())]
+    EmptyKey,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn section_9_default_limits() {
+        let limits = ProtocolLimits::default();
+        assert_eq!(limits.max_key_bytes, 1024);
+        assert_eq!(limits.max_value_bytes, 4 * 1024 * 1024);
+        assert_eq!(limits.max_array_len, 8);
+        assert_eq!(limits.max_px_ms, 2_592_000_000);
+        assert_eq!(limits.max_bulk_bytes(), 4 * 1024 * 1024);
+        let tiny = ProtocolLimits {
+            max_key_bytes: 1,
+            max_value_bytes: 2,
+            ..limits
+        };
+        assert_eq!(tiny.max_bulk_bytes(), ProtocolLimits::MIN_FRAMED_BULK_BYTES);
+    }
+
+    #[test]
+    fn section_5_1_protocol_error_display_is_the_wire_message() {
+        let cases = [
+            (ProtocolError::Syntax, "syntax error"),
+            (ProtocolError::WrongArity, "wrong number of arguments"),
+            (ProtocolError::UnknownCommand, "unknown command"),
+            (ProtocolError::EmptyKey, "the key length is zero"),
+        ];
+        for (error, wire_message) in cases {
+            assert_eq!(error.to_string(), wire_message, "{error:?}");
+            assert_eq!(ErrorReply::from(error).message(), wire_message, "{error:?}");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Replies to state store requests (spec §2) and THE single error table
+//! (spec §5.1): every `-ERR` wire message and its metric label come from one
+//! `match`, so the text clients match byte for byte and the label dashboards
+//! count cannot drift apart.
+
+use super::ProtocolError;
+use super::resp3::encode_bulk;
+
+/// Every state store error reply of spec §5.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorReply {
+    /// `__ts` more than 60 s ahead of the leader's clock (§3).
+    TimestampSkew,
+    /// A fenced key was written without `__ft` (§4).
+    FencingTokenRequired,
+    /// `__ft` more than 60 s ahead of the leader's clock (§4).
+    FencingTokenSkew,
+    /// `__ft` lower than the key's stored token (§4).
+    FencingTokenLower,
+    /// A key count, byte or registration quota is exhausted (§9).
+    QuotaExceeded,
+    /// Malformed RESP, bad option, bad PX, bad length (§2, §9).
+    Syntax,
+    /// Key-level authorization denied the request.
+    NotAuthorized,
+    /// Verb not supported.
+    UnknownCommand,
+    /// Right verb, wrong number of elements.
+    WrongArity,
+    /// SET without `__ts` (§1.1).
+    MissingTimestamp,
+    /// `__ts` or `__ft` is not an HLC (§3).
+    MalformedTimestamp,
+    /// Empty key.
+    EmptyKey,
+}
+
+/// One row of the error table: the wire message and the metric label.
+struct ErrorText {
+    message: &'static str,
+    result_label: &'static str,
+}
+
+impl ErrorReply {
+    /// Every error reply, for registering metric label values up front.
+    pub const ALL: [ErrorReply; 12] = [
+        ErrorReply::TimestampSkew,
+        ErrorReply::FencingTokenRequired,
+        ErrorReply::FencingTokenSkew,
+        ErrorReply::FencingTokenLower,
+        ErrorReply::QuotaExceeded,
+        ErrorReply::Syntax,
+        ErrorReply::NotAuthorized,
+        ErrorReply::UnknownCommand,
+        ErrorReply::WrongArity,
+        ErrorReply::MissingTimestamp,
+        ErrorReply::MalformedTimestamp,
+        ErrorReply::EmptyKey,
+    ];
+
+    /// THE error table (spec §5.1): the only place wire messages and metric
+    /// labels are written down.
+    const fn text(self) -> ErrorText {
+        let (message, result_label) = match self {
+            ErrorReply::TimestampSkew => (
+                "the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized",
+                "timestamp_skew",
+            ),
+            ErrorReply::FencingTokenRequired => (
+                "a fencing token is required for this request",
+                "missing_fencing_token",
+            ),
+            ErrorReply::FencingTokenSkew => (
+                "the request fencing token timestamp is too far in the future; ensure that the client and broker system clocks are synchronized",
+                "fencing_token_skew",
+            ),
+            ErrorReply::FencingTokenLower => (
+                "the request fencing token is a lower version than the fencing token protecting the resource",
+                "fencing_token_lower_version",
+            ),
+            ErrorReply::QuotaExceeded => ("the quota has been exceeded", "quota_exceeded"),
+            ErrorReply::Syntax => ("syntax error", "syntax_error"),
+            ErrorReply::NotAuthorized => ("not authorized", "not_authorized"),
+            ErrorReply::UnknownCommand => ("unknown command", "unknown_command"),
+            ErrorReply::WrongArity => ("wrong number of arguments", "wrong_number_of_arguments"),
+            ErrorReply::MissingTimestamp => ("missing timestamp", "timestamp_missing"),
+            ErrorReply::MalformedTimestamp => ("malformed timestamp", "timestamp_malformed"),
+            ErrorReply::EmptyKey => ("the key length is zero", "key_length_zero"),
+        };
+        ErrorText {
+            message,
+            result_label,
+        }
+    }
+
+    /// The exact message of spec §5.1, without the `-ERR ` prefix or CRLF.
+    pub fn message(self) -> &'static str {
+        self.text().message
+    }
+
+    /// The snake_case metric label of this error, e.g. `syntax_error`.
+    pub fn result_label(self) -> &'static str {
+        self.text().result_label
+    }
+}
+
+impl From<ProtocolError> for ErrorReply {
+    fn from(error: ProtocolError) -> Self {
+        match error {
+            ProtocolError::Syntax => ErrorReply::Syntax,
+            ProtocolError::WrongArity => ErrorReply::WrongArity,
+            ProtocolError::UnknownCommand => ErrorReply::UnknownCommand,
+            ProtocolError::EmptyKey => ErrorReply::EmptyKey,
+        }
+    }
+}
+
+/// A reply payload (spec §2, §5.1). Encoded byte-exact by [`Reply::encode`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `+OK\r\n`: SET applied, KEYNOTIFY registered or stopped.
+    Ok,
+    /// `:-1\r\n`: SET condition failed or VDEL value differs (never `-1\r\n`
+    /// nor `$-1\r\n`).
+    NotApplied,
+    /// `:<n>\r\n`: DEL/VDEL counts, KEYNOTIFY STOP on an unobserved key (`:0`).
+    Integer(i64),
+    /// `$<n>\r\n<bytes>\r\n`: GET hit (empty value: `$0\r\n\r\n`).
+    Bulk(Vec<u8>),
+    /// `$-1\r\n`: GET miss.
+    Nil,
+    /// `-ERR <message>\r\n` with exactly one space after `ERR`.
+    Error(ErrorReply),
+}
+
+impl Reply {
+    /// The byte-exact payload; never empty, nothing after the final CRLF.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Reply::Ok => b"+OK\r\n".to_vec(),
+            Reply::NotApplied => b":-1\r\n".to_vec(),
+            Reply::Integer(number) => format!(":{number}\r\n").into_bytes(),
+            Reply::Bulk(bytes) => {
+                let mut out = Vec::with_capacity(bytes.len() + 16);
+                encode_bulk(&mut out, bytes);
+                out
+            }
+            Reply::Nil => b"$-1\r\n".to_vec(),
+            Reply::Error(error) => format!("-ERR {}\r\n", error.message()).into_bytes(),
+        }
+    }
+
+    /// Metric label of the outcome: `ok` for [`Reply::Ok`], a positive
+    /// [`Reply::Integer`] and [`Reply::Bulk`]; `not_found` for [`Reply::Nil`] and
+    /// `Integer(0)`; `not_applied` for [`Reply::NotApplied`] and a negative
+    /// `Integer`; the error's own label for [`Reply::Error`].
+    pub fn result_label(&self) -> &'static str {
+        match self {
+            Reply::Ok | Reply::Bulk(_) => "ok",
+            Reply::Integer(number) if *number >= 1 => "ok",
+            Reply::Nil | Reply::Integer(0) => "not_found",
+            Reply::NotApplied | Reply::Integer(_) => "not_applied",
+            Reply::Error(error) => error.result_label(),
+        }
+    }
+}
+
+impl From<ErrorReply> for Reply {
+    fn from(error: ErrorReply) -> Self {
+        Reply::Error(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn section_5_1_error_table_is_byte_exact() {
+        // (variant, exact wire payload per spec §5.1, metric label)
+        let cases: [(ErrorReply, &[u8], &str); 12] = [
+            (
+                ErrorReply::TimestampSkew,
+                b"-ERR the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized\r\n",
+                "timestamp_skew",
+            ),
+            (
+                ErrorReply::FencingTokenRequired,
+                b"-ERR a fencing token is required for this request\r\n",
+                "missing_fencing_token",
+            ),
+            (
+                ErrorReply::FencingTokenSkew,
+                b"-ERR the request fencing token timestamp is too far in the future; ensure that the client and broker system clocks are synchronized\r\n",
+                "fencing_token_skew",
+            ),
+            (
+                ErrorReply::FencingTokenLower,
+                b"-ERR the request fencing token is a lower version than the fencing token protecting the resource\r\n",
+                "fencing_token_lower_version",
+            ),
+            (ErrorReply::QuotaExceeded, b"-ERR the quota has been exceeded\r\n", "quota_exceeded"),
+            (ErrorReply::Syntax, b"-ERR syntax error\r\n", "syntax_error"),
+            (ErrorReply::NotAuthorized, b"-ERR not authorized\r\n", "not_authorized"),
+            (ErrorReply::UnknownCommand, b"-ERR unknown command\r\n", "unknown_command"),
+            (
+                ErrorReply::WrongArity,
+                b"-ERR wrong number of arguments\r\n",
+                "wrong_number_of_arguments",
+            ),
+            (ErrorReply::MissingTimestamp, b"-ERR missing timestamp\r\n", "timestamp_missing"),
+            (
+                ErrorReply::MalformedTimestamp,
+                b"-ERR malformed timestamp\r\n",
+                "timestamp_malformed",
+            ),
+            (ErrorReply::EmptyKey, b"-ERR the key length is zero\r\n", "key_length_zero"),
+        ];
+        for (error, wire, label) in cases {
+            assert_eq!(Reply::Error(error).encode(), wire, "{error:?}");
+            assert_eq!(error.result_label(), label, "{error:?}");
+            assert_eq!(Reply::Error(error).result_label(), label, "{error:?}");
+        }
+        let covered: Vec<ErrorReply> = cases.iter().map(|(error, _, _)| *error).collect();
+        assert_eq!(
+            covered,
+            ErrorReply::ALL,
+            "every variant has a row, in ALL order"
+        );
+    }
+
+    #[test]
+    fn section_5_1_error_table_is_well_formed() {
+        let variants: HashSet<ErrorReply> = ErrorReply::ALL.into_iter().collect();
+        let messages: HashSet<&str> = ErrorReply::ALL
+            .iter()
+            .map(|error| error.message())
+            .collect();
+        let labels: HashSet<&str> = ErrorReply::ALL
+            .iter()
+            .map(|error| error.result_label())
+            .collect();
+        assert_eq!(variants.len(), 12, "ALL has no duplicates");
+        assert_eq!(messages.len(), 12, "messages are distinct");
+        assert_eq!(labels.len(), 12, "labels are distinct");
+        for error in ErrorReply::ALL {
+            let message = error.message();
+            assert!(!message.is_empty() && message.is_ascii(), "{error:?}");
+            assert!(
+                !message.contains(['\r', '\n']),
+                "{error:?}: no CR/LF inside"
+            );
+            assert_eq!(message.trim(), message, "{error:?}: no surrounding spaces");
+            let label = error.result_label();
+            assert!(
+                label
+                    .bytes()
+                    .all(|byte| byte.is_ascii_lowercase() || byte == b'_'),
+                "{error:?}: snake_case label"
+            );
+            assert!(
+                !["ok", "not_found", "not_applied"].contains(&label),
+                "{error:?}"
+            );
+        }
+        // §5.1 and the SDKs: "than", not the article's stale "that".
+        assert!(
+            ErrorReply::FencingTokenLower
+                .message()
+                .contains("lower version than the")
+        );
+    }
+
+    #[test]
+    fn section_5_1_protocol_errors_map_to_their_replies() {
+        let cases = [
+            (ProtocolError::Syntax, ErrorReply::Syntax),
+            (ProtocolError::WrongArity, ErrorReply::WrongArity),
+            (ProtocolError::UnknownCommand, ErrorReply::UnknownCommand),
+            (ProtocolError::EmptyKey, ErrorReply::EmptyKey),
+        ];
+        for (protocol_error, reply) in cases {
+            assert_eq!(ErrorReply::from(protocol_error), reply);
+            assert_eq!(protocol_error.to_string(), reply.message());
+        }
+    }
+
+    #[test]
+    fn section_2_reply_encoding_is_byte_exact() {
+        let cases: &[(&str, Reply, &[u8], &str)] = &[
+            ("§2 SET applied / KEYNOTIFY", Reply::Ok, b"+OK\r\n", "ok"),
+            (
+                "§2 SET not applied is :-1",
+                Reply::NotApplied,
+                b":-1\r\n",
+                "not_applied",
+            ),
+            (
+                "§2 VDEL mismatch as integer",
+                Reply::Integer(-1),
+                b":-1\r\n",
+                "not_applied",
+            ),
+            ("§2 DEL deleted", Reply::Integer(1), b":1\r\n", "ok"),
+            ("§2 DEL missing", Reply::Integer(0), b":0\r\n", "not_found"),
+            ("integer many", Reply::Integer(42), b":42\r\n", "ok"),
+            (
+                "integer max",
+                Reply::Integer(i64::MAX),
+                b":9223372036854775807\r\n",
+                "ok",
+            ),
+            (
+                "integer min",
+                Reply::Integer(i64::MIN),
+                b":-9223372036854775808\r\n",
+                "not_applied",
+            ),
+            (
+                "§2 GET hit",
+                Reply::Bulk(b"value".to_vec()),
+                b"$5\r\nvalue\r\n",
+                "ok",
+            ),
+            (
+                "§2 GET hit, empty value",
+                Reply::Bulk(Vec::new()),
+                b"$0\r\n\r\n",
+                "ok",
+            ),
+            (
+                "§2 GET hit, binary value with CRLF",
+                Reply::Bulk(b"a\r\n\x00\xff".to_vec()),
+                b"$5\r\na\r\n\x00\xff\r\n",
+                "ok",
+            ),
+            ("§2 GET miss", Reply::Nil, b"$-1\r\n", "not_found"),
+            (
+                "§5.1 error with one space",
+                Reply::Error(ErrorReply::Syntax),
+                b"-ERR syntax error\r\n",
+                "syntax_error",
+            ),
+        ];
+        for (name, reply, wire, label) in cases {
+            let encoded = reply.encode();
+            assert_eq!(encoded, *wire, "case: {name}");
+            assert!(!encoded.is_empty(), "case: {name}: never an empty payload");
+            assert_eq!(reply.result_label(), *label, "case: {name}");
+        }
+    }
+
+    #[test]
+    fn section_2_not_applied_is_never_an_error_or_nil() {
+        let encoded = Reply::NotApplied.encode();
+        assert_ne!(encoded, b"-1\r\n");
+        assert_ne!(encoded, b"$-1\r\n");
+        assert_eq!(
+            Reply::from(ErrorReply::EmptyKey),
+            Reply::Error(ErrorReply::EmptyKey)
+        );
+    }
+}

@@ -1,0 +1,435 @@
+//! The request service: envelope → parse → validate → linearizable read or typed proposal →
+//! reply. Transport-agnostic: it reads [`InboundMessage`]s and writes to an [`Outbox`].
+//!
+//! Validation happens here, at the door; only checked, typed mutations reach the log. The
+//! leader's HLC stamps proposals under one lock, in the same order they enter the log.
+
+pub mod answer;
+pub mod envelope;
+pub mod expiry;
+pub mod leader;
+pub mod notify;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use statestore_raft::RaftNode;
+use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
+use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
+use tokio::sync::{Mutex, Notify};
+use tracing::Instrument;
+
+use crate::metrics::NodeMetrics;
+use crate::protocol::{self, Command, ErrorReply, ProtocolLimits, Reply};
+use crate::transport::{InboundMessage, Outbox};
+use answer::Answer;
+use envelope::Envelope;
+
+/// Service settings.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Door limits (§9).
+    pub protocol: ProtocolLimits,
+    /// How long replies are remembered when a request has no Message Expiry (§6).
+    pub default_dedup_window: Duration,
+    /// Upper bound on how long any reply is remembered (bounds the reply memory).
+    pub max_dedup_window: Duration,
+    /// This node's MQTT client id (sent as `__srcId` on replies).
+    pub node_client_id: String,
+}
+
+/// Why a request could not be served here (it gets no reply; the client retries).
+#[derive(Debug)]
+enum Unavailable {
+    NotLeader,
+    Internal(String),
+}
+
+impl From<statestore_raft::Error> for Unavailable {
+    fn from(err: statestore_raft::Error) -> Self {
+        match err {
+            statestore_raft::Error::NotLeader { .. } | statestore_raft::Error::QuorumNotReached => {
+                Unavailable::NotLeader
+            }
+            other => Unavailable::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<statestore_storage::StorageError> for Unavailable {
+    fn from(err: statestore_storage::StorageError) -> Self {
+        Unavailable::Internal(err.to_string())
+    }
+}
+
+/// Counts requests being processed so shutdown can wait for them.
+#[derive(Default)]
+pub struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    drained: Notify,
+}
+
+impl InFlight {
+    fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    /// Waits until no request is in flight or `timeout` passes; returns how many remain.
+    pub async fn wait_drained(&self, timeout: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.drained.notified();
+            let remaining = self.count.load(Ordering::SeqCst);
+            if remaining == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.count.load(Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// The request service of one node.
+pub struct Service<O: Outbox> {
+    raft: RaftNode,
+    clock: Mutex<HlcClock<SystemClock>>,
+    wall: SystemClock,
+    outbox: O,
+    config: ServiceConfig,
+    metrics: Arc<NodeMetrics>,
+    /// True while this node is the leader and has finished taking over (leader duties run).
+    serving: Arc<AtomicBool>,
+    in_flight: Arc<InFlight>,
+}
+
+impl<O: Outbox> Service<O> {
+    /// A service proposing through `raft`, stamping with an HLC named `node_name`.
+    pub fn new(
+        raft: RaftNode,
+        node_name: &str,
+        outbox: O,
+        config: ServiceConfig,
+        metrics: Arc<NodeMetrics>,
+        serving: Arc<AtomicBool>,
+    ) -> Self {
+        Service {
+            raft,
+            clock: Mutex::new(HlcClock::new(node_name, SystemClock)),
+            wall: SystemClock,
+            outbox,
+            config,
+            metrics,
+            serving,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// Requests being processed.
+    pub fn in_flight(&self) -> Arc<InFlight> {
+        self.in_flight.clone()
+    }
+
+    /// The outbox replies go to.
+    pub fn outbox(&self) -> &O {
+        &self.outbox
+    }
+
+    /// True while leader duties run on this node.
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::SeqCst)
+    }
+
+    /// Handles one request end to end: it is answered, refused without a reply, or (when
+    /// this node cannot serve it) left for the client to retry.
+    pub async fn handle(self: Arc<Self>, message: InboundMessage) {
+        let _guard = self.in_flight.enter();
+        let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
+        let started = Instant::now();
+        let envelope = match envelope::check(&message, started) {
+            Ok(envelope) => envelope,
+            Err(refusal) => {
+                self.metrics.service.dropped(refusal.label());
+                tracing::debug!(reason = refusal.label(), topic = %message.topic, "request dropped without reply");
+                return;
+            }
+        };
+        if let Err(requested) = envelope::check_protocol_version(&message) {
+            self.metrics.service.unsupported_version_total.inc();
+            let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
+            self.outbox
+                .publish(envelope::unsupported_version(&envelope, requested, expiry))
+                .await;
+            return;
+        }
+
+        let parsed = protocol::parse_command(&message.payload, &self.config.protocol);
+        let verb = match &parsed {
+            Ok(command) => command.verb(),
+            Err(_) => protocol::sniff_verb(&message.payload),
+        };
+        let span = tracing::debug_span!(
+            "request",
+            command = verb.label(),
+            result = tracing::field::Empty
+        );
+        let result = match parsed {
+            Ok(command) => {
+                self.execute(command, &message, &envelope)
+                    .instrument(span.clone())
+                    .await
+            }
+            Err(err) => Ok(Answer::error(err.into())),
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        match result {
+            Ok(answer) => {
+                let label = answer.reply.result_label();
+                span.record("result", label);
+                let now = Instant::now();
+                let expiry = envelope::remaining_expiry_secs(envelope.deadline, now);
+                if expiry == Some(0) {
+                    // The requester gave up; its retry (if any) gets the remembered reply.
+                    self.metrics.service.dropped("expired");
+                    return;
+                }
+                let version = answer.version.map(|v| v.to_string());
+                let reply = envelope::reply(
+                    &envelope,
+                    answer.reply.encode(),
+                    version,
+                    &self.config.node_client_id,
+                    expiry,
+                );
+                self.outbox.publish(reply).await;
+                self.metrics.service.observe(verb, label, elapsed);
+            }
+            Err(Unavailable::NotLeader) => {
+                span.record("result", "not_leader");
+                self.metrics.service.observe(verb, "not_leader", elapsed);
+                tracing::debug!("request not served: not the leader");
+            }
+            Err(Unavailable::Internal(err)) => {
+                span.record("result", "internal");
+                self.metrics.service.observe(verb, "internal", elapsed);
+                tracing::warn!(error = %err, command = verb.label(), "request failed; no reply sent");
+            }
+        }
+    }
+
+    /// Validates the request's timestamps and runs the command.
+    async fn execute(
+        &self,
+        command: Command<'_>,
+        message: &InboundMessage,
+        envelope: &Envelope,
+    ) -> Result<Answer, Unavailable> {
+        let request_ts = match message.user_property("__ts").map(Hlc::parse) {
+            None => None,
+            Some(Ok(ts)) => Some(ts),
+            Some(Err(_)) => return Ok(Answer::error(ErrorReply::MalformedTimestamp)),
+        };
+        if matches!(command, Command::Set { .. }) && request_ts.is_none() {
+            return Ok(Answer::error(ErrorReply::MissingTimestamp));
+        }
+        let fenced = matches!(
+            command,
+            Command::Set { .. } | Command::Del { .. } | Command::VDel { .. }
+        );
+        let fencing_token = match message
+            .user_property("__ft")
+            .filter(|_| fenced)
+            .map(Hlc::parse)
+        {
+            None => None,
+            Some(Ok(ft)) => Some(ft),
+            Some(Err(_)) => return Ok(Answer::error(ErrorReply::MalformedTimestamp)),
+        };
+        let limit = self.wall.now_ms().saturating_add(MAX_CLOCK_DRIFT_MS);
+        if request_ts.as_ref().is_some_and(|ts| ts.ms > limit) {
+            return Ok(Answer::error(ErrorReply::TimestampSkew));
+        }
+        if fencing_token.as_ref().is_some_and(|ft| ft.ms > limit) {
+            return Ok(Answer::error(ErrorReply::FencingTokenSkew));
+        }
+
+        let mutation = match command {
+            Command::Get { key } => return self.get(key).await,
+            Command::Set {
+                key,
+                value,
+                condition,
+                expire_after_ms,
+            } => Mutation::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                condition: match condition {
+                    protocol::SetCondition::Always => keyspace::SetCondition::Always,
+                    protocol::SetCondition::IfAbsent => keyspace::SetCondition::IfAbsent,
+                    protocol::SetCondition::IfAbsentOrEqual => {
+                        keyspace::SetCondition::IfAbsentOrEqual
+                    }
+                },
+                expire_after_ms,
+                fencing_token,
+            },
+            Command::Del { key } => Mutation::Del {
+                key: key.to_vec(),
+                fencing_token,
+            },
+            Command::VDel { key, value } => Mutation::VDel {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                fencing_token,
+            },
+            Command::KeyNotify { key, stop } => {
+                let Some(client) = envelope.client_id.clone() else {
+                    return Ok(Answer::error(ErrorReply::Syntax));
+                };
+                if stop {
+                    Mutation::Unobserve {
+                        client,
+                        key: key.to_vec(),
+                    }
+                } else {
+                    Mutation::Observe {
+                        client,
+                        key: key.to_vec(),
+                    }
+                }
+            }
+        };
+
+        let request = RequestId {
+            client: envelope
+                .client_id
+                .as_deref()
+                .unwrap_or(&envelope.response_topic)
+                .as_bytes()
+                .to_vec(),
+            correlation: envelope.correlation_data.to_vec(),
+            remember_for_ms: self.dedup_window(message.message_expiry_secs),
+        };
+        if let Some(outcome) =
+            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
+        {
+            self.metrics.service.dedup_hits_total.inc();
+            return Ok(answer::from_outcome(outcome));
+        }
+        let outcome = self
+            .propose(Some(request), mutation, request_ts.as_ref())
+            .await?;
+        Ok(answer::from_outcome(outcome))
+    }
+
+    fn dedup_window(&self, message_expiry_secs: Option<u32>) -> u64 {
+        let window = message_expiry_secs.map_or(self.config.default_dedup_window, |s| {
+            Duration::from_secs(u64::from(s))
+        });
+        u64::try_from(window.min(self.config.max_dedup_window).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// GET: a linearizable read at the leader's time (expired keys are invisible, §8).
+    async fn get(&self, key: &[u8]) -> Result<Answer, Unavailable> {
+        self.raft.ensure_linearizable().await?;
+        let view = self.raft.view();
+        let time = read::read_time(&read::meta(&view)?, self.wall.now_ms());
+        Ok(match read::live_record(&view, key, time)? {
+            Some(record) => Answer {
+                reply: Reply::Bulk(record.value),
+                version: Some(record.version),
+            },
+            None => Answer {
+                reply: Reply::Nil,
+                version: None,
+            },
+        })
+    }
+
+    /// Stamps `mutation` with the leader HLC (merged with the request's `__ts`) and
+    /// replicates it; returns what apply decided.
+    async fn propose(
+        &self,
+        request: Option<RequestId>,
+        mutation: Mutation,
+        request_ts: Option<&Hlc>,
+    ) -> Result<Outcome, Unavailable> {
+        let pending = {
+            let mut clock = self.clock.lock().await;
+            let stamp = match request_ts {
+                Some(ts) => clock
+                    .update(ts)
+                    .map_err(|e| Unavailable::Internal(e.to_string()))?,
+                None => clock.now(),
+            };
+            let proposal = Proposal {
+                stamp,
+                wall_ms: clock.wall_ms(),
+                request,
+                mutation,
+            };
+            // Submitted under the clock lock: stamps enter the log in increasing order.
+            self.raft.submit(proposal).await?
+        };
+        Ok(pending.outcome().await?)
+    }
+
+    /// Internal proposal (sweeps, departed clients, limits) with no reply memory.
+    pub async fn propose_internal(&self, mutation: Mutation) -> Result<Outcome, String> {
+        self.propose(None, mutation, None)
+            .await
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    /// Raises the HLC above every version in the store (called on becoming leader).
+    pub async fn catch_up_clock(&self) -> Result<(), String> {
+        let meta = read::meta(&self.raft.view()).map_err(|e| e.to_string())?;
+        if let Some(max) = &meta.max_version {
+            self.clock.lock().await.observe(max);
+        }
+        Ok(())
+    }
+
+    /// The node's Raft handle.
+    pub fn raft(&self) -> &RaftNode {
+        &self.raft
+    }
+
+    /// Node metrics.
+    pub fn metrics(&self) -> &Arc<NodeMetrics> {
+        &self.metrics
+    }
+
+    /// Wall clock used for reads and expiry decisions at the door.
+    pub fn wall_ms(&self) -> u64 {
+        self.wall.now_ms()
+    }
+}
+
+/// Keeps a gauge incremented for its lifetime.
+struct GaugeGuard<'a>(&'a prometheus::IntGauge);
+
+impl<'a> GaugeGuard<'a> {
+    fn new(gauge: &'a prometheus::IntGauge) -> Self {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,82 @@
+//! Plain data crossing between the MQTT session and the service: what arrived, what to send.
+//! No MQTT crate types here, so the service never depends on the MQTT client.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+/// The request topic of the state store protocol (§1).
+pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+
+/// Prefix of the notification topics; response topics under it are refused (§1, §7).
+pub const NOTIFY_TOPIC_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
+
+/// A PUBLISH received on the request topic.
+#[derive(Debug, Clone)]
+pub struct InboundMessage {
+    /// Topic it arrived on.
+    pub topic: String,
+    /// 0, 1 or 2.
+    pub qos: u8,
+    /// Response Topic property.
+    pub response_topic: Option<String>,
+    /// Correlation Data property.
+    pub correlation_data: Option<Bytes>,
+    /// Message Expiry Interval property, seconds.
+    pub message_expiry_secs: Option<u32>,
+    /// Content Type property.
+    pub content_type: Option<String>,
+    /// User properties in wire order.
+    pub user_properties: Vec<(String, String)>,
+    /// The payload.
+    pub payload: Bytes,
+    /// When the session received it (expiry is counted from here).
+    pub received_at: Instant,
+}
+
+impl InboundMessage {
+    /// The first user property named `name`.
+    pub fn user_property(&self, name: &str) -> Option<&str> {
+        self.user_properties
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Why a message is published; decides how its PUBACK is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutboundKind {
+    /// A reply to a request.
+    Response,
+    /// A KEYNOTIFY notification to `client_id` (PUBACK 0x10 means the client is gone).
+    Notification {
+        /// Client the notification is addressed to.
+        client_id: String,
+    },
+}
+
+/// A QoS 1 PUBLISH to send.
+#[derive(Debug, Clone)]
+pub struct OutboundMessage {
+    /// Topic.
+    pub topic: String,
+    /// Payload.
+    pub payload: Bytes,
+    /// Correlation Data property.
+    pub correlation_data: Option<Bytes>,
+    /// Message Expiry Interval property, seconds.
+    pub message_expiry_secs: Option<u32>,
+    /// Content Type property.
+    pub content_type: Option<&'static str>,
+    /// User properties.
+    pub user_properties: Vec<(&'static str, String)>,
+    /// What it is.
+    pub kind: OutboundKind,
+}
+
+/// Something that publishes [`OutboundMessage`]s (the MQTT session, or a fake in tests).
+pub trait Outbox: Send + Sync + 'static {
+    /// Queues a message; returns false if it was dropped (session gone or queue closed).
+    fn publish(&self, message: OutboundMessage) -> impl std::future::Future<Output = bool> + Send;
+}
