@@ -1,0 +1,108 @@
+//! A Mosquitto broker per test, configured like the ones we ship (Nagle off, raised in-flight
+//! limit), listening on a fresh loopback port.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::free_port;
+
+/// A running Mosquitto; killed on drop.
+pub struct Broker {
+    child: Child,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+}
+
+impl Broker {
+    /// Starts Mosquitto and waits until it accepts connections.
+    pub fn start() -> Broker {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let config = dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\nmax_inflight_messages 1000\n\
+                 max_queued_messages 100000\npersistence false\nmessage_size_limit 0\n"
+            ),
+        )
+        .expect("write mosquitto.conf");
+        let log = dir.path().join("mosquitto.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(mosquitto_bin())
+            .arg("-c")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("mosquitto must be installed (apt-get install -y mosquitto)");
+        let broker = Broker {
+            child,
+            port,
+            _dir: dir,
+            log,
+        };
+        broker.wait_listening();
+        broker
+    }
+
+    fn wait_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "mosquitto did not start: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the broker (SIGKILL) to test reconnection.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let config = self._dir.path().join("mosquitto.conf");
+        let log_file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        self.child = Command::new(mosquitto_bin())
+            .arg("-c")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("restart mosquitto");
+        self.wait_listening();
+    }
+}
+
+fn mosquitto_bin() -> String {
+    std::env::var("MOSQUITTO_BIN").unwrap_or_else(|_| {
+        if std::path::Path::new("/usr/sbin/mosquitto").exists() {
+            "/usr/sbin/mosquitto".into()
+        } else {
+            "mosquitto".into()
+        }
+    })
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,294 @@
+//! `statestore` processes: start, stop (SIGTERM), kill (SIGKILL), pause (SIGSTOP/SIGCONT),
+//! restart on the same data directory, and read their admin API. A node's log is printed when
+//! a test panics while the node is alive, so CI failures explain themselves.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::broker::Broker;
+use crate::free_port;
+
+/// The `statestore` binary: `$STATESTORE_BIN`, or the one next to the test executable's
+/// target directory (built by `cargo build --bin statestore`).
+pub fn statestore_bin() -> PathBuf {
+    if let Ok(path) = std::env::var("STATESTORE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile> directory");
+    let bin = profile_dir.join("statestore");
+    assert!(
+        bin.exists(),
+        "{} not found: run `cargo build --bin statestore` first (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
+}
+
+/// One node process.
+pub struct StatestoreNode {
+    /// Raft node id.
+    pub id: u64,
+    /// HTTP port (metrics, health, admin).
+    pub http_port: u16,
+    /// Raft port.
+    pub raft_port: u16,
+    /// Data directory (kept across restarts).
+    pub data_dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: Option<tempfile::TempDir>,
+}
+
+/// What to start.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSpec {
+    /// Node id (default 1).
+    pub id: u64,
+    /// Initial members `(id, raft port)`; empty: single node.
+    pub peers: Vec<(u64, u16)>,
+    /// Raft port to use (default: a fresh one).
+    pub raft_port: Option<u16>,
+    /// More flags for `statestore run`.
+    pub extra_args: Vec<String>,
+}
+
+impl StatestoreNode {
+    /// Starts a node against `broker` in a fresh temporary data directory.
+    pub fn start(broker: &Broker, spec: NodeSpec) -> StatestoreNode {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data_dir = dir.path().join("data");
+        let mut node = StatestoreNode::prepare(broker, spec, data_dir, dir.path().join("node.log"));
+        node._dir = Some(dir);
+        node.spawn();
+        node
+    }
+
+    fn prepare(broker: &Broker, spec: NodeSpec, data_dir: PathBuf, log: PathBuf) -> StatestoreNode {
+        let id = if spec.id == 0 { 1 } else { spec.id };
+        let http_port = free_port();
+        let raft_port = spec.raft_port.unwrap_or_else(free_port);
+        let mut args = vec![
+            "run".to_owned(),
+            "--id".to_owned(),
+            id.to_string(),
+            "--data-dir".to_owned(),
+            data_dir.display().to_string(),
+            "--broker".to_owned(),
+            broker.address(),
+            "--http".to_owned(),
+            format!("127.0.0.1:{http_port}"),
+            "--raft".to_owned(),
+            format!("127.0.0.1:{raft_port}"),
+            "--log".to_owned(),
+            "info,openraft=warn".to_owned(),
+        ];
+        for (peer, port) in &spec.peers {
+            args.push("--peer".to_owned());
+            args.push(format!("{peer}=127.0.0.1:{port}"));
+        }
+        args.extend(spec.extra_args);
+        StatestoreNode {
+            id,
+            http_port,
+            raft_port,
+            data_dir,
+            args,
+            child: None,
+            log,
+            _dir: None,
+        }
+    }
+
+    /// Starts the process (again) with the same arguments and data directory.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "node {} already running", self.id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("node log");
+        let child = Command::new(statestore_bin())
+            .args(&self.args)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start statestore");
+        self.child = Some(child);
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    fn pid(&self) -> i32 {
+        self.child
+            .as_ref()
+            .map(|c| c.id() as i32)
+            .expect("node running")
+    }
+
+    fn signal(&self, signal: &str) {
+        assert!(
+            send_signal(self.pid(), signal),
+            "kill -{signal} {} failed",
+            self.pid()
+        );
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait up to `timeout` for a clean exit; returns the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let pid = child.id() as i32;
+        send_signal(pid, "TERM");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGSTOP (the process freezes; sockets stay open).
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    /// `http://127.0.0.1:<http port>`.
+    pub fn http_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .no_proxy()
+            .build()
+            .ok()?;
+        let response = client
+            .get(format!("{}{}", self.http_url(), path))
+            .send()
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    }
+
+    /// True if `/readyz` answers 200.
+    pub async fn is_ready(&self) -> bool {
+        matches!(self.get("/readyz").await, Some((200, _)))
+    }
+
+    /// Waits until `/readyz` answers 200; panics with the node log after `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.is_ready().await {
+            assert!(
+                Instant::now() < deadline,
+                "node {} not ready after {timeout:?}; log:\n{}",
+                self.id,
+                self.log_tail(60)
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// `/admin/status` as JSON.
+    pub async fn status(&self) -> Option<serde_json::Value> {
+        let (code, body) = self.get("/admin/status").await?;
+        (code == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+
+    /// `/admin/digest` as JSON.
+    pub async fn digest(&self) -> Option<serde_json::Value> {
+        let (code, body) = self.get("/admin/digest").await?;
+        (code == 200)
+            .then(|| serde_json::from_str(&body).ok())
+            .flatten()
+    }
+
+    /// `/metrics` text.
+    pub async fn metrics(&self) -> Option<String> {
+        let (code, body) = self.get("/metrics").await?;
+        (code == 200).then_some(body)
+    }
+
+    /// The value of an unlabelled (or fully labelled, as written) metric line.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.metrics().await?;
+        text.lines().find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// The last `lines` lines of the node's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The whole log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Sends `signal` (e.g. `TERM`, `STOP`) with kill(1).
+fn send_signal(pid: i32, signal: &str) -> bool {
+    Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Drop for StatestoreNode {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.child.is_some() {
+            eprintln!(
+                "---- node {} log (tail) ----\n{}\n----",
+                self.id,
+                self.log_tail(80)
+            );
+        }
+        if let Some(child) = &self.child {
+            send_signal(child.id() as i32, "CONT");
+        }
+        self.kill();
+    }
+}
