@@ -121,7 +121,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     tracing::info!("shutting down: releasing the request subscription");
     let _ = stop_tx.send(true);
     serving.store(false, std::sync::atomic::Ordering::SeqCst);
-    mqtt.set_request_subscription(false).await;
+    if tokio::time::timeout(Duration::from_secs(5), mqtt.set_request_subscription(false)).await.is_err() {
+        tracing::warn!("broker did not confirm the unsubscribe in time");
+    }
     let remaining = service
         .in_flight()
         .wait_drained(Duration::from_millis(config.shutdown_grace_ms))
@@ -134,8 +136,10 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     }
     mqtt.shutdown().await;
     dispatcher.abort();
-    if let Err(err) = raft.shutdown().await {
-        tracing::warn!(error = %err, "raft shutdown");
+    match tokio::time::timeout(Duration::from_secs(5), raft.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => tracing::warn!(error = %err, "raft shutdown"),
+        Err(_) => tracing::warn!("raft did not stop in time"),
     }
     store.flush().await?;
     tracing::info!("stopped");

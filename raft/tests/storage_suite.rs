@@ -31,6 +31,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
 
 /// The whole openraft storage suite passes on our sled stores.
 #[test]
-fn sled_stores_pass_the_openraft_storage_suite() -> Result<(), StorageError> {
-    Suite::test_all(SledBuilder)
+fn sled_stores_pass_the_openraft_storage_suite() {
+    if let Err(err) = Suite::test_all(SledBuilder) {
+        panic!("storage suite failed: {err}");
+    }
 }

@@ -255,7 +255,8 @@ mod tests {
 
     #[test]
     fn parse_accepts_padded_and_unpadded_forms_section_3() {
-        let cases: &[(&str, Result<(u64, u64, &str), ()>)] = &[
+        type Expected = Result<(u64, u64, &'static str), ()>;
+        let cases: &[(&str, Expected)] = &[
             (
                 "001696374425000:00001:StateStore",
                 Ok((1_696_374_425_000, 1, "StateStore")),
@@ -281,7 +282,7 @@ mod tests {
             let got = Hlc::parse(text)
                 .map(|h| (h.ms, h.counter, h.node))
                 .map_err(|_| ());
-            let expected = expected.clone().map(|(ms, c, n)| (ms, c, n.to_owned()));
+            let expected = (*expected).map(|(ms, c, n)| (ms, c, n.to_owned()));
             assert_eq!(got, expected, "parsing {text:?}");
         }
     }

@@ -6,7 +6,9 @@
 pub mod broker;
 pub mod node;
 pub mod raw;
+pub mod raw_helpers;
 pub mod sdk;
+pub mod sdk_helpers;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

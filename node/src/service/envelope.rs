@@ -210,7 +210,8 @@ mod tests {
     #[test]
     fn section_1_requests_without_a_way_to_answer_get_no_reply() {
         let now = Instant::now();
-        let cases: Vec<(&str, Box<dyn Fn(&mut InboundMessage)>, Refusal)> = vec![
+        type Mutate = Box<dyn Fn(&mut InboundMessage)>;
+        let cases: Vec<(&str, Mutate, Refusal)> = vec![
             ("QoS 0", Box::new(|m| m.qos = 0), Refusal::Qos0),
             (
                 "no response topic",

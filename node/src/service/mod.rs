@@ -113,6 +113,9 @@ pub struct Service<O: Outbox> {
     /// True while this node is the leader and has finished taking over (leader duties run).
     serving: Arc<AtomicBool>,
     in_flight: Arc<InFlight>,
+    /// Highest time a GET on this node has used: a key seen expired stays expired for later
+    /// reads even if the wall clock steps back.
+    read_floor_ms: std::sync::atomic::AtomicU64,
 }
 
 impl<O: Outbox> Service<O> {
@@ -134,6 +137,7 @@ impl<O: Outbox> Service<O> {
             metrics,
             serving,
             in_flight: Arc::default(),
+            read_floor_ms: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -346,6 +350,7 @@ impl<O: Outbox> Service<O> {
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
         let time = read::read_time(&read::meta(&view)?, self.wall.now_ms());
+        let time = self.read_floor_ms.fetch_max(time, Ordering::SeqCst).max(time);
         Ok(match read::live_record(&view, key, time)? {
             Some(record) => Answer {
                 reply: Reply::Bulk(record.value),

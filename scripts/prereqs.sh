@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients) and the
+# OpenSSL headers the official SDK client links against. Safe to run again.
+set -euo pipefail
+
+missing=()
+command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit, property, storage-conformance and black-box tests (real
+# Mosquitto, real statestore processes, the official SDK client, raw MQTT).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/prereqs.sh
+# The black-box tests start the real binary: build it first (same profile as the tests).
+cargo build --locked --bin statestore
+cargo test --locked --workspace "$@"
