@@ -67,6 +67,9 @@ pub struct RunArgs {
     /// Initial cluster member `id=host:port` (repeat for each member, this node included).
     #[arg(long = "peer", value_name = "ID=HOST:PORT")]
     pub peers: Vec<String>,
+    /// Do not bootstrap: wait to be added to an existing cluster (`statestore cluster add-node`).
+    #[arg(long)]
+    pub join: bool,
     /// Leader heartbeat interval, ms.
     #[arg(long, value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
@@ -187,6 +190,9 @@ impl RunArgs {
                     .peers
                     .insert(id.trim().to_owned(), addr.trim().to_owned());
             }
+        }
+        if self.join {
+            config.cluster.join = true;
         }
         set(&mut config.cluster.heartbeat_ms, self.heartbeat_ms);
         set(

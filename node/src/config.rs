@@ -65,6 +65,9 @@ pub struct ClusterConfig {
     /// Initial members `id -> raft address` (this node included) for a new cluster. Empty:
     /// a single-node cluster of this node.
     pub peers: BTreeMap<String, String>,
+    /// Start without bootstrapping and wait to be added to an existing cluster
+    /// (`statestore cluster add-node`).
+    pub join: bool,
     /// Leader heartbeat interval, ms.
     pub heartbeat_ms: u64,
     /// Election timeout lower bound, ms.
@@ -189,6 +192,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             advertise: None,
             peers: BTreeMap::new(),
+            join: false,
             heartbeat_ms: as_ms(raft.heartbeat_interval),
             election_timeout_min_ms: as_ms(raft.election_timeout_min),
             election_timeout_max_ms: as_ms(raft.election_timeout_max),
@@ -375,6 +379,11 @@ impl Config {
             return Err(invalid("mqtt.receive_maximum must be positive"));
         }
         self.initial_members()?;
+        if c.join && !c.peers.is_empty() {
+            return Err(invalid(
+                "--join and --peer contradict each other: a joining node learns its peers from the cluster",
+            ));
+        }
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use statestore_raft::RaftNode;
+use statestore_raft::{MembershipChange, RaftNode};
 use statestore_storage::keyspace::read;
 use tokio::sync::watch;
 
@@ -229,32 +229,15 @@ async fn change_members(
     State(state): State<Arc<HttpState>>,
     Json(change): Json<MemberChange>,
 ) -> Response {
-    let result = match &change {
-        MemberChange::Add { id, raft } => state.raft.add_voter(*id, raft.clone()).await,
-        MemberChange::Remove { id } => state.raft.remove_node(*id).await,
+    let change = match change {
+        MemberChange::Add { id, raft } => MembershipChange::AddVoter { id, addr: raft },
+        MemberChange::Remove { id } => MembershipChange::Remove { id },
     };
-    match result {
+    match state.raft.change_membership(&change).await {
         Ok(()) => {
             tracing::info!(?change, "membership changed");
             (StatusCode::OK, "ok\n").into_response()
         }
-        Err(statestore_raft::Error::NotLeader { leader }) => {
-            let leader_addr = leader.and_then(|l| {
-                state
-                    .raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .get_node(&l)
-                    .map(|n| n.addr.clone())
-            });
-            (
-                StatusCode::CONFLICT,
-                format!("not the leader; leader is {leader:?} at {leader_addr:?}\n"),
-            )
-                .into_response()
-        }
-        Err(err) => (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
+        Err(err) => (StatusCode::CONFLICT, format!("{err}\n")).into_response(),
     }
 }

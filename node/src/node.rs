@@ -48,7 +48,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         stop.clone(),
         "raft",
     ));
-    if raft.bootstrap(config.initial_members()?).await? {
+    if config.cluster.join {
+        tracing::info!(advertise = %config.advertise_addr(), "waiting to be added to a cluster (statestore cluster add-node)");
+    } else if raft.bootstrap(config.initial_members()?).await? {
         tracing::info!(members = ?config.initial_members()?, "initialised a new cluster");
     }
 
@@ -121,7 +123,10 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     tracing::info!("shutting down: releasing the request subscription");
     let _ = stop_tx.send(true);
     serving.store(false, std::sync::atomic::Ordering::SeqCst);
-    if tokio::time::timeout(Duration::from_secs(5), mqtt.set_request_subscription(false)).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(5), mqtt.set_request_subscription(false))
+        .await
+        .is_err()
+    {
         tracing::warn!("broker did not confirm the unsubscribe in time");
     }
     let remaining = service

@@ -74,3 +74,25 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
         .map_err(|e| NodeError::Telemetry(e.to_string()))?;
     Ok(TelemetryGuard { provider })
 }
+
+/// Makes `span` a child of the W3C trace context in `traceparent` (an MQTT user property of the
+/// request), so a client's trace continues through the store. Ignored when malformed or when no
+/// OpenTelemetry layer is installed.
+pub fn continue_remote_trace(
+    span: &tracing::Span,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) {
+    use opentelemetry::propagation::TextMapPropagator;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let Some(traceparent) = traceparent else {
+        return;
+    };
+    let mut carrier = std::collections::HashMap::new();
+    carrier.insert("traceparent".to_owned(), traceparent.to_owned());
+    if let Some(tracestate) = tracestate {
+        carrier.insert("tracestate".to_owned(), tracestate.to_owned());
+    }
+    let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    let _ = span.set_parent(parent);
+}

@@ -10,6 +10,7 @@
 
 pub mod error;
 pub mod log_store;
+pub mod membership;
 pub mod metrics;
 pub mod network;
 mod raft_node;
@@ -17,5 +18,6 @@ pub mod state_machine;
 pub mod types;
 
 pub use error::{Error, Result};
+pub use membership::MembershipChange;
 pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
 pub use state_machine::{DiscardEvents, EventSink};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
-use openraft::{BasicNode, ChangeMembers, Config, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::keyspace::{Outcome, Proposal};
 use statestore_storage::sled::{StateView, Store};
@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
+use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, RaftStorageMetrics};
 use crate::network::{NetworkFactory, peer_router};
 use crate::state_machine::{EventSink, StateMachine};
@@ -255,26 +256,9 @@ impl RaftNode {
         &self.store
     }
 
-    /// Adds `id` at `addr` as a learner, waits for it to catch up, then makes it a voter.
-    pub async fn add_voter(&self, id: NodeId, addr: String) -> Result<()> {
-        self.raft
-            .add_learner(id, BasicNode::new(addr), true)
-            .await
-            .map_err(write_error)?;
-        self.raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
-    }
-
-    /// Removes `id` from the voters and from the cluster.
-    pub async fn remove_node(&self, id: NodeId) -> Result<()> {
-        self.raft
-            .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-            .await
-            .map_err(write_error)?;
-        Ok(())
+    /// Changes membership; runs on the leader (forwarded there if this node is a follower).
+    pub async fn change_membership(&self, change: &MembershipChange) -> Result<()> {
+        membership::apply_anywhere(&self.raft, change).await
     }
 
     /// Current voter ids.
@@ -308,18 +292,6 @@ impl RaftNode {
     /// Current role.
     pub fn server_state(&self) -> ServerState {
         self.raft.metrics().borrow().state
-    }
-}
-
-fn write_error(err: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Error {
-    match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Error::NotLeader {
-            leader: f.leader_id,
-        },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            Error::Membership(e.to_string())
-        }
-        RaftError::Fatal(f) => Error::Stopped(f.to_string()),
     }
 }
 

@@ -346,11 +346,15 @@ impl<O: Outbox> Service<O> {
     }
 
     /// GET: a linearizable read at the leader's time (expired keys are invisible, §8).
+    #[tracing::instrument(level = "debug", name = "read", skip_all)]
     async fn get(&self, key: &[u8]) -> Result<Answer, Unavailable> {
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
         let time = read::read_time(&read::meta(&view)?, self.wall.now_ms());
-        let time = self.read_floor_ms.fetch_max(time, Ordering::SeqCst).max(time);
+        let time = self
+            .read_floor_ms
+            .fetch_max(time, Ordering::SeqCst)
+            .max(time);
         Ok(match read::live_record(&view, key, time)? {
             Some(record) => Answer {
                 reply: Reply::Bulk(record.value),
@@ -365,6 +369,7 @@ impl<O: Outbox> Service<O> {
 
     /// Stamps `mutation` with the leader HLC (merged with the request's `__ts`) and
     /// replicates it; returns what apply decided.
+    #[tracing::instrument(level = "debug", name = "propose", skip_all, fields(mutation = mutation.kind()))]
     async fn propose(
         &self,
         request: Option<RequestId>,

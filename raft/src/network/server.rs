@@ -9,6 +9,7 @@ use axum::routing::post;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use statestore_storage::codec;
 
+use crate::membership::{self, MEMBERSHIP_PATH, MembershipChange};
 use crate::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::types::{NodeId, Raft, TypeConfig};
 
@@ -27,6 +28,7 @@ pub fn peer_router(raft: Raft) -> Router {
         .route(APPEND_PATH, post(append))
         .route(VOTE_PATH, post(vote))
         .route(SNAPSHOT_PATH, post(snapshot))
+        .route(MEMBERSHIP_PATH, post(membership))
         .layer(DefaultBodyLimit::max(MAX_PEER_BODY_BYTES))
         .with_state(raft)
 }
@@ -46,4 +48,14 @@ async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Reply {
     let request: InstallSnapshotRequest<TypeConfig> =
         codec::decode("install snapshot request", &body).map_err(bad_request)?;
     Ok(codec::encode(&raft.install_snapshot(request).await))
+}
+
+/// A membership change forwarded by a follower; only the leader executes it.
+async fn membership(State(raft): State<Raft>, body: Bytes) -> Reply {
+    let change: MembershipChange =
+        codec::decode("membership change", &body).map_err(bad_request)?;
+    match membership::apply_locally(&raft, &change).await {
+        Ok(()) => Ok(Vec::new()),
+        Err(err) => Err((StatusCode::CONFLICT, err.to_string())),
+    }
 }
