@@ -14,6 +14,7 @@ pub mod membership;
 pub mod metrics;
 pub mod network;
 mod raft_node;
+mod read_barrier;
 pub mod state_machine;
 pub mod types;
 

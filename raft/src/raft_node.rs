@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::keyspace::{Outcome, Proposal};
@@ -17,6 +17,7 @@ use crate::log_store::LogStore;
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, RaftStorageMetrics};
 use crate::network::{NetworkFactory, peer_router};
+use crate::read_barrier::ReadBarrier;
 use crate::state_machine::{EventSink, StateMachine};
 use crate::types::{NodeId, Raft, RaftMetrics, TypeConfig};
 
@@ -125,6 +126,7 @@ pub struct RaftNode {
     store: Store,
     state: statestore_storage::sled::StateTree,
     leadership: watch::Receiver<Leadership>,
+    read_barrier: ReadBarrier,
 }
 
 impl RaftNode {
@@ -167,12 +169,14 @@ impl RaftNode {
             leadership_tx,
             consensus_metrics,
         ));
+        let read_barrier = ReadBarrier::new(raft.clone());
         Ok(RaftNode {
             id: config.id,
             raft,
             store,
             state,
             leadership,
+            read_barrier,
         })
     }
 
@@ -222,18 +226,7 @@ impl RaftNode {
     /// Returns once this node has confirmed with a quorum that it is the leader and has applied
     /// everything committed before the call: a read after this is linearizable.
     pub async fn ensure_linearizable(&self) -> Result<()> {
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(Error::NotLeader {
-                    leader: f.leader_id,
-                })
-            }
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))) => {
-                Err(Error::QuorumNotReached)
-            }
-            Err(RaftError::Fatal(f)) => Err(Error::Stopped(f.to_string())),
-        }
+        self.read_barrier.wait().await
     }
 
     /// Leadership as seen by this node; changes are pushed as they happen.

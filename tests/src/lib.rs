@@ -4,6 +4,7 @@
 //! processes are observed through MQTT, their HTTP admin API and their exit status.
 
 pub mod broker;
+pub mod cluster;
 pub mod node;
 pub mod raw;
 pub mod raw_helpers;

@@ -1,0 +1,153 @@
+//! A cluster of `statestore` processes sharing one Mosquitto: start N nodes with each other as
+//! peers, find the leader, wait for digests to converge, grow and shrink membership.
+
+use std::time::{Duration, Instant};
+
+use crate::broker::Broker;
+use crate::node::{NodeSpec, StatestoreNode};
+use crate::{free_port, wait_for};
+
+/// Raft timing used by cluster tests: short enough for fast failovers, long enough for 2
+/// shared CI cores.
+pub const TEST_TIMING: [&str; 6] =
+    ["--heartbeat-ms", "100", "--election-timeout-min-ms", "700", "--election-timeout-max-ms", "1400"];
+
+/// Broker plus nodes.
+pub struct Cluster {
+    /// The shared broker.
+    pub broker: Broker,
+    /// Nodes, index i has id i+1.
+    pub nodes: Vec<StatestoreNode>,
+}
+
+impl Cluster {
+    /// Starts `size` nodes that bootstrap together; `extra` flags go to every node.
+    pub fn start(size: usize, extra: &[&str]) -> Cluster {
+        let broker = Broker::start();
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers: Vec<(u64, u16)> = ports.iter().enumerate().map(|(i, p)| (i as u64 + 1, *p)).collect();
+        let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let nodes = peers
+            .iter()
+            .map(|(id, port)| {
+                StatestoreNode::start(
+                    &broker,
+                    NodeSpec { id: *id, peers: peers.clone(), raft_port: Some(*port), extra_args: args.clone() },
+                )
+            })
+            .collect();
+        Cluster { broker, nodes }
+    }
+
+    /// Waits until every running node is ready.
+    pub async fn wait_ready(&mut self, timeout: Duration) {
+        for node in self.nodes.iter_mut() {
+            if node.is_running() {
+                node.wait_ready(timeout).await;
+            }
+        }
+    }
+
+    /// Index of the node that is leader and holds the request subscription, if exactly one.
+    pub async fn serving_leader(&mut self) -> Option<usize> {
+        let mut found = None;
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if !node.is_running() {
+                continue;
+            }
+            let Some(status) = node.status().await else { continue };
+            if status["state"] == "Leader" && status["request_subscription_active"] == true && status["ready"] == true {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(i);
+            }
+        }
+        found
+    }
+
+    /// Waits for a serving leader.
+    pub async fn wait_serving_leader(&mut self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(leader) = self.serving_leader().await {
+                return leader;
+            }
+            assert!(Instant::now() < deadline, "no serving leader after {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sum over running nodes of `statestore_mqtt_request_subscription_active`.
+    pub async fn subscription_holders(&mut self) -> f64 {
+        let mut sum = 0.0;
+        for node in self.nodes.iter_mut() {
+            if node.is_running() {
+                sum += node.metric("statestore_mqtt_request_subscription_active").await.unwrap_or(0.0);
+            }
+        }
+        sum
+    }
+
+    /// Waits until every running node reports the same applied index and digest; returns the
+    /// digest JSON of each.
+    pub async fn wait_converged(&mut self, timeout: Duration) -> Vec<serde_json::Value> {
+        let running: Vec<usize> = (0..self.nodes.len()).filter(|i| self.nodes[*i].is_running()).collect();
+        let nodes = &self.nodes;
+        let result = wait_for(timeout, || async {
+            let mut digests = Vec::new();
+            for i in &running {
+                digests.push(nodes[*i].digest().await?);
+            }
+            let first = &digests[0];
+            digests
+                .iter()
+                .all(|d| d["digest"] == first["digest"] && d["applied_index"] == first["applied_index"])
+                .then_some(digests)
+        })
+        .await;
+        match result {
+            Some(digests) => digests,
+            None => {
+                let mut seen = Vec::new();
+                for i in &running {
+                    seen.push(nodes[*i].digest().await);
+                }
+                panic!("digests did not converge within {timeout:?}: {seen:?}");
+            }
+        }
+    }
+
+    /// Starts node `id` with `--join` (no bootstrap) and adds it through `via`'s admin API.
+    pub async fn add_node(&mut self, via: usize) -> usize {
+        let id = self.nodes.len() as u64 + 1;
+        let raft_port = free_port();
+        let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
+        args.push("--join".into());
+        let node = StatestoreNode::start(&self.broker, NodeSpec { id, peers: vec![], raft_port: Some(raft_port), extra_args: args });
+        self.nodes.push(node);
+        let body = serde_json::json!({"action": "add", "id": id, "raft": format!("127.0.0.1:{raft_port}")});
+        self.admin_post(via, body).await;
+        self.nodes.len() - 1
+    }
+
+    /// Removes node `index` from the cluster through `via`'s admin API (the process keeps running).
+    pub async fn remove_node(&mut self, index: usize, via: usize) {
+        let body = serde_json::json!({"action": "remove", "id": self.nodes[index].id});
+        self.admin_post(via, body).await;
+    }
+
+    async fn admin_post(&self, via: usize, body: serde_json::Value) {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).no_proxy().build().expect("http client");
+        let response = client
+            .post(format!("{}/admin/members", self.nodes[via].http_url()))
+            .json(&body)
+            .send()
+            .await
+            .expect("admin request");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        assert!(status.is_success(), "membership change {body} failed: {status} {text}");
+    }
+}
