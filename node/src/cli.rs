@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Build a snapshot every this many log entries.
     #[arg(long, value_name = "N")]
     pub snapshot_after_entries: Option<u64>,
+    /// Log entries kept behind a snapshot (for followers only slightly behind).
+    #[arg(long, value_name = "N")]
+    pub entries_kept_after_snapshot: Option<u64>,
     /// Longest key in bytes (§9, default 1024).
     #[arg(long, value_name = "BYTES")]
     pub max_key_bytes: Option<usize>,
@@ -207,6 +210,7 @@ impl RunArgs {
             &mut config.cluster.snapshot_after_entries,
             self.snapshot_after_entries,
         );
+        set(&mut config.cluster.entries_kept_after_snapshot, self.entries_kept_after_snapshot);
         set(&mut config.limits.max_key_bytes, self.max_key_bytes);
         set(&mut config.limits.max_value_bytes, self.max_value_bytes);
         set(&mut config.limits.max_array_len, self.max_array_len);

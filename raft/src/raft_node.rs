@@ -47,8 +47,8 @@ impl Default for RaftConfig {
         RaftConfig {
             id: 1,
             heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(800),
-            election_timeout_max: Duration::from_millis(1_600),
+            election_timeout_min: Duration::from_millis(500),
+            election_timeout_max: Duration::from_millis(1_000),
             snapshot_after_entries: 50_000,
             entries_kept_after_snapshot: 5_000,
             connect_timeout: Duration::from_millis(500),

@@ -9,8 +9,14 @@ use crate::{free_port, wait_for};
 
 /// Raft timing used by cluster tests: short enough for fast failovers, long enough for 2
 /// shared CI cores.
-pub const TEST_TIMING: [&str; 6] =
-    ["--heartbeat-ms", "100", "--election-timeout-min-ms", "700", "--election-timeout-max-ms", "1400"];
+pub const TEST_TIMING: [&str; 6] = [
+    "--heartbeat-ms",
+    "100",
+    "--election-timeout-min-ms",
+    "500",
+    "--election-timeout-max-ms",
+    "1000",
+];
 
 /// Broker plus nodes.
 pub struct Cluster {
@@ -25,7 +31,11 @@ impl Cluster {
     pub fn start(size: usize, extra: &[&str]) -> Cluster {
         let broker = Broker::start();
         let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let peers: Vec<(u64, u16)> = ports.iter().enumerate().map(|(i, p)| (i as u64 + 1, *p)).collect();
+        let peers: Vec<(u64, u16)> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u64 + 1, *p))
+            .collect();
         let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
         args.extend(extra.iter().map(|s| s.to_string()));
         let nodes = peers
@@ -33,7 +43,12 @@ impl Cluster {
             .map(|(id, port)| {
                 StatestoreNode::start(
                     &broker,
-                    NodeSpec { id: *id, peers: peers.clone(), raft_port: Some(*port), extra_args: args.clone() },
+                    NodeSpec {
+                        id: *id,
+                        peers: peers.clone(),
+                        raft_port: Some(*port),
+                        extra_args: args.clone(),
+                    },
                 )
             })
             .collect();
@@ -56,8 +71,13 @@ impl Cluster {
             if !node.is_running() {
                 continue;
             }
-            let Some(status) = node.status().await else { continue };
-            if status["state"] == "Leader" && status["request_subscription_active"] == true && status["ready"] == true {
+            let Some(status) = node.status().await else {
+                continue;
+            };
+            if status["state"] == "Leader"
+                && status["request_subscription_active"] == true
+                && status["ready"] == true
+            {
                 if found.is_some() {
                     return None;
                 }
@@ -74,7 +94,10 @@ impl Cluster {
             if let Some(leader) = self.serving_leader().await {
                 return leader;
             }
-            assert!(Instant::now() < deadline, "no serving leader after {timeout:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no serving leader after {timeout:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -84,16 +107,33 @@ impl Cluster {
         let mut sum = 0.0;
         for node in self.nodes.iter_mut() {
             if node.is_running() {
-                sum += node.metric("statestore_mqtt_request_subscription_active").await.unwrap_or(0.0);
+                sum += node
+                    .metric("statestore_mqtt_request_subscription_active")
+                    .await
+                    .unwrap_or(0.0);
             }
         }
         sum
     }
 
+    /// Waits until exactly one node holds the request subscription; false on timeout.
+    pub async fn wait_single_subscription_holder(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.subscription_holders().await == 1.0 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
     /// Waits until every running node reports the same applied index and digest; returns the
     /// digest JSON of each.
     pub async fn wait_converged(&mut self, timeout: Duration) -> Vec<serde_json::Value> {
-        let running: Vec<usize> = (0..self.nodes.len()).filter(|i| self.nodes[*i].is_running()).collect();
+        let running: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].is_running())
+            .collect();
         let nodes = &self.nodes;
         let result = wait_for(timeout, || async {
             let mut digests = Vec::new();
@@ -103,7 +143,9 @@ impl Cluster {
             let first = &digests[0];
             digests
                 .iter()
-                .all(|d| d["digest"] == first["digest"] && d["applied_index"] == first["applied_index"])
+                .all(|d| {
+                    d["digest"] == first["digest"] && d["applied_index"] == first["applied_index"]
+                })
                 .then_some(digests)
         })
         .await;
@@ -125,7 +167,15 @@ impl Cluster {
         let raft_port = free_port();
         let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
         args.push("--join".into());
-        let node = StatestoreNode::start(&self.broker, NodeSpec { id, peers: vec![], raft_port: Some(raft_port), extra_args: args });
+        let node = StatestoreNode::start(
+            &self.broker,
+            NodeSpec {
+                id,
+                peers: vec![],
+                raft_port: Some(raft_port),
+                extra_args: args,
+            },
+        );
         self.nodes.push(node);
         let body = serde_json::json!({"action": "add", "id": id, "raft": format!("127.0.0.1:{raft_port}")});
         self.admin_post(via, body).await;
@@ -139,7 +189,11 @@ impl Cluster {
     }
 
     async fn admin_post(&self, via: usize, body: serde_json::Value) {
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(120)).no_proxy().build().expect("http client");
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .no_proxy()
+            .build()
+            .expect("http client");
         let response = client
             .post(format!("{}/admin/members", self.nodes[via].http_url()))
             .json(&body)
@@ -148,6 +202,9 @@ impl Cluster {
             .expect("admin request");
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
-        assert!(status.is_success(), "membership change {body} failed: {status} {text}");
+        assert!(
+            status.is_success(),
+            "membership change {body} failed: {status} {text}"
+        );
     }
 }

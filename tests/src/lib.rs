@@ -10,6 +10,7 @@ pub mod raw;
 pub mod raw_helpers;
 pub mod sdk;
 pub mod sdk_helpers;
+pub mod workload;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -19,12 +19,29 @@ async fn sdk_writes_reach_every_replica_with_identical_digests() {
     let sdk = SdkClient::connect(cluster.broker.port, "replication-writer").await;
     for i in 0..100u32 {
         let key = format!("key-{i:03}").into_bytes();
-        let response = sdk.client.set(key, i.to_be_bytes().to_vec(), TIMEOUT, None, SetOptions::default()).await.expect("set");
+        let response = sdk
+            .client
+            .set(
+                key,
+                i.to_be_bytes().to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+            .await
+            .expect("set");
         assert!(response.response);
     }
     for i in 0..10u32 {
         let key = format!("key-{i:03}").into_bytes();
-        assert_eq!(sdk.client.del(key, None, TIMEOUT).await.expect("del").response, 1);
+        assert_eq!(
+            sdk.client
+                .del(key, None, TIMEOUT)
+                .await
+                .expect("del")
+                .response,
+            1
+        );
     }
     let digests = cluster.wait_converged(Duration::from_secs(20)).await;
     for digest in &digests {

@@ -1,0 +1,125 @@
+//! Client workloads for fault tests: writers that keep writing through the official SDK while
+//! nodes are killed or paused, recording exactly which writes were acknowledged and when.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use azure_iot_operations_services::state_store::SetOptions;
+
+use crate::sdk::SdkClient;
+
+/// One acknowledged write.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// Key written.
+    pub key: Vec<u8>,
+    /// Value written.
+    pub value: Vec<u8>,
+    /// When the request was sent.
+    pub sent: Instant,
+    /// When the acknowledgement arrived.
+    pub acked: Instant,
+}
+
+/// What a writer did.
+#[derive(Debug, Default)]
+pub struct WriterReport {
+    /// Acknowledged writes, in order.
+    pub acks: Vec<Ack>,
+    /// Requests that failed or timed out (their effect is unknown).
+    pub failures: Vec<Instant>,
+}
+
+/// A background writer.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<WriterReport>,
+}
+
+/// How a writer chooses keys.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyPattern {
+    /// A fresh key per write: `<prefix>-<seq>` = `<seq>`.
+    Unique,
+    /// One key `<prefix>` overwritten with an increasing counter.
+    Register,
+}
+
+impl Writer {
+    /// Connects an SDK client `id` and writes until stopped, one request at a time, with
+    /// `timeout` per request.
+    pub async fn start(port: u16, id: &str, pattern: KeyPattern, timeout: Duration) -> Writer {
+        let sdk = SdkClient::connect(port, id).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let prefix = id.to_owned();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut report = WriterReport::default();
+                let mut seq: u64 = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    seq += 1;
+                    let key = match pattern {
+                        KeyPattern::Unique => format!("{prefix}-{seq:08}").into_bytes(),
+                        KeyPattern::Register => prefix.clone().into_bytes(),
+                    };
+                    let value = format!("{seq:016}").into_bytes();
+                    let sent = Instant::now();
+                    match sdk
+                        .client
+                        .set(
+                            key.clone(),
+                            value.clone(),
+                            timeout,
+                            None,
+                            SetOptions::default(),
+                        )
+                        .await
+                    {
+                        Ok(response) if response.response => {
+                            report.acks.push(Ack {
+                                key,
+                                value,
+                                sent,
+                                acked: Instant::now(),
+                            });
+                        }
+                        _ => {
+                            report.failures.push(sent);
+                            // A short pause so a dead broker route does not become a busy loop.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                sdk.shutdown().await;
+                report
+            }
+        });
+        Writer { stop, task }
+    }
+
+    /// Stops and returns the report.
+    pub async fn finish(self) -> WriterReport {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("writer task")
+    }
+}
+
+/// The first acknowledgement (over all reports) of a request sent after `since`, as a delay.
+pub fn first_ack_after(reports: &[WriterReport], since: Instant) -> Option<Duration> {
+    reports
+        .iter()
+        .flat_map(|r| r.acks.iter())
+        .filter(|a| a.sent >= since)
+        .map(|a| a.acked - since)
+        .min()
+}
+
+/// Median and max of a list of durations.
+pub fn median_and_max(mut values: Vec<Duration>) -> (Duration, Duration) {
+    values.sort();
+    let median = values.get(values.len() / 2).copied().unwrap_or_default();
+    let max = values.last().copied().unwrap_or_default();
+    (median, max)
+}
