@@ -84,9 +84,9 @@ impl Shape {
     /// The response topic this SDK uses for client `id`.
     pub fn topic(self, id: &str) -> String {
         match self {
-            Shape::Rust => format!(
-                "clients/{id}/services/statestore/v1/{SERVICE_ID}/command/invoke/response"
-            ),
+            Shape::Rust => {
+                format!("clients/{id}/services/statestore/v1/{SERVICE_ID}/command/invoke/response")
+            }
             Shape::Go => format!(
                 "clients/{}/statestore/v1/{SERVICE_ID}/command/invoke/response",
                 hex_upper(id.as_bytes())
@@ -327,7 +327,13 @@ pub async fn dropped(node: &StatestoreNode, reason: &str) -> f64 {
     let text = node.metrics().await.expect("/metrics answers 200");
     let series = format!("statestore_server_requests_dropped_total{{reason=\"{reason}\"}}");
     text.lines()
-        .find_map(|line| line.strip_prefix(&series)?.strip_prefix(' ')?.trim().parse().ok())
+        .find_map(|line| {
+            line.strip_prefix(&series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0.0)
 }
 
@@ -370,7 +376,12 @@ pub async fn assert_still_serving(client: &mut RawClient, what: &str) {
     )
     .await;
     assert_payload(&format!("{what}: control SET"), &set, b"+OK\r\n");
-    let get = cmd(client, &format!("{what}: control GET"), &[b"GET", key.as_bytes()]).await;
+    let get = cmd(
+        client,
+        &format!("{what}: control GET"),
+        &[b"GET", key.as_bytes()],
+    )
+    .await;
     assert_payload(&format!("{what}: control GET"), &get, b"$5\r\nalive\r\n");
 }
 
@@ -380,7 +391,11 @@ pub struct XorShift(u64);
 impl XorShift {
     /// Seeded (a zero seed is replaced).
     pub fn new(seed: u64) -> XorShift {
-        XorShift(if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed })
+        XorShift(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
     }
 
     /// Next 64 random bits.

@@ -38,7 +38,13 @@ async fn set_plain_and_get_hit_and_miss() {
     let c = &sdk.client;
 
     let set = c
-        .set(b"k".to_vec(), b"v1".to_vec(), TIMEOUT, None, SetOptions::default())
+        .set(
+            b"k".to_vec(),
+            b"v1".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("plain SET is answered");
     assert!(set.response, "plain SET applies");
@@ -49,11 +55,20 @@ async fn set_plain_and_get_hit_and_miss() {
     assert_eq!(get.version, Some(v1), "GET returns the SET's version (§3)");
 
     let set2 = c
-        .set(b"k".to_vec(), b"v2".to_vec(), TIMEOUT, None, SetOptions::default())
+        .set(
+            b"k".to_vec(),
+            b"v2".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("second plain SET");
     assert!(set2.response, "plain SET overwrites unconditionally");
-    let get2 = c.get(b"k".to_vec(), TIMEOUT).await.expect("GET after overwrite");
+    let get2 = c
+        .get(b"k".to_vec(), TIMEOUT)
+        .await
+        .expect("GET after overwrite");
     assert_eq!(get2.response, Some(b"v2".to_vec()));
     assert_eq!(get2.version, set2.version);
 
@@ -88,8 +103,15 @@ async fn set_nx_only_if_absent() {
     assert!(!second.response, "NX on an existing key is not applied");
 
     let get = c.get(b"nx".to_vec(), TIMEOUT).await.expect("GET");
-    assert_eq!(get.response, Some(b"first".to_vec()), "failed NX changed nothing");
-    assert_eq!(get.version, first.version, "failed NX left the version alone");
+    assert_eq!(
+        get.response,
+        Some(b"first".to_vec()),
+        "failed NX changed nothing"
+    );
+    assert_eq!(
+        get.version, first.version,
+        "failed NX left the version alone"
+    );
     sdk.shutdown().await;
 }
 
@@ -143,13 +165,19 @@ async fn set_px_key_is_gone_after_its_time() {
             b"short-lived".to_vec(),
             TIMEOUT,
             None,
-            opts(SetCondition::Unconditional, Some(Duration::from_millis(1000))),
+            opts(
+                SetCondition::Unconditional,
+                Some(Duration::from_millis(1000)),
+            ),
         )
         .await
         .expect("SET PX");
     assert!(set.response);
 
-    let get = c.get(b"px".to_vec(), TIMEOUT).await.expect("GET right away");
+    let get = c
+        .get(b"px".to_vec(), TIMEOUT)
+        .await
+        .expect("GET right away");
     if started.elapsed() < Duration::from_millis(900) {
         assert_eq!(
             get.response,
@@ -160,7 +188,9 @@ async fn set_px_key_is_gone_after_its_time() {
 
     let gone = wait_for(Duration::from_secs(15), || async {
         let get = c.get(b"px".to_vec(), TIMEOUT).await.ok()?;
-        get.response.is_none().then(|| (started.elapsed(), get.version))
+        get.response
+            .is_none()
+            .then(|| (started.elapsed(), get.version))
     })
     .await
     .expect("the PX 1000 key disappears within 15 s");
@@ -169,7 +199,10 @@ async fn set_px_key_is_gone_after_its_time() {
         "the key vanished after {:?}, before its 1000 ms",
         gone.0
     );
-    assert!(gone.1.is_none(), "the expired key's GET miss carries no __ts");
+    assert!(
+        gone.1.is_none(),
+        "the expired key's GET miss carries no __ts"
+    );
     sdk.shutdown().await;
 }
 
@@ -205,7 +238,10 @@ async fn set_nx_px_expires_then_nx_applies_again() {
         r.response.then_some(())
     })
     .await;
-    assert!(reapplied.is_some(), "NX applies again after the key expired");
+    assert!(
+        reapplied.is_some(),
+        "NX applies again after the key expired"
+    );
     let get = c.get(b"nxpx".to_vec(), TIMEOUT).await.expect("GET");
     assert_eq!(get.response, Some(b"three".to_vec()));
     sdk.shutdown().await;
@@ -218,7 +254,12 @@ async fn set_nx_px_expires_then_nx_applies_again() {
 async fn plain_set_clears_earlier_expiry() {
     let (_broker, _node, sdk) = setup("t10-clearpx").await;
     let c = &sdk.client;
-    let px = || opts(SetCondition::Unconditional, Some(Duration::from_millis(1000)));
+    let px = || {
+        opts(
+            SetCondition::Unconditional,
+            Some(Duration::from_millis(1000)),
+        )
+    };
 
     assert!(
         c.set(b"kept".to_vec(), b"a".to_vec(), TIMEOUT, None, px())
@@ -227,10 +268,16 @@ async fn plain_set_clears_earlier_expiry() {
             .response
     );
     assert!(
-        c.set(b"kept".to_vec(), b"b".to_vec(), TIMEOUT, None, SetOptions::default())
-            .await
-            .expect("plain SET over the PX key")
-            .response
+        c.set(
+            b"kept".to_vec(),
+            b"b".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default()
+        )
+        .await
+        .expect("plain SET over the PX key")
+        .response
     );
     // Written after `kept`'s original expiry was fixed, so it expires later.
     assert!(
@@ -264,10 +311,16 @@ async fn del_hit_and_miss() {
     let (_broker, _node, sdk) = setup("t10-del").await;
     let c = &sdk.client;
     assert!(
-        c.set(b"d".to_vec(), b"x".to_vec(), TIMEOUT, None, SetOptions::default())
-            .await
-            .expect("SET")
-            .response
+        c.set(
+            b"d".to_vec(),
+            b"x".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default()
+        )
+        .await
+        .expect("SET")
+        .response
     );
     let hit = c.del(b"d".to_vec(), None, TIMEOUT).await.expect("DEL hit");
     assert_eq!(hit.response, 1, "DEL of an existing key deletes one key");
@@ -285,7 +338,13 @@ async fn vdel_match_missing_mismatch() {
     let (_broker, _node, sdk) = setup("t10-vdel").await;
     let c = &sdk.client;
     let set = c
-        .set(b"vd".to_vec(), b"right".to_vec(), TIMEOUT, None, SetOptions::default())
+        .set(
+            b"vd".to_vec(),
+            b"right".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("SET");
     assert!(set.response);
@@ -296,7 +355,11 @@ async fn vdel_match_missing_mismatch() {
         .expect("VDEL mismatch is answered");
     assert_eq!(mismatch.response, -1, "VDEL with a different value is :-1");
     let still = c.get(b"vd".to_vec(), TIMEOUT).await.expect("GET");
-    assert_eq!(still.response, Some(b"right".to_vec()), "mismatch kept the key");
+    assert_eq!(
+        still.response,
+        Some(b"right".to_vec()),
+        "mismatch kept the key"
+    );
     assert_eq!(still.version, set.version);
 
     let matched = c
@@ -381,7 +444,13 @@ async fn binary_keys_values_and_empty_value() {
     }
 
     let set = c
-        .set(key.clone(), value.clone(), TIMEOUT, None, SetOptions::default())
+        .set(
+            key.clone(),
+            value.clone(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("SET binary");
     assert!(set.response);
@@ -392,14 +461,23 @@ async fn binary_keys_values_and_empty_value() {
     // A key that is only CRLF is distinct from the one above.
     let crlf = b"\r\n".to_vec();
     assert_eq!(
-        c.get(crlf.clone(), TIMEOUT).await.expect("GET crlf").response,
+        c.get(crlf.clone(), TIMEOUT)
+            .await
+            .expect("GET crlf")
+            .response,
         None
     );
     assert!(
-        c.set(crlf.clone(), b"\r\n".to_vec(), TIMEOUT, None, SetOptions::default())
-            .await
-            .expect("SET crlf")
-            .response
+        c.set(
+            crlf.clone(),
+            b"\r\n".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default()
+        )
+        .await
+        .expect("SET crlf")
+        .response
     );
     assert_eq!(
         c.get(crlf, TIMEOUT).await.expect("GET crlf").response,
@@ -413,12 +491,22 @@ async fn binary_keys_values_and_empty_value() {
     assert_eq!(vdel.response, 1, "VDEL compares binary values exactly");
 
     let empty = c
-        .set(b"empty".to_vec(), Vec::new(), TIMEOUT, None, SetOptions::default())
+        .set(
+            b"empty".to_vec(),
+            Vec::new(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("SET empty value");
     assert!(empty.response, "an empty value is accepted");
     let get = c.get(b"empty".to_vec(), TIMEOUT).await.expect("GET empty");
-    assert_eq!(get.response, Some(Vec::new()), "empty value reads back as $0");
+    assert_eq!(
+        get.response,
+        Some(Vec::new()),
+        "empty value reads back as $0"
+    );
     assert_eq!(get.version, empty.version);
     let vdel = c
         .vdel(b"empty".to_vec(), Vec::new(), None, TIMEOUT)
@@ -444,7 +532,13 @@ async fn one_mib_value_round_trips() {
         .collect();
 
     let set = c
-        .set(b"big".to_vec(), value.clone(), TIMEOUT, None, SetOptions::default())
+        .set(
+            b"big".to_vec(),
+            value.clone(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
         .await
         .expect("SET 1 MiB");
     assert!(set.response);

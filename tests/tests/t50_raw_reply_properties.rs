@@ -8,16 +8,16 @@ use rumqttc::v5::mqttbytes::QoS;
 use statestore_tests::raw::{REQUEST_TOPIC, RawClient, Received, resp};
 use statestore_tests::raw_helpers::*;
 
-/// Waits for the reply with `props`' correlation and the notifications matching `topic`,
-/// after sending `payload`; returns (reply, notifications).
+/// Sends `payload` as a well-formed request and waits for its (checked) reply and for
+/// `notifications` messages on `notify_topic`; returns (reply, notifications on that topic).
 async fn call_and_notifications(
     client: &mut RawClient,
     what: &str,
     payload: &[u8],
-    props: rumqttc::v5::mqttbytes::v5::PublishProperties,
     notify_topic: &str,
     notifications: usize,
 ) -> (Received, Vec<Received>) {
+    let props = props(client);
     let sent = props.clone();
     let correlation = props.correlation_data.clone();
     send(client, QoS::AtLeastOnce, payload, props).await;
@@ -33,7 +33,10 @@ async fn call_and_notifications(
         .cloned()
         .unwrap_or_else(|| panic!("{what}: no reply; got {got:?}"));
     assert_envelope(what, &reply, &sent);
-    let notes: Vec<Received> = got.into_iter().filter(|m| m.topic == notify_topic).collect();
+    let notes: Vec<Received> = got
+        .into_iter()
+        .filter(|m| m.topic == notify_topic)
+        .collect();
     (reply, notes)
 }
 
@@ -54,10 +57,7 @@ async fn s1_2_reply_envelope_on_all_three_response_topic_shapes() {
         let topic = shape.topic(&id);
         let key = format!("shape-key-{shape:?}");
         let requests: Vec<(Vec<u8>, Vec<u8>)> = vec![
-            (
-                resp(&[b"SET", key.as_bytes(), b"v"]),
-                b"+OK\r\n".to_vec(),
-            ),
+            (resp(&[b"SET", key.as_bytes(), b"v"]), b"+OK\r\n".to_vec()),
             (resp(&[b"GET", key.as_bytes()]), b"$1\r\nv\r\n".to_vec()),
             (resp(&[b"DEL", key.as_bytes()]), b":1\r\n".to_vec()),
             (resp(&[b"GET", key.as_bytes()]), b"$-1\r\n".to_vec()),
@@ -117,7 +117,13 @@ async fn s1_2_message_expiry_is_bounded_by_request_expiry() {
     }
     let mut p = props(&mut client);
     p.message_expiry_interval = None;
-    let reply = call(&mut client, "GET without expiry", &resp(&[b"GET", b"nokey"]), p).await;
+    let reply = call(
+        &mut client,
+        "GET without expiry",
+        &resp(&[b"GET", b"nokey"]),
+        p,
+    )
+    .await;
     assert_payload("GET without expiry", &reply, b"$-1\r\n");
 }
 
@@ -209,13 +215,26 @@ async fn s1_2_ts_presence_and_byte_exact_payloads() {
         let kn = cmd(&mut c, "KEYNOTIFY", &[b"KEYNOTIFY", b"watched"]).await;
         assert_payload(&format!("KEYNOTIFY #{round}"), &kn, b"+OK\r\n");
     }
-    let stop = cmd(&mut c, "KEYNOTIFY STOP", &[b"KEYNOTIFY", b"unwatched", b"STOP"]).await;
+    let stop = cmd(
+        &mut c,
+        "KEYNOTIFY STOP",
+        &[b"KEYNOTIFY", b"unwatched", b"STOP"],
+    )
+    .await;
     assert_payload("KEYNOTIFY STOP unobserved", &stop, b":0\r\n");
 
     // An error reply: -ERR with one space, __stat 200 (checked by `cmd`).
     let unknown = cmd(&mut c, "unknown", &[b"FROB", b"k"]).await;
     assert_payload("unknown", &unknown, &err("unknown command"));
 }
+
+/// One error case: name, payload, user properties to set (`None` removes), expected message.
+type ErrorCase = (
+    &'static str,
+    Vec<u8>,
+    Vec<(&'static str, Option<String>)>,
+    &'static str,
+);
 
 /// §5.1: each error message that can be provoked over the wire is sent byte-exact as
 /// `-ERR <message>\r\n` inside a `__stat`=200 reply.
@@ -226,8 +245,7 @@ async fn s5_1_exact_error_messages() {
     let now = statestore_tests::now_ms();
     let future = hlc(now + 600_000, 0, "future-client");
 
-    // Each case: name, payload, user properties to set (None value = remove), expected.
-    let cases: Vec<(&str, Vec<u8>, Vec<(&str, Option<String>)>, &str)> = vec![
+    let cases: Vec<ErrorCase> = vec![
         (
             "bad SET option",
             resp(&[b"SET", b"k", b"v", b"BOGUS"]),
@@ -240,7 +258,12 @@ async fn s5_1_exact_error_messages() {
             vec![],
             "syntax error",
         ),
-        ("unknown verb", resp(&[b"INCR", b"k"]), vec![], "unknown command"),
+        (
+            "unknown verb",
+            resp(&[b"INCR", b"k"]),
+            vec![],
+            "unknown command",
+        ),
         (
             "GET without key",
             resp(&[b"GET"]),
@@ -295,7 +318,12 @@ async fn s5_1_exact_error_messages() {
             vec![("__ft", Some("x:y:z".into()))],
             "malformed timestamp",
         ),
-        ("GET empty key", resp(&[b"GET", b""]), vec![], "the key length is zero"),
+        (
+            "GET empty key",
+            resp(&[b"GET", b""]),
+            vec![],
+            "the key length is zero",
+        ),
         (
             "SET empty key",
             resp(&[b"SET", b"", b"v"]),
@@ -343,7 +371,8 @@ async fn s5_1_exact_error_messages() {
         ("DEL without __ft", resp(&[b"DEL", b"f"])),
         ("VDEL without __ft", resp(&[b"VDEL", b"f", b"1"])),
     ] {
-        let reply = call(&mut c, what, &payload, props(&mut c)).await;
+        let p = props(&mut c);
+        let reply = call(&mut c, what, &payload, p).await;
         assert_payload(
             what,
             &reply,
@@ -361,7 +390,9 @@ async fn s5_1_exact_error_messages() {
         assert_payload(
             what,
             &reply,
-            &err("the request fencing token is a lower version than the fencing token protecting the resource"),
+            &err(
+                "the request fencing token is a lower version than the fencing token protecting the resource",
+            ),
         );
     }
     // GET needs no token and sees the value unchanged.
@@ -382,7 +413,9 @@ async fn s5_1_exact_error_messages() {
     assert_payload(
         "DEL with old __ft",
         &stale,
-        &err("the request fencing token is a lower version than the fencing token protecting the resource"),
+        &err(
+            "the request fencing token is a lower version than the fencing token protecting the resource",
+        ),
     );
 }
 
@@ -493,18 +526,22 @@ async fn s7_notifications_upper_hex_topic_exact_payload_and_ts() {
     .await;
 
     // A change before KEYNOTIFY: no notification.
-    let (r, notes) =
-        call_and_notifications(&mut c, "SET before", &resp(&[b"SET", key, b"early"]), props(&mut c), &topic, 0)
-            .await;
+    let (r, _) = call_and_notifications(
+        &mut c,
+        "SET before",
+        &resp(&[b"SET", key, b"early"]),
+        &topic,
+        0,
+    )
+    .await;
     assert_payload("SET before", &r, b"+OK\r\n");
-    assert!(notes.is_empty());
-    let r = cmd(&mut c, "KEYNOTIFY", &[b"KEYNOTIFY", key]).await;
-    assert_payload("KEYNOTIFY", &r, b"+OK\r\n");
-    let stray = drain(&mut c, Duration::from_millis(300)).await;
+    let stray = drain(&mut c, Duration::from_millis(500)).await;
     assert!(
         stray.iter().all(|m| m.topic != topic),
         "change before KEYNOTIFY was notified: {stray:?}"
     );
+    let r = cmd(&mut c, "KEYNOTIFY", &[b"KEYNOTIFY", key]).await;
+    assert_payload("KEYNOTIFY", &r, b"+OK\r\n");
 
     // SET: one notification, exact payload, __ts = reply version.
     let value: &[u8] = b"new\r\nvalue";
@@ -512,7 +549,6 @@ async fn s7_notifications_upper_hex_topic_exact_payload_and_ts() {
         &mut c,
         "SET after KEYNOTIFY",
         &resp(&[b"SET", key, value]),
-        props(&mut c),
         &topic,
         1,
     )
@@ -523,38 +559,46 @@ async fn s7_notifications_upper_hex_topic_exact_payload_and_ts() {
     check_notification(&notes[0], &notify_set(value), &set_version);
 
     // DEL: one DELETE notification with the deletion's version.
-    let (r, notes) =
-        call_and_notifications(&mut c, "DEL", &resp(&[b"DEL", key]), props(&mut c), &topic, 1).await;
+    let (r, notes) = call_and_notifications(&mut c, "DEL", &resp(&[b"DEL", key]), &topic, 1).await;
     assert_payload("DEL", &r, b":1\r\n");
     let del_version = ts_of("DEL", &r);
     assert_eq!(notes.len(), 1, "one DELETE notification: {notes:?}");
     check_notification(&notes[0], NOTIFY_DELETE, &del_version);
     let a = parse_hlc(&set_version).expect("hlc");
     let b = parse_hlc(&del_version).expect("hlc");
-    assert!((b.0, b.1) > (a.0, a.1), "deletion version after SET version");
+    assert!(
+        (b.0, b.1) > (a.0, a.1),
+        "deletion version after SET version"
+    );
 
     // VDEL deletion also notifies DELETE.
-    cmd(&mut c, "SET for VDEL", &[b"SET", key, b"x"]).await;
-    let more = collect_until(&mut c, REPLY_WAIT, |s| s.iter().any(|m| m.topic == topic)).await;
-    assert!(more.iter().any(|m| m.topic == topic), "SET notification before VDEL");
     let (r, notes) = call_and_notifications(
         &mut c,
-        "VDEL",
-        &resp(&[b"VDEL", key, b"x"]),
-        props(&mut c),
+        "SET for VDEL",
+        &resp(&[b"SET", key, b"x"]),
         &topic,
         1,
     )
     .await;
+    assert_payload("SET for VDEL", &r, b"+OK\r\n");
+    assert_eq!(notes.len(), 1, "SET notification before VDEL: {notes:?}");
+    let (r, notes) =
+        call_and_notifications(&mut c, "VDEL", &resp(&[b"VDEL", key, b"x"]), &topic, 1).await;
     assert_payload("VDEL", &r, b":1\r\n");
+    assert_eq!(notes.len(), 1, "one VDEL notification: {notes:?}");
     check_notification(&notes[0], NOTIFY_DELETE, &ts_of("VDEL", &r));
 
     // STOP: further changes are not notified (positive control above).
     let r = cmd(&mut c, "STOP", &[b"KEYNOTIFY", key, b"STOP"]).await;
     assert_payload("STOP", &r, b"+OK\r\n");
-    let (r, _) =
-        call_and_notifications(&mut c, "SET after STOP", &resp(&[b"SET", key, b"late"]), props(&mut c), &topic, 0)
-            .await;
+    let (r, _) = call_and_notifications(
+        &mut c,
+        "SET after STOP",
+        &resp(&[b"SET", key, b"late"]),
+        &topic,
+        0,
+    )
+    .await;
     assert_payload("SET after STOP", &r, b"+OK\r\n");
     let after = drain(&mut c, NO_REPLY_WAIT).await;
     assert!(
@@ -588,7 +632,8 @@ async fn s1_1_client_id_from_response_topic_when_srcid_absent() {
         let id = format!("t50-nosrc-{shape:?}").to_lowercase();
         let mut c = connect(&broker, &id).await;
         // Catch every notification, whatever client segment it carries.
-        c.subscribe(&format!("{NOTIFY_PREFIX}/+/command/notify/+")).await;
+        c.subscribe(&format!("{NOTIFY_PREFIX}/+/command/notify/+"))
+            .await;
         let key = format!("nosrc-key-{shape:?}");
         let mut p = props_on(&mut c, &shape.topic(&id));
         remove_user(&mut p, "__srcId");
@@ -601,35 +646,38 @@ async fn s1_1_client_id_from_response_topic_when_srcid_absent() {
         .await;
         assert_payload(&format!("{shape:?} KEYNOTIFY"), &r, b"+OK\r\n");
         let expected = notify_topic(&id, key.as_bytes());
-        let (r, _) = call_and_notifications(
-            &mut c,
-            &format!("{shape:?} SET"),
-            &resp(&[b"SET", key.as_bytes(), b"v"]),
-            props(&mut c),
-            &expected,
-            1,
-        )
-        .await;
-        assert_payload(&format!("{shape:?} SET"), &r, b"+OK\r\n");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let _ = drain(&mut c, Duration::from_millis(100)).await;
-        // Check again explicitly to name the topic on failure.
-        let (r, notes) = call_and_notifications(
-            &mut c,
-            &format!("{shape:?} SET 2"),
+        let p = props(&mut c);
+        let correlation = p.correlation_data.clone();
+        let sent = p.clone();
+        send(
+            &c,
+            QoS::AtLeastOnce,
             &resp(&[b"SET", key.as_bytes(), b"w"]),
-            props(&mut c),
-            &expected,
-            1,
+            p,
         )
         .await;
-        assert_payload(&format!("{shape:?} SET 2"), &r, b"+OK\r\n");
+        let got = collect_until(&mut c, REPLY_WAIT, |seen| {
+            seen.iter()
+                .any(|m| m.properties.correlation_data == correlation)
+                && seen.iter().any(|m| m.topic.starts_with(NOTIFY_PREFIX))
+        })
+        .await;
+        let r = got
+            .iter()
+            .find(|m| m.properties.correlation_data == correlation && m.topic != REQUEST_TOPIC)
+            .unwrap_or_else(|| panic!("{shape:?} SET: no reply; got {got:?}"));
+        assert_envelope(&format!("{shape:?} SET"), r, &sent);
+        assert_payload(&format!("{shape:?} SET"), r, b"+OK\r\n");
+        let notes: Vec<&Received> = got
+            .iter()
+            .filter(|m| m.topic.starts_with(NOTIFY_PREFIX))
+            .collect();
         assert_eq!(
-            notes.len(),
-            1,
-            "{shape:?}: expected a notification on {expected}"
+            notes.iter().map(|m| m.topic.as_str()).collect::<Vec<_>>(),
+            vec![expected.as_str()],
+            "{shape:?}: expected exactly one notification, on {expected}"
         );
-        check_notification(&notes[0], &notify_set(b"w"), &ts_of("SET 2", &r));
+        check_notification(notes[0], &notify_set(b"w"), &ts_of("SET", r));
     }
 }
 
@@ -644,11 +692,23 @@ async fn s1_1_keynotify_without_any_client_id_is_syntax_error() {
     c.subscribe(topic).await;
     let mut p = props_on(&mut c, topic);
     remove_user(&mut p, "__srcId");
-    let r = call(&mut c, "anonymous KEYNOTIFY", &resp(&[b"KEYNOTIFY", b"ak"]), p).await;
+    let r = call(
+        &mut c,
+        "anonymous KEYNOTIFY",
+        &resp(&[b"KEYNOTIFY", b"ak"]),
+        p,
+    )
+    .await;
     assert_payload("anonymous KEYNOTIFY", &r, &err("syntax error"));
 
     let p = props_on(&mut c, topic);
-    let r = call(&mut c, "KEYNOTIFY with __srcId", &resp(&[b"KEYNOTIFY", b"ak"]), p).await;
+    let r = call(
+        &mut c,
+        "KEYNOTIFY with __srcId",
+        &resp(&[b"KEYNOTIFY", b"ak"]),
+        p,
+    )
+    .await;
     assert_payload("KEYNOTIFY with __srcId", &r, b"+OK\r\n");
 
     let mut p = props_on(&mut c, topic);

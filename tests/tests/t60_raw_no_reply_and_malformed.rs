@@ -1,0 +1,436 @@
+//! Raw wire-level checks of requests that get no reply (§1, §5.2) and of malformed or
+//! over-limit payloads (§2, §9), each paired with proof that the node keeps serving.
+
+use std::time::Duration;
+
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+use statestore_tests::node::StatestoreNode;
+use statestore_tests::raw::{REQUEST_TOPIC, RawClient, resp};
+use statestore_tests::raw_helpers::*;
+
+/// Sends `payload` with `props` at `qos`, asserts that nothing resembling a reply arrives
+/// within [`NO_REPLY_WAIT`], that the node's dropped counter for `reason` went up by at least
+/// one, and that a normal SET/GET from the same client is still answered.
+async fn assert_dropped_without_reply(
+    node: &StatestoreNode,
+    client: &mut RawClient,
+    what: &str,
+    qos: QoS,
+    props: PublishProperties,
+    reason: &str,
+) {
+    let before = dropped(node, reason).await;
+    send(client, qos, &resp(&[b"SET", what.as_bytes(), b"v"]), props).await;
+    let replies = replies_within_no_reply_window(client).await;
+    assert!(
+        replies.is_empty(),
+        "{what}: expected no reply, got {replies:?}"
+    );
+    let after = wait_dropped(node, reason, before + 1.0).await;
+    assert!(
+        after >= before + 1.0,
+        "{what}: statestore_server_requests_dropped_total{{reason=\"{reason}\"}} {before} -> {after}"
+    );
+    assert_still_serving(client, what).await;
+    // The refused SET was not executed.
+    let get = cmd(client, what, &[b"GET", what.as_bytes()]).await;
+    assert_payload(
+        &format!("{what}: refused SET not executed"),
+        &get,
+        b"$-1\r\n",
+    );
+}
+
+/// §1, §5.2: a request published at QoS 0 gets no reply, is counted as `qos0`, and the node
+/// keeps serving.
+#[tokio::test]
+async fn s5_2_qos0_request_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-qos0").await;
+    assert_still_serving(&mut c, "before").await;
+    let p = props(&mut c);
+    assert_dropped_without_reply(&node, &mut c, "qos0", QoS::AtMostOnce, p, "qos0").await;
+}
+
+/// §1, §5.2: a request without a Response Topic gets no reply, is counted as
+/// `no_response_topic`, and the node keeps serving.
+#[tokio::test]
+async fn s5_2_missing_response_topic_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-no-topic").await;
+    assert_still_serving(&mut c, "before").await;
+    let mut p = props(&mut c);
+    p.response_topic = None;
+    assert_dropped_without_reply(
+        &node,
+        &mut c,
+        "no-response-topic",
+        QoS::AtLeastOnce,
+        p,
+        "no_response_topic",
+    )
+    .await;
+}
+
+/// §1, §5.2: a request without Correlation Data gets no reply, is counted as
+/// `no_correlation_data`, and the node keeps serving.
+#[tokio::test]
+async fn s5_2_missing_correlation_data_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-no-corr").await;
+    assert_still_serving(&mut c, "before").await;
+    let mut p = props(&mut c);
+    p.correlation_data = None;
+    assert_dropped_without_reply(
+        &node,
+        &mut c,
+        "no-correlation",
+        QoS::AtLeastOnce,
+        p,
+        "no_correlation_data",
+    )
+    .await;
+}
+
+/// §1, §5.2: a Response Topic equal to the request topic is refused without a reply
+/// (a watcher of that topic sees only requests, never a message with `__stat`), counted as
+/// `forbidden_response_topic`, and the node keeps serving.
+#[tokio::test]
+async fn s5_2_response_topic_equal_to_request_topic_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut watcher = connect(&broker, "t60-req-topic-watcher").await;
+    watcher.subscribe(REQUEST_TOPIC).await;
+    let mut c = connect(&broker, "t60-req-topic").await;
+    assert_still_serving(&mut c, "before").await;
+    let p = props_on(&mut c, REQUEST_TOPIC);
+    let correlation = p.correlation_data.clone();
+    assert_dropped_without_reply(
+        &node,
+        &mut c,
+        "request-topic",
+        QoS::AtLeastOnce,
+        p,
+        "forbidden_response_topic",
+    )
+    .await;
+    let seen = drain(&mut watcher, Duration::from_millis(300)).await;
+    let ours: Vec<_> = seen
+        .iter()
+        .filter(|m| m.properties.correlation_data == correlation)
+        .collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "only the request itself carries its correlation on the request topic: {ours:?}"
+    );
+    assert!(
+        seen.iter().all(|m| m.user_property("__stat").is_none()),
+        "a reply was published on the request topic: {seen:?}"
+    );
+    assert!(
+        seen.len() >= 2,
+        "the watcher saw the control requests too (positive control): {seen:?}"
+    );
+}
+
+/// §1, §5.2: a Response Topic under `clients/statestore/v1/FA9AE35F-...` (the notification
+/// space) is refused without a reply, counted as `forbidden_response_topic`, and the node
+/// keeps serving.
+#[tokio::test]
+async fn s5_2_response_topic_under_notify_prefix_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-notify-topic").await;
+    c.subscribe(&format!("{NOTIFY_PREFIX}/#")).await;
+    c.subscribe(NOTIFY_PREFIX).await;
+    c.subscribe(&format!("{NOTIFY_PREFIX}-suffix/#")).await;
+    assert_still_serving(&mut c, "before").await;
+    for (n, topic) in [
+        format!("{NOTIFY_PREFIX}/{}/command/notify/00", hex_upper(b"t60")),
+        NOTIFY_PREFIX.to_owned(),
+        format!("{NOTIFY_PREFIX}-suffix/x"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = props_on(&mut c, &topic);
+        assert_dropped_without_reply(
+            &node,
+            &mut c,
+            &format!("notify-prefix-{n}"),
+            QoS::AtLeastOnce,
+            p,
+            "forbidden_response_topic",
+        )
+        .await;
+    }
+}
+
+/// §1, §5.2: a request whose Message Expiry (1 s) has elapsed before the node can take it up
+/// (node frozen with SIGSTOP for 2.5 s) is neither executed nor answered; the node keeps
+/// serving after it resumes. If the node saw the request, it counted it as `expired`.
+#[tokio::test]
+async fn s5_2_expired_request_gets_no_reply() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-expired").await;
+    assert_still_serving(&mut c, "before").await;
+    let before = dropped(&node, "expired").await;
+    let mut p = props(&mut c);
+    p.message_expiry_interval = Some(1);
+    node.pause();
+    send(
+        &c,
+        QoS::AtLeastOnce,
+        &resp(&[b"SET", b"expired-key", b"v"]),
+        p,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    node.resume();
+    let replies = replies_within_no_reply_window(&mut c).await;
+    let after = dropped(&node, "expired").await;
+    assert!(
+        replies.is_empty(),
+        "expired request was answered: {replies:?}; dropped{{expired}} {before} -> {after}; log:\n{}",
+        node.log_tail(20)
+    );
+    assert_still_serving(&mut c, "after resume").await;
+    let get = cmd(&mut c, "GET expired-key", &[b"GET", b"expired-key"]).await;
+    assert_payload("expired SET not executed", &get, b"$-1\r\n");
+    let after = dropped(&node, "expired").await;
+    assert!(
+        after >= before,
+        "counter never goes down: {before} -> {after}"
+    );
+}
+
+/// `/livez` and `/readyz` answer 200 and a SET/GET round-trips.
+async fn assert_healthy(node: &StatestoreNode, client: &mut RawClient) {
+    assert_eq!(http_status(node, "/livez").await, Some(200), "/livez");
+    assert_eq!(http_status(node, "/readyz").await, Some(200), "/readyz");
+    assert_still_serving(client, "after the batch").await;
+}
+
+/// Sends each payload and asserts the reply is exactly `-ERR syntax error\r\n` in a
+/// well-formed `__stat`=200 envelope.
+async fn assert_all_syntax_errors(client: &mut RawClient, cases: &[(String, Vec<u8>)]) {
+    for (what, payload) in cases {
+        let p = props(client);
+        let reply = call(client, what, payload, p).await;
+        assert_payload(what, &reply, &err("syntax error"));
+    }
+}
+
+/// §2: malformed RESP (bad or huge lengths, null or truncated bulks, trailing bytes, deep
+/// nesting, non-bulk elements, empty payload, inline commands, signed or spaced lengths) is
+/// answered `-ERR syntax error\r\n`, and afterwards the node is live, ready and serving.
+#[tokio::test]
+async fn s2_malformed_resp_is_syntax_error_and_node_keeps_serving() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-malformed").await;
+    let get_k = resp(&[b"GET", b"k"]);
+    let mut trailing = get_k.clone();
+    trailing.extend_from_slice(b"X");
+    let mut trailing_crlf = get_k.clone();
+    trailing_crlf.extend_from_slice(b"\r\n");
+    let mut two_arrays = get_k.clone();
+    two_arrays.extend_from_slice(&get_k);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "huge bulk length",
+            b"*2\r\n$3\r\nGET\r\n$99999999999999\r\nk\r\n".to_vec(),
+        ),
+        (
+            "bulk length over u64",
+            b"*2\r\n$3\r\nGET\r\n$18446744073709551616\r\nk\r\n".to_vec(),
+        ),
+        (
+            "huge array count",
+            b"*99999999999\r\n$3\r\nGET\r\n".to_vec(),
+        ),
+        (
+            "negative bulk length",
+            b"*2\r\n$3\r\nGET\r\n$-5\r\nk\r\n".to_vec(),
+        ),
+        ("negative array count", b"*-1\r\n".to_vec()),
+        ("null bulk", b"*2\r\n$3\r\nGET\r\n$-1\r\n".to_vec()),
+        ("truncated bulk", b"*2\r\n$3\r\nGET\r\n$10\r\nabc".to_vec()),
+        (
+            "bulk without CRLF",
+            b"*2\r\n$3\r\nGET\r\n$1\r\nkXY".to_vec(),
+        ),
+        (
+            "missing elements",
+            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec(),
+        ),
+        ("trailing byte", trailing),
+        ("trailing CRLF", trailing_crlf),
+        ("two arrays", two_arrays),
+        ("deep nesting", b"*1\r\n".repeat(50_000)),
+        (
+            "nested array element",
+            b"*2\r\n$3\r\nGET\r\n*1\r\n$1\r\nk\r\n".to_vec(),
+        ),
+        ("integer element", b"*2\r\n$3\r\nGET\r\n:1\r\n".to_vec()),
+        (
+            "simple string element",
+            b"*2\r\n$3\r\nGET\r\n+k\r\n".to_vec(),
+        ),
+        ("empty payload", Vec::new()),
+        ("inline command", b"GET k\r\n".to_vec()),
+        ("LF line endings", b"*2\n$3\nGET\n$1\nk\n".to_vec()),
+        (
+            "plus-signed length",
+            b"*2\r\n$+3\r\nGET\r\n$1\r\nk\r\n".to_vec(),
+        ),
+        ("spaced length", b"*2\r\n$ 3\r\nGET\r\n$1\r\nk\r\n".to_vec()),
+        ("spaced count", b"* 2\r\n$3\r\nGET\r\n$1\r\nk\r\n".to_vec()),
+        ("hex length", b"*2\r\n$0x3\r\nGET\r\n$1\r\nk\r\n".to_vec()),
+    ];
+    let cases: Vec<(String, Vec<u8>)> = cases.into_iter().map(|(w, p)| (w.to_owned(), p)).collect();
+    assert_all_syntax_errors(&mut c, &cases).await;
+    assert_healthy(&node, &mut c).await;
+}
+
+/// §2: a few hundred garbage payloads from a seeded xorshift (random bytes, random RESP
+/// token soup, strict prefixes of valid requests, valid requests with bytes appended) are
+/// each answered `-ERR syntax error\r\n`; the node stays live, ready and serving.
+#[tokio::test]
+async fn s2_random_garbage_is_syntax_error() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-garbage").await;
+    let mut rng = XorShift::new(0x5EED_2024_0042);
+    let tokens: [&[u8]; 12] = [
+        b"*", b"$", b"\r\n", b"-", b":", b"+", b"1", b"2", b"9", b"GET", b"SET", b"\r",
+    ];
+    let valid = [
+        resp(&[b"SET", b"key", b"value", b"NX", b"PX", b"1000"]),
+        resp(&[b"GET", b"key"]),
+        resp(&[b"VDEL", b"key", b"value"]),
+        resp(&[b"KEYNOTIFY", b"key", b"STOP"]),
+    ];
+    let mut cases = Vec::new();
+    for i in 0..320 {
+        let payload = match i % 4 {
+            0 => {
+                let len = rng.below(200) as usize + 1;
+                let mut bytes = rng.bytes(len);
+                // Avoid an accidental array header: then it is plainly not RESP.
+                if bytes[0] == b'*' {
+                    bytes[0] = b'#';
+                }
+                bytes
+            }
+            1 => {
+                let mut bytes = b"*".to_vec();
+                for _ in 0..rng.below(24) + 1 {
+                    bytes.extend_from_slice(tokens[rng.below(tokens.len() as u64) as usize]);
+                }
+                bytes
+            }
+            2 => {
+                let v = &valid[rng.below(valid.len() as u64) as usize];
+                v[..rng.below(v.len() as u64) as usize].to_vec()
+            }
+            _ => {
+                let mut v = valid[rng.below(valid.len() as u64) as usize].clone();
+                let extra = rng.below(16) as usize + 1;
+                v.extend_from_slice(&rng.bytes(extra));
+                v
+            }
+        };
+        cases.push((
+            format!("garbage #{i}: {:?}", payload.escape_ascii().to_string()),
+            payload,
+        ));
+    }
+    assert_all_syntax_errors(&mut c, &cases).await;
+    assert_healthy(&node, &mut c).await;
+}
+
+/// §9: a key over 1024 bytes, a value over `--max-value-bytes 1024`, and arrays over 8
+/// elements are `-ERR syntax error`; exactly 1024-byte keys and values are accepted; the
+/// node stays live, ready and serving.
+#[tokio::test]
+async fn s9_size_limits_are_syntax_error() {
+    let (broker, node) = start_single(&["--max-value-bytes", "1024"]).await;
+    let mut c = connect(&broker, "t60-limits").await;
+    let key_max = vec![b'k'; 1024];
+    let key_over = vec![b'k'; 1025];
+    let value_max = vec![b'v'; 1024];
+    let value_over = vec![b'v'; 1025];
+
+    let ok = cmd(&mut c, "SET 1024-byte key", &[b"SET", &key_max, b"v"]).await;
+    assert_payload("SET 1024-byte key", &ok, b"+OK\r\n");
+    let ok = cmd(&mut c, "SET 1024-byte value", &[b"SET", b"big", &value_max]).await;
+    assert_payload("SET 1024-byte value", &ok, b"+OK\r\n");
+    let get = cmd(&mut c, "GET 1024-byte value", &[b"GET", b"big"]).await;
+    assert_payload("GET 1024-byte value", &get, &bulk(&value_max));
+
+    let nine: Vec<&[u8]> = vec![b"SET", b"k", b"v", b"NX", b"PX", b"100", b"a", b"b", b"c"];
+    let many: Vec<Vec<u8>> = (0..100).map(|i| format!("x{i}").into_bytes()).collect();
+    let mut hundred: Vec<&[u8]> = vec![b"GET"];
+    hundred.extend(many.iter().map(|m| m.as_slice()));
+    let cases: Vec<(String, Vec<u8>)> = vec![
+        ("SET 1025-byte key".into(), resp(&[b"SET", &key_over, b"v"])),
+        ("GET 1025-byte key".into(), resp(&[b"GET", &key_over])),
+        ("DEL 1025-byte key".into(), resp(&[b"DEL", &key_over])),
+        (
+            "KEYNOTIFY 1025-byte key".into(),
+            resp(&[b"KEYNOTIFY", &key_over]),
+        ),
+        (
+            "SET 1025-byte value".into(),
+            resp(&[b"SET", b"big", &value_over]),
+        ),
+        (
+            "VDEL 1025-byte value".into(),
+            resp(&[b"VDEL", b"big", &value_over]),
+        ),
+        ("9 elements".into(), resp(&nine)),
+        ("101 elements".into(), resp(&hundred)),
+    ];
+    assert_all_syntax_errors(&mut c, &cases).await;
+    // The refused writes changed nothing.
+    let get = cmd(&mut c, "GET big after refusals", &[b"GET", b"big"]).await;
+    assert_payload("GET big after refusals", &get, &bulk(&value_max));
+    assert_healthy(&node, &mut c).await;
+}
+
+/// §2, §9: PX must be a positive integer of at most 30 days: PX 0, -5, 1.5, abc, empty, a
+/// missing argument and 30 days + 1 ms are `-ERR syntax error` and store nothing; PX 1 and
+/// PX of exactly 30 days are accepted; the node stays live, ready and serving.
+#[tokio::test]
+async fn s2_bad_px_is_syntax_error() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-px").await;
+    let mut cases: Vec<(String, Vec<u8>)> = ["0", "-5", "1.5", "abc", "", "2592000001", " 5"]
+        .iter()
+        .map(|px| {
+            (
+                format!("PX {px:?}"),
+                resp(&[b"SET", b"pxkey", b"v", b"PX", px.as_bytes()]),
+            )
+        })
+        .collect();
+    cases.push((
+        "PX without argument".into(),
+        resp(&[b"SET", b"pxkey", b"v", b"PX"]),
+    ));
+    cases.push((
+        "NX PX 0".into(),
+        resp(&[b"SET", b"pxkey", b"v", b"NX", b"PX", b"0"]),
+    ));
+    assert_all_syntax_errors(&mut c, &cases).await;
+    let get = cmd(&mut c, "GET pxkey", &[b"GET", b"pxkey"]).await;
+    assert_payload("refused PX SETs stored nothing", &get, b"$-1\r\n");
+    for px in [&b"1"[..], b"2592000000"] {
+        let ok = cmd(&mut c, "valid PX", &[b"SET", b"pxok", b"v", b"PX", px]).await;
+        assert_payload(
+            &format!("PX {}", String::from_utf8_lossy(px)),
+            &ok,
+            b"+OK\r\n",
+        );
+    }
+    assert_healthy(&node, &mut c).await;
+}
