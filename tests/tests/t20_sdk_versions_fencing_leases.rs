@@ -1,11 +1,11 @@
 //! Versions (protocol §3), fencing tokens (§4) and the lease pattern built on them, through the
 //! official SDK `state_store::Client`.
 //!
-//! The SDK's `leased_lock::lease::Client` sits behind the crate feature `leased_lock`, which the
-//! workspace does not enable (only `state_store`), so it cannot be named from this crate without
-//! a Cargo.toml change. [`Lease`] below issues exactly the requests `lease::Client` 1.3.0 sends
+//! [`Lease`] below issues exactly the requests the SDK's `leased_lock::lease::Client` 1.3.0 sends
 //! (`src/leased_lock/lease.rs`): acquire/renew = `SET name holder NEX PX ttl` whose reply
-//! version is the fencing token, release = `VDEL name holder`, holder = `GET name`.
+//! version is the fencing token, release = `VDEL name holder`, holder = `GET name`; unlike the
+//! SDK client it exposes the raw VDEL result (1 / 0 / -1), which these tests check. The SDK's own
+//! `lease::Client` is exercised end to end in `t84_cluster_restart_lease_membership.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
