@@ -114,6 +114,8 @@ pub struct Status {
     pub term: u64,
     /// Last log index.
     pub last_log_index: Option<u64>,
+    /// Last committed index (as this node knows it).
+    pub committed_index: Option<u64>,
     /// Last applied index.
     pub applied_index: Option<u64>,
     /// Snapshot index.
@@ -148,6 +150,7 @@ async fn status(State(state): State<Arc<HttpState>>) -> Response {
         leader: metrics.current_leader,
         term: metrics.current_term,
         last_log_index: metrics.last_log_index,
+        committed_index: state.raft.committed_index().await,
         applied_index: metrics.last_applied.map(|l| l.index),
         snapshot_index: metrics.snapshot.map(|l| l.index),
         purged_index: metrics.purged.map(|l| l.index),

@@ -254,6 +254,11 @@ impl RaftNode {
         membership::apply_anywhere(&self.raft, change).await
     }
 
+    /// Index of the last committed log entry as this node knows it.
+    pub async fn committed_index(&self) -> Option<u64> {
+        self.raft.with_raft_state(|state| state.committed.map(|c| c.index)).await.ok().flatten()
+    }
+
     /// Current voter ids.
     pub fn voters(&self) -> BTreeSet<NodeId> {
         self.raft
