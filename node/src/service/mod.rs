@@ -26,6 +26,9 @@ use crate::transport::{InboundMessage, Outbox};
 use answer::Answer;
 use envelope::Envelope;
 
+/// Longest client id accepted for KEYNOTIFY registrations.
+pub const MAX_CLIENT_ID_BYTES: usize = 1024;
+
 /// Service settings.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -299,7 +302,9 @@ impl<O: Outbox> Service<O> {
                 fencing_token,
             },
             Command::KeyNotify { key, stop } => {
-                let Some(client) = envelope.client_id.clone() else {
+                // The client id becomes part of a topic (hex-encoded): keep it well inside MQTT's
+                // 64 KiB topic limit.
+                let Some(client) = envelope.client_id.clone().filter(|c| c.len() <= MAX_CLIENT_ID_BYTES) else {
                     return Ok(Answer::error(ErrorReply::Syntax));
                 };
                 if stop {
