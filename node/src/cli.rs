@@ -210,7 +210,10 @@ impl RunArgs {
             &mut config.cluster.snapshot_after_entries,
             self.snapshot_after_entries,
         );
-        set(&mut config.cluster.entries_kept_after_snapshot, self.entries_kept_after_snapshot);
+        set(
+            &mut config.cluster.entries_kept_after_snapshot,
+            self.entries_kept_after_snapshot,
+        );
         set(&mut config.limits.max_key_bytes, self.max_key_bytes);
         set(&mut config.limits.max_value_bytes, self.max_value_bytes);
         set(&mut config.limits.max_array_len, self.max_array_len);

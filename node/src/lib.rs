@@ -16,6 +16,7 @@ pub mod mqtt;
 pub mod node;
 pub mod protocol;
 pub mod service;
+pub mod stall;
 pub mod telemetry;
 pub mod transport;
 

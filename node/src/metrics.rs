@@ -55,6 +55,8 @@ pub struct ServiceMetrics {
     pub dedup_hits_total: IntCounter,
     /// `statestore_server_unsupported_protocol_version_total`
     pub unsupported_version_total: IntCounter,
+    /// `statestore_process_stalls_total`
+    pub stalls_total: IntCounter,
 }
 
 impl ServiceMetrics {
@@ -104,6 +106,10 @@ impl ServiceMetrics {
             dedup_hits_total: metric!(IntCounter::new(
                 "statestore_server_dedup_hits_total",
                 "Retried requests answered from the reply memory."
+            )),
+            stalls_total: metric!(IntCounter::new(
+                "statestore_process_stalls_total",
+                "Times the process was frozen for more than 500 ms (paused, starved of CPU)."
             )),
             unsupported_version_total: metric!(IntCounter::new(
                 "statestore_server_unsupported_protocol_version_total",
@@ -358,6 +364,7 @@ impl NodeMetrics {
         register(&registry, &service.requests_in_flight)?;
         register(&registry, &service.dedup_hits_total)?;
         register(&registry, &service.unsupported_version_total)?;
+        register(&registry, &service.stalls_total)?;
         register(&registry, &store.keys)?;
         register(&registry, &store.size_bytes)?;
         register(&registry, &store.quota_limit_keys)?;

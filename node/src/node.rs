@@ -19,6 +19,7 @@ use crate::metrics::NodeMetrics;
 use crate::mqtt::MqttHandle;
 use crate::service::notify::{self, NotifySink};
 use crate::service::{Service, expiry, leader};
+use crate::stall::StallDetector;
 
 /// Requests queued between the MQTT session and the service.
 const REQUEST_QUEUE: usize = 4_096;
@@ -55,8 +56,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     }
 
     let (request_tx, mut request_rx) = mpsc::channel(REQUEST_QUEUE);
+    let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
     let (mqtt, session_events) =
-        MqttHandle::start(config.session()?, request_tx, metrics.mqtt.clone())?;
+        MqttHandle::start(config.session()?, request_tx, metrics.mqtt.clone(), stalls)?;
     let service = Arc::new(Service::new(
         raft.clone(),
         &config.node_name(),

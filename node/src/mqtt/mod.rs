@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::MqttMetrics;
+use crate::stall::StallDetector;
 use crate::transport::{InboundMessage, OutboundMessage, Outbox};
 
 /// Connection settings.
@@ -81,6 +82,7 @@ impl MqttHandle {
         config: SessionConfig,
         requests: mpsc::Sender<InboundMessage>,
         metrics: Arc<MqttMetrics>,
+        stalls: Arc<StallDetector>,
     ) -> std::io::Result<(MqttHandle, mpsc::UnboundedReceiver<SessionEvent>)> {
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let (state_tx, state) = watch::channel(SessionState::default());
@@ -89,7 +91,9 @@ impl MqttHandle {
             .name("mqtt-session".into())
             .spawn(move || {
                 ntex_rt::System::new("statestore-mqtt", ntex_net::DefaultRuntime).block_on(
-                    session::run(config, command_rx, requests, state_tx, event_tx, metrics),
+                    session::run(
+                        config, command_rx, requests, state_tx, event_tx, metrics, stalls,
+                    ),
                 )
             })?;
         Ok((MqttHandle { commands, state }, events))

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Command, SessionConfig, SessionEvent, SessionState};
 use crate::metrics::MqttMetrics;
+use crate::stall::StallDetector;
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, REQUEST_TOPIC};
 
 enum Ended {
@@ -40,6 +41,7 @@ pub(super) async fn run(
     state: watch::Sender<SessionState>,
     events: mpsc::UnboundedSender<SessionEvent>,
     metrics: Arc<MqttMetrics>,
+    stalls: Arc<StallDetector>,
 ) {
     let mut want_subscription = false;
     let mut backoff = config.reconnect_min;
@@ -59,6 +61,7 @@ pub(super) async fn run(
                     sink: client.sink(),
                     state: &state,
                     metrics: &metrics,
+                    stalls: stalls.clone(),
                     subscribed: false,
                 };
                 let ended = session
@@ -155,6 +158,7 @@ struct Connected<'a> {
     sink: MqttSink,
     state: &'a watch::Sender<SessionState>,
     metrics: &'a Arc<MqttMetrics>,
+    stalls: Arc<StallDetector>,
     subscribed: bool,
 }
 
@@ -188,13 +192,17 @@ impl Connected<'_> {
         }
 
         let metrics = self.metrics.clone();
+        let stalls = self.stalls.clone();
         let handler = fn_service(move |message: ProtocolMessage| {
             let requests = requests.clone();
             let metrics = metrics.clone();
+            let stalls = stalls.clone();
             async move {
                 match message {
                     ProtocolMessage::Publish(publish) => {
-                        let received_at = Instant::now();
+                        // A message read right after the process was frozen may have waited in
+                        // the socket buffer all along: date it back for the expiry check.
+                        let received_at = stalls.arrival_bound(Instant::now());
                         let payload = publish.read_all().await.unwrap_or_default();
                         let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();

@@ -304,7 +304,11 @@ impl<O: Outbox> Service<O> {
             Command::KeyNotify { key, stop } => {
                 // The client id becomes part of a topic (hex-encoded): keep it well inside MQTT's
                 // 64 KiB topic limit.
-                let Some(client) = envelope.client_id.clone().filter(|c| c.len() <= MAX_CLIENT_ID_BYTES) else {
+                let Some(client) = envelope
+                    .client_id
+                    .clone()
+                    .filter(|c| c.len() <= MAX_CLIENT_ID_BYTES)
+                else {
                     return Ok(Answer::error(ErrorReply::Syntax));
                 };
                 if stop {
