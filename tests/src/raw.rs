@@ -42,6 +42,8 @@ pub struct RawClient {
     /// Its client id.
     pub id: String,
     incoming: mpsc::UnboundedReceiver<Received>,
+    /// Messages received while waiting for a reply, kept for [`RawClient::next`].
+    pending: std::collections::VecDeque<Received>,
     next_correlation: u64,
     task: tokio::task::JoinHandle<()>,
 }
@@ -95,6 +97,7 @@ impl RawClient {
             client,
             id: id.to_owned(),
             incoming,
+            pending: Default::default(),
             next_correlation: 1,
             task,
         }
@@ -161,7 +164,7 @@ impl RawClient {
     }
 
     /// Sends a request with `properties` and waits up to `wait` for the reply carrying its
-    /// correlation data; other messages received meanwhile are dropped.
+    /// correlation data; other messages received meanwhile are kept for [`RawClient::next`].
     pub async fn request_with(
         &mut self,
         payload: &[u8],
@@ -184,6 +187,7 @@ impl RawClient {
             if received.properties.correlation_data == correlation {
                 return Some(received);
             }
+            self.pending.push_back(received);
         }
     }
 
@@ -197,6 +201,9 @@ impl RawClient {
 
     /// The next message received within `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<Received> {
+        if let Some(received) = self.pending.pop_front() {
+            return Some(received);
+        }
         tokio::time::timeout(wait, self.incoming.recv())
             .await
             .ok()
