@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::keyspace::{Outcome, Proposal};
@@ -138,6 +139,19 @@ impl RaftNode {
         sink: Arc<dyn EventSink>,
         registry: &Registry,
     ) -> Result<RaftNode> {
+        let network = NetworkFactory::new(config.connect_timeout)
+            .map_err(|e| Error::Config(format!("http client: {e}")))?;
+        Self::start_with_network(config, store, sink, registry, network).await
+    }
+
+    /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
+    pub async fn start_with_network<N: RaftNetworkFactory<TypeConfig>>(
+        config: &RaftConfig,
+        store: Store,
+        sink: Arc<dyn EventSink>,
+        registry: &Registry,
+        network: N,
+    ) -> Result<RaftNode> {
         let storage_metrics = Arc::new(RaftStorageMetrics::default());
         storage_metrics
             .register(registry)
@@ -151,8 +165,6 @@ impl RaftNode {
         let state_machine = StateMachine::new(store.clone(), sink, storage_metrics)
             .map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
         let state = state_machine.state();
-        let network = NetworkFactory::new(config.connect_timeout)
-            .map_err(|e| Error::Config(format!("http client: {e}")))?;
         let raft = Raft::new(
             config.id,
             Arc::new(config.openraft()?),
@@ -178,6 +190,11 @@ impl RaftNode {
             leadership,
             read_barrier,
         })
+    }
+
+    /// The openraft handle (tests and tools).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
     }
 
     /// This node's id.
@@ -256,7 +273,11 @@ impl RaftNode {
 
     /// Index of the last committed log entry as this node knows it.
     pub async fn committed_index(&self) -> Option<u64> {
-        self.raft.with_raft_state(|state| state.committed.map(|c| c.index)).await.ok().flatten()
+        self.raft
+            .with_raft_state(|state| state.committed.map(|c| c.index))
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Current voter ids.

@@ -1,0 +1,261 @@
+//! A 3-node cluster in one process over an in-memory router that can cut links.
+//!
+//! Invariant: a leader cut off from the majority never passes the linearizable-read barrier,
+//! even though its local state machine still holds the old value (so a read without the
+//! barrier would be stale); the majority elects a new leader and commits; after healing, the
+//! old leader converges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use statestore_raft::types::{Node, NodeId, Raft, TypeConfig};
+use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
+use statestore_storage::hlc::Hlc;
+use statestore_storage::keyspace::{Mutation, Outcome, Proposal, SetCondition, read};
+use statestore_storage::sled::{Store, StoreConfig};
+
+#[derive(Default)]
+struct RouterState {
+    nodes: BTreeMap<NodeId, Raft>,
+    cut: BTreeSet<(NodeId, NodeId)>,
+}
+
+#[derive(Clone, Default)]
+struct Router(Arc<Mutex<RouterState>>);
+
+impl Router {
+    fn reach(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable> {
+        let state = self.0.lock().expect("router lock");
+        if state.cut.contains(&(from, to)) {
+            return Err(Unreachable::new(&std::io::Error::other(format!(
+                "link {from}->{to} cut"
+            ))));
+        }
+        state
+            .nodes
+            .get(&to)
+            .cloned()
+            .ok_or_else(|| Unreachable::new(&std::io::Error::other("no such node")))
+    }
+
+    fn isolate(&self, id: NodeId, ids: &[NodeId]) {
+        let mut state = self.0.lock().expect("router lock");
+        for other in ids.iter().filter(|o| **o != id) {
+            state.cut.insert((id, *other));
+            state.cut.insert((*other, id));
+        }
+    }
+
+    fn heal(&self) {
+        self.0.lock().expect("router lock").cut.clear();
+    }
+}
+
+struct RouterFactory {
+    router: Router,
+    from: NodeId,
+}
+
+struct RouterClient {
+    router: Router,
+    from: NodeId,
+    to: NodeId,
+}
+
+impl RaftNetworkFactory<TypeConfig> for RouterFactory {
+    type Network = RouterClient;
+    async fn new_client(&mut self, target: NodeId, _node: &Node) -> RouterClient {
+        RouterClient {
+            router: self.router.clone(),
+            from: self.from,
+            to: target,
+        }
+    }
+}
+
+type Rpc<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
+
+impl RaftNetwork<TypeConfig> for RouterClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        _: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        let raft = self.router.reach(self.from, self.to)?;
+        raft.append_entries(rpc)
+            .await
+            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        _: RPCOption,
+    ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        let raft = self.router.reach(self.from, self.to)?;
+        raft.install_snapshot(rpc)
+            .await
+            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        _: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>, openraft::error::Infallible> {
+        let raft = self.router.reach(self.from, self.to)?;
+        raft.vote(rpc)
+            .await
+            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn set(key: &[u8], value: &[u8]) -> Proposal {
+    Proposal {
+        stamp: Hlc::new(now_ms(), 0, "test"),
+        wall_ms: now_ms(),
+        request: None,
+        mutation: Mutation::Set {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            condition: SetCondition::Always,
+            expire_after_ms: None,
+            fencing_token: None,
+        },
+    }
+}
+
+fn value(node: &RaftNode, key: &[u8]) -> Option<Vec<u8>> {
+    read::live_record(&node.view(), key, now_ms())
+        .expect("read")
+        .map(|r| r.value)
+}
+
+async fn wait_leader(nodes: &[RaftNode], among: &[usize], timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for i in among {
+            let leadership = *nodes[*i].leadership().borrow();
+            if leadership.is_leader && nodes[*i].ensure_linearizable().await.is_ok() {
+                return *i;
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader among {among:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An isolated leader's read barrier fails while a new majority leader serves; healing
+/// converges the old leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_leader_never_passes_the_read_barrier() {
+    let router = Router::default();
+    let ids = [1u64, 2, 3];
+    let members: BTreeMap<NodeId, String> =
+        ids.iter().map(|id| (*id, format!("node-{id}"))).collect();
+    let mut dirs = Vec::new();
+    let mut nodes = Vec::new();
+    for id in ids {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&StoreConfig {
+            dir: dir.path().to_owned(),
+            cache_capacity_bytes: 16 << 20,
+        })
+        .expect("store");
+        let config = RaftConfig {
+            id,
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout_min: Duration::from_millis(300),
+            election_timeout_max: Duration::from_millis(600),
+            ..RaftConfig::default()
+        };
+        let network = RouterFactory {
+            router: router.clone(),
+            from: id,
+        };
+        let node = RaftNode::start_with_network(
+            &config,
+            store,
+            Arc::new(DiscardEvents),
+            &prometheus::Registry::new(),
+            network,
+        )
+        .await
+        .expect("start");
+        router
+            .0
+            .lock()
+            .expect("router")
+            .nodes
+            .insert(id, node.raft().clone());
+        nodes.push(node);
+        dirs.push(dir);
+    }
+    for node in &nodes {
+        node.bootstrap(members.clone()).await.expect("bootstrap");
+    }
+
+    let old = wait_leader(&nodes, &[0, 1, 2], Duration::from_secs(10)).await;
+    assert_eq!(
+        nodes[old]
+            .submit(set(b"k", b"v1"))
+            .await
+            .expect("submit")
+            .outcome()
+            .await
+            .map(|o| matches!(o, Outcome::Stored { .. }))
+            .ok(),
+        Some(true)
+    );
+
+    router.isolate(ids[old], &ids);
+    let majority: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    let new = wait_leader(&nodes, &majority, Duration::from_secs(10)).await;
+    let outcome = nodes[new]
+        .submit(set(b"k", b"v2"))
+        .await
+        .expect("submit")
+        .outcome()
+        .await
+        .expect("committed by the majority");
+    assert!(matches!(outcome, Outcome::Stored { .. }));
+
+    // The old leader still holds v1 locally: a read there without the barrier would be stale.
+    assert_eq!(value(&nodes[old], b"k").as_deref(), Some(&b"v1"[..]));
+    for _ in 0..5 {
+        assert!(
+            nodes[old].ensure_linearizable().await.is_err(),
+            "an isolated leader must not confirm a linearizable read"
+        );
+    }
+    assert!(nodes[new].ensure_linearizable().await.is_ok());
+
+    router.heal();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while value(&nodes[old], b"k").as_deref() != Some(&b"v2"[..]) {
+        assert!(
+            Instant::now() < deadline,
+            "old leader did not converge after healing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !nodes[old].leadership().borrow().is_leader
+            || nodes[old].ensure_linearizable().await.is_ok()
+    );
+    for node in &nodes {
+        let _ = node.shutdown().await;
+    }
+}
