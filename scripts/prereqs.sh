@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients) and the
-# OpenSSL headers the official SDK client links against. Safe to run again.
+# Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients), the
+# OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
+# for the benchmark) and etcd (the benchmark's baseline). Safe to run again.
 set -euo pipefail
 
 missing=()
@@ -9,6 +10,8 @@ command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -x /usr/bin/etcd ] || missing+=(etcd-server)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"

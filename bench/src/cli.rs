@@ -1,0 +1,366 @@
+//! The command line (`compare`, `run`, `scale`) and how its load flags turn into the list of
+//! workloads and timings a run uses, smoke mode included.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::workload::{Mix, WorkloadSpec};
+
+/// statestore-bench: load generator for statestore, compared in one run with the broker floor
+/// (an echo responder), a 3-member etcd cluster, and statestore with 1 and 3 nodes.
+#[derive(Debug, Parser)]
+#[command(name = "statestore-bench", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start every target itself (in temp dirs) and compare them on the same workloads.
+    Compare(CompareArgs),
+    /// Drive an already running statestore through its broker (starts no process).
+    Run(RunArgs),
+    /// Load many keys into a fresh cluster: RSS, disk size, load rate, restart-to-ready time.
+    Scale(ScaleArgs),
+}
+
+/// Flags shared by `compare` and `run`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// MQTT connections (etcd clients) per cell [default: 64; smoke: 4].
+    #[arg(long, value_name = "N")]
+    pub clients: Option<usize>,
+    /// Requests outstanding per connection [default: 8; smoke: 4].
+    #[arg(long, value_name = "K")]
+    pub in_flight: Option<usize>,
+    /// Operation mixes, each run at CLIENTS×IN_FLIGHT [default: set,get].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub mix: Vec<Mix>,
+    /// Explicit workloads `MIX:CLIENTSxIN_FLIGHT` (repeatable); overrides --mix/--clients/--in-flight.
+    /// Without any of these: set:64x8, get:64x8, set:1x1.
+    #[arg(long = "workload", value_name = "MIX:NxK")]
+    pub workloads: Vec<WorkloadSpec>,
+    /// Measurement window per cell, e.g. 10s, 500ms, 1m [default: 10s; smoke: 2s].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Warm-up before each window (requests run but are not measured) [default: 1s; smoke: 0.5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Value size, bytes.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// Distinct keys the workloads pick from (loaded before GET/DEL/mixed cells).
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u64,
+    /// A request unanswered for this long counts as a timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Short run for CI: ~2 s cells, few clients; fails on any error, timeout or zero throughput.
+    #[arg(long)]
+    pub smoke: bool,
+}
+
+/// The targets `compare` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Target {
+    /// Echo responder behind Mosquitto (no storage).
+    Floor,
+    /// 3-member etcd cluster.
+    Etcd,
+    /// One statestore node.
+    #[value(name = "statestore-1")]
+    Statestore1,
+    /// Three statestore nodes.
+    #[value(name = "statestore-3")]
+    Statestore3,
+}
+
+impl Target {
+    /// Name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Floor => "floor",
+            Target::Etcd => "etcd",
+            Target::Statestore1 => "statestore-1",
+            Target::Statestore3 => "statestore-3",
+        }
+    }
+}
+
+/// `compare`.
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Load flags.
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Targets to run, in this order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "floor,etcd,statestore-1,statestore-3"
+    )]
+    pub targets: Vec<Target>,
+    /// Process locations.
+    #[command(flatten)]
+    pub programs: Programs,
+    /// Keep the temporary directories (configs, data, logs) and print where they are.
+    #[arg(long)]
+    pub keep_temp: bool,
+}
+
+/// Where the programs the tool starts are.
+#[derive(Debug, Clone, Args)]
+pub struct Programs {
+    /// statestore binary [default: `statestore` next to this binary, i.e. target/release].
+    #[arg(long, value_name = "PATH")]
+    pub statestore_bin: Option<PathBuf>,
+    /// Mosquitto binary [default: `mosquitto` on PATH, else /usr/sbin/mosquitto].
+    #[arg(long, value_name = "PATH")]
+    pub mosquitto_bin: Option<PathBuf>,
+    /// etcd binary (Debian's etcd-server); etcd cells are skipped when it is missing.
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/etcd")]
+    pub etcd_bin: PathBuf,
+}
+
+/// `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The broker the running statestore uses.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub broker: String,
+    /// Target name in the table.
+    #[arg(long, default_value = "statestore")]
+    pub label: String,
+    /// Load flags.
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+/// `scale`.
+#[derive(Debug, Clone, Args)]
+pub struct ScaleArgs {
+    /// Keys to load (16-byte keys).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub keys: u64,
+    /// Value size, bytes.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// Cluster size.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// MQTT connections used to load.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Requests outstanding per connection while loading.
+    #[arg(long, default_value_t = 8)]
+    pub in_flight: usize,
+    /// A request unanswered for this long counts as a timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Process locations.
+    #[command(flatten)]
+    pub programs: Programs,
+    /// Keep the temporary directory (data, logs) and print where it is.
+    #[arg(long)]
+    pub keep_temp: bool,
+}
+
+/// The timings and workloads a `compare` or `run` uses once defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// Workloads in order.
+    pub workloads: Vec<WorkloadSpec>,
+    /// Measurement window.
+    pub duration: Duration,
+    /// Warm-up.
+    pub warmup: Duration,
+}
+
+impl LoadArgs {
+    /// Applies the defaults (smoke or full).
+    pub fn resolve(&self) -> anyhow::Result<Resolved> {
+        let (clients, in_flight, duration, warmup) = if self.smoke {
+            (4, 4, Duration::from_secs(2), Duration::from_millis(500))
+        } else {
+            (64, 8, Duration::from_secs(10), Duration::from_secs(1))
+        };
+        let workloads = if !self.workloads.is_empty() {
+            self.workloads.clone()
+        } else if !self.mix.is_empty() || self.clients.is_some() || self.in_flight.is_some() {
+            let mixes = if self.mix.is_empty() {
+                vec![Mix::Set, Mix::Get]
+            } else {
+                self.mix.clone()
+            };
+            let clients = self.clients.unwrap_or(clients);
+            let in_flight = self.in_flight.unwrap_or(in_flight);
+            if clients == 0 || in_flight == 0 {
+                bail!("--clients and --in-flight must be at least 1");
+            }
+            mixes
+                .into_iter()
+                .map(|mix| WorkloadSpec {
+                    mix,
+                    clients,
+                    in_flight,
+                })
+                .collect()
+        } else {
+            vec![
+                WorkloadSpec {
+                    mix: Mix::Set,
+                    clients,
+                    in_flight,
+                },
+                WorkloadSpec {
+                    mix: Mix::Get,
+                    clients,
+                    in_flight,
+                },
+                WorkloadSpec {
+                    mix: Mix::Set,
+                    clients: 1,
+                    in_flight: 1,
+                },
+            ]
+        };
+        if self.keys == 0 {
+            bail!("--keys must be at least 1");
+        }
+        Ok(Resolved {
+            workloads,
+            duration: self.duration.unwrap_or(duration),
+            warmup: self.warmup.unwrap_or(warmup),
+        })
+    }
+}
+
+/// `10s`, `500ms`, `2m`, `1.5s`, or a bare number of seconds.
+pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .with_context(|| format!("duration `{text}`: expected e.g. 10s, 500ms, 2m"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => number,
+        "ms" => number / 1000.0,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        other => bail!("duration `{text}`: unknown unit `{other}` (use ms, s, m or h)"),
+    };
+    Duration::try_from_secs_f64(seconds).with_context(|| format!("duration `{text}`"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Cli> {
+        Ok(Cli::try_parse_from(
+            std::iter::once("statestore-bench").chain(args.iter().copied()),
+        )?)
+    }
+
+    fn load(cli: Cli) -> LoadArgs {
+        match cli.command {
+            Command::Compare(c) => c.load,
+            Command::Run(r) => r.load,
+            Command::Scale(_) => panic!("no load args"),
+        }
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() -> anyhow::Result<()> {
+        assert_eq!(parse_duration("10s")?, Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
+        assert_eq!(parse_duration("2m")?, Duration::from_secs(120));
+        assert_eq!(parse_duration("1.5")?, Duration::from_millis(1500));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn default_compare_workloads() -> anyhow::Result<()> {
+        let resolved = load(parse(&["compare"])?).resolve()?;
+        let names: Vec<String> = resolved.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["SET 64×8", "GET 64×8", "SET 1×1"]);
+        assert_eq!(resolved.duration, Duration::from_secs(10));
+        let smoke = load(parse(&["compare", "--smoke"])?).resolve()?;
+        let names: Vec<String> = smoke.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["SET 4×4", "GET 4×4", "SET 1×1"]);
+        assert_eq!(smoke.duration, Duration::from_secs(2));
+        Ok(())
+    }
+
+    #[test]
+    fn flags_shape_the_workloads() -> anyhow::Result<()> {
+        let resolved = load(parse(&[
+            "run",
+            "--broker",
+            "127.0.0.1:1883",
+            "--clients",
+            "8",
+            "--mix",
+            "mixed,setnx",
+            "--duration",
+            "3s",
+        ])?)
+        .resolve()?;
+        let names: Vec<String> = resolved.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["MIXED 8×8", "SET NX PX 8×8"]);
+        assert_eq!(resolved.duration, Duration::from_secs(3));
+        let explicit = load(parse(&[
+            "compare",
+            "--workload",
+            "del:2x3",
+            "--workload",
+            "get:1x1",
+            "--clients",
+            "99",
+        ])?)
+        .resolve()?;
+        let names: Vec<String> = explicit.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["DEL 2×3", "GET 1×1"]);
+        assert!(parse(&["compare", "--mix", "bogus"]).is_err());
+        assert!(parse(&["run"]).is_err(), "--broker is required");
+        Ok(())
+    }
+
+    #[test]
+    fn targets_parse() -> anyhow::Result<()> {
+        let Command::Compare(c) = parse(&["compare", "--targets", "floor,statestore-3"])?.command
+        else {
+            panic!("compare");
+        };
+        assert_eq!(c.targets, [Target::Floor, Target::Statestore3]);
+        let Command::Compare(c) = parse(&["compare"])?.command else {
+            panic!("compare");
+        };
+        assert_eq!(c.targets.len(), 4);
+        Ok(())
+    }
+}

@@ -1,0 +1,466 @@
+//! MQTT 5 load against the state store protocol (spec §1–§2): one rumqttc `AsyncClient` and
+//! event-loop task per connection (Nagle off), subscribed to `clients/<id>/#`, sending QoS 1
+//! requests with response topic `clients/<id>/resp`, a 16-byte counter correlation id, Message
+//! Expiry 10 s and the `__srcId` / `__ts` / `__protVer` user properties, and matching replies to
+//! requests by correlation data.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow, bail};
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties, SubscribeReasonCode};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::driver::{self, Outcome, Plan, Requester, lock};
+use crate::resp::{self, Expect};
+use crate::stats::CellStats;
+use crate::workload::{self, Op};
+
+/// The state store request topic (spec §1).
+pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+/// Message Expiry of every request, seconds.
+pub const MESSAGE_EXPIRY_SECS: u32 = 10;
+
+/// Connection losses of load clients since the process started (each is warned about on
+/// stderr, the first few in full).
+static DISCONNECTS: AtomicU64 = AtomicU64::new(0);
+
+/// Connection losses of load clients so far.
+pub fn disconnects() -> u64 {
+    DISCONNECTS.load(Ordering::Relaxed)
+}
+
+/// Where the broker is.
+#[derive(Debug, Clone)]
+pub struct Broker {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl Broker {
+    /// `HOST:PORT`.
+    pub fn parse(address: &str) -> anyhow::Result<Broker> {
+        let (host, port) = address
+            .rsplit_once(':')
+            .with_context(|| format!("broker `{address}`: expected HOST:PORT"))?;
+        let port = port
+            .parse()
+            .with_context(|| format!("broker `{address}`: port"))?;
+        if host.is_empty() {
+            bail!("broker `{address}`: empty host");
+        }
+        Ok(Broker {
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port,
+        })
+    }
+
+    /// On 127.0.0.1.
+    pub fn loopback(port: u16) -> Broker {
+        Broker {
+            host: "127.0.0.1".to_owned(),
+            port,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+/// A client id unique to this process: `<prefix>-<pid>-<n>`.
+pub fn unique_id(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// MQTT options shared by the load clients and the echo responder: Nagle off (CRITICAL:
+/// otherwise every request waits ~40 ms), large packets, an outgoing in-flight window of at
+/// least `in_flight`.
+pub fn options(broker: &Broker, id: &str, in_flight: usize) -> MqttOptions {
+    let mut options = MqttOptions::new(id, broker.host.clone(), broker.port);
+    options.set_keep_alive(Duration::from_secs(30));
+    options.set_clean_start(true);
+    options.set_max_packet_size(Some(16 << 20));
+    options.set_receive_maximum(Some(1024));
+    options.set_outgoing_inflight_upper_limit(u16::try_from(in_flight.max(64)).unwrap_or(u16::MAX));
+    let mut network = options.network_options();
+    network.set_tcp_nodelay(true);
+    network.set_connection_timeout(10);
+    options.set_network_options(network);
+    options
+}
+
+/// How replies are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The state store's success reply for each operation (spec §2).
+    Store,
+    /// The echo floor: `+OK` for everything.
+    Echo,
+    /// As `Store`, but every GET must hit and return the value being written.
+    GetsHit,
+}
+
+/// A reply as the event loop saw it.
+#[derive(Debug)]
+struct Reply {
+    received: Instant,
+    stat: Option<String>,
+    payload: Bytes,
+}
+
+type Pending = Arc<Mutex<HashMap<u128, oneshot::Sender<Reply>>>>;
+
+/// One MQTT connection of the load generator.
+pub struct Connection {
+    client: AsyncClient,
+    id: String,
+    response_topic: String,
+    pending: Pending,
+    next_correlation: AtomicU64,
+    check: Check,
+    timeout: Duration,
+    closing: Arc<AtomicBool>,
+    events: JoinHandle<()>,
+}
+
+impl Connection {
+    /// Connects as `id`, subscribes to `clients/<id>/#` and waits for the SUBACK.
+    pub async fn connect(
+        broker: &Broker,
+        id: String,
+        in_flight: usize,
+        check: Check,
+        timeout: Duration,
+    ) -> anyhow::Result<Connection> {
+        let (client, mut eventloop) =
+            AsyncClient::new(options(broker, &id, in_flight), in_flight * 2 + 16);
+        let pending: Pending = Arc::default();
+        let filter = format!("clients/{id}/#");
+        let (ready_tx, ready) = oneshot::channel::<Result<(), String>>();
+        let closing = Arc::new(AtomicBool::new(false));
+        let events = {
+            let closing = closing.clone();
+            let pending = pending.clone();
+            let client = client.clone();
+            let filter = filter.clone();
+            let id = id.clone();
+            tokio::spawn(async move {
+                let mut ready_tx = Some(ready_tx);
+                let mut connections = 0u64;
+                loop {
+                    let event = eventloop.poll().await;
+                    let received = Instant::now();
+                    match event {
+                        Ok(Event::Incoming(Packet::Publish(publish))) => {
+                            deliver(&pending, received, publish.properties, publish.payload)
+                        }
+                        Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                            connections += 1;
+                            if connections > 1 {
+                                // clean start lost the subscription: take it again
+                                let _ = client.try_subscribe(filter.clone(), QoS::AtLeastOnce);
+                            }
+                        }
+                        Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                            if let Some(tx) = ready_tx.take() {
+                                let ok = ack
+                                    .return_codes
+                                    .iter()
+                                    .all(|c| matches!(c, SubscribeReasonCode::Success(_)));
+                                let _ = tx.send(if ok {
+                                    Ok(())
+                                } else {
+                                    Err(format!("subscription refused: {:?}", ack.return_codes))
+                                });
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            if let Some(tx) = ready_tx.take() {
+                                let _ = tx.send(Err(err.to_string()));
+                                return;
+                            }
+                            if closing.load(Ordering::Relaxed) {
+                                return;
+                            }
+                            let n = DISCONNECTS.fetch_add(1, Ordering::Relaxed);
+                            if n < 5 {
+                                eprintln!("warning: MQTT connection {id}: {err}; reconnecting");
+                            } else if n == 5 {
+                                eprintln!(
+                                    "warning: more MQTT connection losses (counted, not shown)"
+                                );
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+            })
+        };
+        let connection = Connection {
+            response_topic: format!("clients/{id}/resp"),
+            client,
+            id,
+            pending,
+            next_correlation: AtomicU64::new(0),
+            check,
+            timeout,
+            closing,
+            events,
+        };
+        connection
+            .client
+            .subscribe(filter, QoS::AtLeastOnce)
+            .await
+            .map_err(|e| anyhow!("subscribe: {e}"))?;
+        match tokio::time::timeout(Duration::from_secs(15), ready).await {
+            Ok(Ok(Ok(()))) => Ok(connection),
+            Ok(Ok(Err(err))) => bail!(
+                "MQTT client {} to {}: {err}",
+                connection.id,
+                broker_label(broker)
+            ),
+            Ok(Err(_)) => bail!("MQTT client {}: event loop ended", connection.id),
+            Err(_) => bail!(
+                "MQTT client {} to {}: no SUBACK within 15 s",
+                connection.id,
+                broker_label(broker)
+            ),
+        }
+    }
+
+    /// The properties of request number `n`.
+    fn properties(&self, correlation: u128, n: u64) -> PublishProperties {
+        PublishProperties {
+            response_topic: Some(self.response_topic.clone()),
+            correlation_data: Some(Bytes::copy_from_slice(&correlation.to_be_bytes())),
+            message_expiry_interval: Some(MESSAGE_EXPIRY_SECS),
+            content_type: Some("application/octet-stream".to_owned()),
+            user_properties: vec![
+                ("__srcId".to_owned(), self.id.clone()),
+                ("__ts".to_owned(), hlc(now_ms(), n, &self.id)),
+                ("__protVer".to_owned(), "1.0".to_owned()),
+            ],
+            ..Default::default()
+        }
+    }
+}
+
+fn broker_label(broker: &Broker) -> String {
+    format!("{}:{}", broker.host, broker.port)
+}
+
+/// `{ms:015}:{counter:05}:{id}` (spec §3).
+pub fn hlc(ms: u64, counter: u64, id: &str) -> String {
+    format!("{ms:015}:{:05}:{id}", counter % 100_000)
+}
+
+/// Hands a reply to the request waiting for its correlation data (others are ignored).
+fn deliver(
+    pending: &Pending,
+    received: Instant,
+    properties: Option<PublishProperties>,
+    payload: Bytes,
+) {
+    let Some(properties) = properties else {
+        return;
+    };
+    let Some(correlation) = properties
+        .correlation_data
+        .as_deref()
+        .and_then(|c| <[u8; 16]>::try_from(c).ok())
+        .map(u128::from_be_bytes)
+    else {
+        return;
+    };
+    let Some(waiter) = lock(pending).remove(&correlation) else {
+        return; // late reply of a request that already timed out
+    };
+    let stat = properties
+        .user_properties
+        .into_iter()
+        .find(|(k, _)| k == "__stat")
+        .map(|(_, v)| v);
+    let _ = waiter.send(Reply {
+        received,
+        stat,
+        payload,
+    });
+}
+
+impl Requester for Connection {
+    async fn request(&self, op: Op, key: &[u8], value: &Bytes) -> Outcome {
+        let n = self.next_correlation.fetch_add(1, Ordering::Relaxed) + 1;
+        let correlation = u128::from(n);
+        let properties = self.properties(correlation, n);
+        let payload = resp::request(op, key, value);
+        let expect = match (self.check, op) {
+            (Check::Echo, _) => Expect::Echo,
+            (Check::GetsHit, Op::Get) => Expect::Hit(value),
+            _ => Expect::Store(op),
+        };
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(correlation, tx);
+        let start = Instant::now();
+        if let Err(err) = self
+            .client
+            .publish_with_properties(REQUEST_TOPIC, QoS::AtLeastOnce, false, payload, properties)
+            .await
+        {
+            lock(&self.pending).remove(&correlation);
+            return Outcome::Error(format!("publish failed: {err}"));
+        }
+        match tokio::time::timeout_at((start + self.timeout).into(), rx).await {
+            Ok(Ok(reply)) => match resp::classify(expect, reply.stat.as_deref(), &reply.payload) {
+                Ok(()) => Outcome::Ok {
+                    latency: reply.received.saturating_duration_since(start),
+                    received: reply.received,
+                },
+                Err(kind) => Outcome::Error(kind),
+            },
+            Ok(Err(_)) => Outcome::Error("connection task ended".to_owned()),
+            Err(_) => {
+                lock(&self.pending).remove(&correlation);
+                Outcome::Timeout
+            }
+        }
+    }
+
+    async fn close(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let _ = self.client.try_disconnect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.events.abort();
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.events.abort();
+    }
+}
+
+/// What a load run needs besides the plan.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Connections.
+    pub clients: usize,
+    /// Requests outstanding per connection.
+    pub in_flight: usize,
+    /// Value size, bytes.
+    pub value_size: usize,
+    /// Per-request timeout.
+    pub timeout: Duration,
+    /// How replies are checked.
+    pub check: Check,
+}
+
+/// Opens `options.clients` connections concurrently.
+pub async fn connect_all(
+    broker: &Broker,
+    options: &LoadOptions,
+) -> anyhow::Result<Vec<Connection>> {
+    let attempts = (0..options.clients.max(1)).map(|_| {
+        Connection::connect(
+            broker,
+            unique_id("bench"),
+            options.in_flight,
+            options.check,
+            options.timeout,
+        )
+    });
+    futures::future::join_all(attempts)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Connects, runs `plan`, disconnects. The plan's clock starts once every client is connected
+/// when `plan` is built by `make_plan` after connecting.
+pub async fn run(
+    broker: &Broker,
+    options: &LoadOptions,
+    make_plan: impl FnOnce() -> Plan,
+) -> anyhow::Result<CellStats> {
+    let connections = connect_all(broker, options).await?;
+    let plan = make_plan();
+    driver::drive(
+        connections,
+        options.in_flight,
+        plan,
+        workload::value(options.value_size),
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hlc_is_padded() {
+        assert_eq!(hlc(1, 2, "me"), "000000000000001:00002:me");
+        assert_eq!(
+            hlc(1_795_315_360_516, 123_456, "c"),
+            "001795315360516:23456:c"
+        );
+    }
+
+    #[test]
+    fn broker_addresses_parse() -> anyhow::Result<()> {
+        let b = Broker::parse("127.0.0.1:1883")?;
+        assert_eq!((b.host.as_str(), b.port), ("127.0.0.1", 1883));
+        let b = Broker::parse("[::1]:1884")?;
+        assert_eq!((b.host.as_str(), b.port), ("::1", 1884));
+        assert!(Broker::parse("localhost").is_err());
+        assert!(Broker::parse(":1883").is_err());
+        assert!(Broker::parse("h:port").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn replies_reach_their_request_only() {
+        let pending: Pending = Arc::default();
+        let (tx, mut rx) = oneshot::channel();
+        lock(&pending).insert(7, tx);
+        let props = |corr: u128| PublishProperties {
+            correlation_data: Some(Bytes::copy_from_slice(&corr.to_be_bytes())),
+            user_properties: vec![("__stat".to_owned(), "200".to_owned())],
+            ..Default::default()
+        };
+        deliver(&pending, Instant::now(), Some(props(8)), Bytes::new());
+        assert!(rx.try_recv().is_err());
+        deliver(&pending, Instant::now(), None, Bytes::new());
+        deliver(
+            &pending,
+            Instant::now(),
+            Some(props(7)),
+            Bytes::from_static(b"+OK\r\n"),
+        );
+        let reply = rx.try_recv().expect("delivered");
+        assert_eq!(reply.stat.as_deref(), Some("200"));
+        assert_eq!(&reply.payload[..], b"+OK\r\n");
+        assert!(lock(&pending).is_empty());
+    }
+}

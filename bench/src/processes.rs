@@ -1,0 +1,651 @@
+//! Every process the tool starts, and their cleanup: Mosquitto with the shipped settings, a
+//! statestore cluster of 1..n nodes, a 3-member etcd cluster, each in a temporary directory,
+//! each killed when its guard is dropped (normal return, error, panic or Ctrl-C cancelling
+//! the command). Also the measurements of a process from outside: RSS and on-disk size.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::mqtt_load::Broker;
+
+/// `n` distinct free loopback ports (all held open while choosing, so they differ).
+pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .context("bind a free loopback port")?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+/// A temporary directory, removed on drop unless kept (`--keep-temp`).
+pub struct WorkDir {
+    dir: tempfile::TempDir,
+}
+
+impl WorkDir {
+    /// A fresh `statestore-bench-<label>-*` directory.
+    pub fn new(label: &str, keep: bool) -> anyhow::Result<WorkDir> {
+        let mut dir = tempfile::Builder::new()
+            .prefix(&format!("statestore-bench-{label}-"))
+            .tempdir()
+            .context("create a temporary directory")?;
+        dir.disable_cleanup(keep);
+        Ok(WorkDir { dir })
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// A child process, killed (SIGKILL) and reaped on drop.
+pub struct ProcessGuard {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl ProcessGuard {
+    /// Spawns `command` with stdout discarded and stderr appended to `log`.
+    pub fn spawn(name: &str, command: &mut Command, log: &Path) -> anyhow::Result<ProcessGuard> {
+        let stderr = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("open {}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("start {name} ({:?})", command.get_program()))?;
+        Ok(ProcessGuard {
+            name: name.to_owned(),
+            child,
+            log: log.to_owned(),
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// An error with the end of its log if it has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => bail!(
+                "{} exited ({status}); end of its log:\n{}",
+                self.name,
+                log_tail(&self.log, 30)
+            ),
+            Err(err) => bail!("{}: {err}", self.name),
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns how long it took to exit.
+    pub fn terminate(&mut self, grace: Duration) -> Duration {
+        let start = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        while start.elapsed() < grace {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return start.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        start.elapsed()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Resident set size, KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.pid())
+    }
+}
+
+impl Drop for ProcessGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The last `lines` lines of a log file.
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let Ok(file) = File::open(path) else {
+        return format!("(no log at {})", path.display());
+    };
+    let all: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Lines of a log file that contain any of `needles`: how many, and up to `samples`
+/// distinct examples (ANSI colours and the leading timestamp removed, cut to 200 chars).
+pub fn log_findings(path: &Path, needles: &[&str], samples: usize) -> (usize, Vec<String>) {
+    let Ok(file) = File::open(path) else {
+        return (0, Vec::new());
+    };
+    let mut count = 0;
+    let mut examples: Vec<String> = Vec::new();
+    for line in BufReader::new(file).lines().map_while(Result::ok) {
+        if !needles.iter().any(|n| line.contains(n)) {
+            continue;
+        }
+        count += 1;
+        let clean = clean_log_line(&line);
+        let prefix: String = clean.chars().take(60).collect();
+        if examples.len() < samples && !examples.iter().any(|e| e.starts_with(&prefix)) {
+            examples.push(clean);
+        }
+    }
+    (count, examples)
+}
+
+/// A log line without ANSI escapes and without its leading RFC 3339 timestamp.
+fn clean_log_line(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // skip `ESC [ ... m`
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let trimmed = plain.trim();
+    let without_time = match trimmed.split_once(char::is_whitespace) {
+        Some((first, rest)) if first.len() >= 19 && first.as_bytes()[4] == b'-' => {
+            rest.trim_start()
+        }
+        _ => trimmed,
+    };
+    without_time.chars().take(200).collect()
+}
+
+/// `VmRSS` of a process from `/proc/<pid>/status`, KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_vm_rss(&status)
+}
+
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+}
+
+/// Bytes of every file under `path` (0 if missing).
+pub fn dir_size(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .map_while(Result::ok)
+                .map(|entry| dir_size(&entry.path()))
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`.
+fn wait_listening(port: u16, within: Duration, guard: &mut ProcessGuard) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        guard.check_alive()?;
+        if Instant::now() > deadline {
+            bail!(
+                "{} not listening on {port} within {within:?}; end of its log:\n{}",
+                guard.name,
+                log_tail(&guard.log, 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// `name` on PATH, else `fallback` if it exists.
+pub fn find_program(name: &str, fallback: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    on_path.or_else(|| {
+        let fallback = PathBuf::from(fallback);
+        fallback.is_file().then_some(fallback)
+    })
+}
+
+/// The first line `program args` prints (stdout or stderr), for the report.
+pub fn program_version(program: &Path, args: &[&str]) -> Option<String> {
+    let output = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = if output.stdout.is_empty() {
+        output.stderr
+    } else {
+        output.stdout
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_owned)
+}
+
+/// A Mosquitto broker configured as shipped, on a free loopback port.
+pub struct Mosquitto {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    guard: ProcessGuard,
+}
+
+impl Mosquitto {
+    /// Writes `mosquitto.conf` into `dir` and starts the broker.
+    pub fn start(bin: &Path, dir: &Path) -> anyhow::Result<Mosquitto> {
+        let port = free_ports(1)?[0];
+        let config = dir.join("mosquitto.conf");
+        std::fs::write(&config, mosquitto_config(port))
+            .with_context(|| format!("write {}", config.display()))?;
+        let mut guard = ProcessGuard::spawn(
+            "mosquitto",
+            Command::new(bin).arg("-c").arg(&config),
+            &dir.join("mosquitto.log"),
+        )?;
+        wait_listening(port, Duration::from_secs(10), &mut guard)?;
+        Ok(Mosquitto { port, guard })
+    }
+
+    /// Where clients connect.
+    pub fn broker(&self) -> Broker {
+        Broker::loopback(self.port)
+    }
+
+    /// Its RSS, KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.guard.rss_kib()
+    }
+}
+
+/// The broker configuration the README asks for (Nagle off, raised in-flight and queue limits).
+pub fn mosquitto_config(port: u16) -> String {
+    format!(
+        "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n\
+         max_inflight_messages 1000\nmax_queued_messages 100000\npersistence false\n"
+    )
+}
+
+/// One statestore node process (restartable on the same data directory).
+pub struct StatestoreNode {
+    /// Raft id.
+    pub id: u64,
+    /// HTTP port (health, metrics, admin).
+    pub http_port: u16,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    args: Vec<String>,
+    log: PathBuf,
+    process: Option<ProcessGuard>,
+}
+
+/// A statestore cluster sharing one broker.
+pub struct StatestoreCluster {
+    bin: PathBuf,
+    /// The nodes, in id order.
+    pub nodes: Vec<StatestoreNode>,
+    http: reqwest::Client,
+}
+
+/// What `/admin/status` says, as far as the tool reads it.
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize)]
+pub struct NodeStatus {
+    /// Raft role.
+    #[serde(default)]
+    pub state: String,
+    /// Holds the request subscription.
+    #[serde(default)]
+    pub request_subscription_active: bool,
+    /// Keys stored.
+    #[serde(default)]
+    pub keys: u64,
+    /// Last applied log index.
+    #[serde(default)]
+    pub applied_index: Option<u64>,
+}
+
+impl StatestoreCluster {
+    /// Starts `nodes` nodes (ids 1..=n) against `broker`, data under `dir`; `extra` is added
+    /// to every node's command line.
+    pub fn start(
+        bin: &Path,
+        broker: &Broker,
+        nodes: usize,
+        dir: &Path,
+        extra: &[String],
+    ) -> anyhow::Result<StatestoreCluster> {
+        let ports = free_ports(nodes * 2)?;
+        let peers: Vec<String> = (0..nodes)
+            .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[nodes + i]))
+            .collect();
+        let mut cluster = StatestoreCluster {
+            bin: bin.to_owned(),
+            nodes: Vec::with_capacity(nodes),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(2))
+                .build()
+                .context("HTTP client")?,
+        };
+        for i in 0..nodes {
+            let id = i as u64 + 1;
+            let data_dir = dir.join(format!("node{id}"));
+            let mut args = vec![
+                "run".to_owned(),
+                "--id".to_owned(),
+                id.to_string(),
+                "--data-dir".to_owned(),
+                data_dir.display().to_string(),
+                "--broker".to_owned(),
+                format!("{}:{}", broker.host, broker.port),
+                "--http".to_owned(),
+                format!("127.0.0.1:{}", ports[i]),
+                "--raft".to_owned(),
+                format!("127.0.0.1:{}", ports[nodes + i]),
+            ];
+            if nodes > 1 {
+                for peer in &peers {
+                    args.push("--peer".to_owned());
+                    args.push(peer.clone());
+                }
+            }
+            args.extend(extra.iter().cloned());
+            cluster.nodes.push(StatestoreNode {
+                id,
+                http_port: ports[i],
+                data_dir,
+                args,
+                log: dir.join(format!("node{id}.log")),
+                process: None,
+            });
+        }
+        cluster.spawn_all()?;
+        Ok(cluster)
+    }
+
+    /// Starts every node that is not running (again, on its data directory).
+    pub fn spawn_all(&mut self) -> anyhow::Result<()> {
+        for node in &mut self.nodes {
+            if node.process.is_none() {
+                let mut command = Command::new(&self.bin);
+                command.args(&node.args).env_remove("RUST_LOG");
+                node.process = Some(ProcessGuard::spawn(
+                    &format!("statestore node {}", node.id),
+                    &mut command,
+                    &node.log,
+                )?);
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to every node, then waits (SIGKILL after `grace`); the longest stop time.
+    pub fn stop_all(&mut self, grace: Duration) -> Duration {
+        let mut longest = Duration::ZERO;
+        for node in &mut self.nodes {
+            if let Some(mut process) = node.process.take() {
+                longest = longest.max(process.terminate(grace));
+            }
+        }
+        longest
+    }
+
+    /// `/admin/status` of node index `i`.
+    pub async fn status(&self, i: usize) -> anyhow::Result<NodeStatus> {
+        let url = format!("http://127.0.0.1:{}/admin/status", self.nodes[i].http_port);
+        let body = self.http.get(&url).send().await?.bytes().await?;
+        serde_json::from_slice(&body).with_context(|| format!("parse {url}"))
+    }
+
+    async fn ready(&self, i: usize) -> bool {
+        let url = format!("http://127.0.0.1:{}/readyz", self.nodes[i].http_port);
+        matches!(self.http.get(&url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    /// Waits until every node's `/readyz` is 200 and exactly one node holds the request
+    /// subscription; returns how long that took.
+    pub async fn wait_ready(&mut self, within: Duration) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        loop {
+            for node in &mut self.nodes {
+                if let Some(process) = node.process.as_mut() {
+                    process.check_alive()?;
+                }
+            }
+            let mut all_ready = true;
+            let mut subscribed = 0;
+            for i in 0..self.nodes.len() {
+                all_ready &= self.ready(i).await;
+                if let Ok(status) = self.status(i).await {
+                    subscribed += usize::from(status.request_subscription_active);
+                }
+            }
+            if all_ready && subscribed == 1 {
+                return Ok(start.elapsed());
+            }
+            let last = format!(
+                "all /readyz 200: {all_ready}; nodes holding the subscription: {subscribed}"
+            );
+            if start.elapsed() > within {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .map(|n| format!("--- node {} ---\n{}", n.id, log_tail(&n.log, 15)))
+                    .collect();
+                bail!(
+                    "statestore not ready within {within:?} ({last}); logs:\n{}",
+                    logs.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// RSS of every node, KiB (None when not running).
+    pub fn rss_kib(&self) -> Vec<Option<u64>> {
+        self.nodes
+            .iter()
+            .map(|n| n.process.as_ref().and_then(ProcessGuard::rss_kib))
+            .collect()
+    }
+
+    /// On-disk size of every node's data directory, bytes.
+    pub fn disk_bytes(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| dir_size(&n.data_dir)).collect()
+    }
+
+    /// An error with the end of its log if node index `i` has exited.
+    pub fn check_alive(&mut self, i: usize) -> anyhow::Result<()> {
+        match self.nodes[i].process.as_mut() {
+            Some(process) => process.check_alive(),
+            None => Ok(()),
+        }
+    }
+
+    /// The log of node index `i`.
+    pub fn log_path(&self, i: usize) -> &Path {
+        &self.nodes[i].log
+    }
+}
+
+/// A 3-member (or n-member) etcd cluster on loopback.
+pub struct EtcdCluster {
+    /// Client URLs, `http://127.0.0.1:P`.
+    pub endpoints: Vec<String>,
+    members: Vec<ProcessGuard>,
+}
+
+impl EtcdCluster {
+    /// Starts `members` members with data under `dir`.
+    pub fn start(bin: &Path, dir: &Path, members: usize) -> anyhow::Result<EtcdCluster> {
+        let ports = free_ports(members * 2)?;
+        let client_url = |i: usize| format!("http://127.0.0.1:{}", ports[i]);
+        let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[members + i]);
+        let initial_cluster = (0..members)
+            .map(|i| format!("m{}={}", i + 1, peer_url(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            endpoints: (0..members).map(client_url).collect(),
+            members: Vec::with_capacity(members),
+        };
+        for i in 0..members {
+            let name = format!("m{}", i + 1);
+            let mut command = Command::new(bin);
+            command
+                .arg("--name")
+                .arg(&name)
+                .arg("--data-dir")
+                .arg(dir.join(&name))
+                .arg("--listen-client-urls")
+                .arg(client_url(i))
+                .arg("--advertise-client-urls")
+                .arg(client_url(i))
+                .arg("--listen-peer-urls")
+                .arg(peer_url(i))
+                .arg("--initial-advertise-peer-urls")
+                .arg(peer_url(i))
+                .arg("--initial-cluster")
+                .arg(&initial_cluster)
+                .arg("--initial-cluster-state")
+                .arg("new")
+                .arg("--initial-cluster-token")
+                .arg("bench");
+            cluster.members.push(ProcessGuard::spawn(
+                &format!("etcd {name}"),
+                &mut command,
+                &dir.join(format!("{name}.log")),
+            )?);
+        }
+        Ok(cluster)
+    }
+
+    /// Fails if a member has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        self.members
+            .iter_mut()
+            .try_for_each(ProcessGuard::check_alive)
+    }
+
+    /// RSS of every member, KiB.
+    pub fn rss_kib(&self) -> Vec<Option<u64>> {
+        self.members.iter().map(ProcessGuard::rss_kib).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_parsed() {
+        let status = "Name:\tstatestore\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t9\n";
+        assert_eq!(parse_vm_rss(status), Some(12345));
+        assert_eq!(parse_vm_rss("Name: x\n"), None);
+        assert!(rss_kib(std::process::id()).is_some_and(|kib| kib > 0));
+    }
+
+    #[test]
+    fn log_lines_are_found_and_cleaned() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let log = dir.path().join("node.log");
+        std::fs::write(
+            &log,
+            "2026-11-22T03:09:38.272968Z \u{1b}[33m WARN\u{1b}[0m raft: a message will be ignored because vote changed: sent by T1-N1\n\
+             2026-11-22T03:09:38.272969Z \u{1b}[33m WARN\u{1b}[0m raft: a message will be ignored because vote changed: sent by T1-N2\n\
+             2026-11-22T03:09:38.3Z  INFO node: ready\n\
+             2026-11-22T03:09:39.1Z ERROR node: disk full\n",
+        )?;
+        let (count, examples) = log_findings(&log, &["WARN", "ERROR"], 3);
+        assert_eq!(count, 3);
+        assert_eq!(
+            examples,
+            [
+                "WARN raft: a message will be ignored because vote changed: sent by T1-N1",
+                "ERROR node: disk full"
+            ]
+        );
+        assert_eq!(log_findings(&dir.path().join("none"), &["WARN"], 3).0, 0);
+        assert_eq!(clean_log_line("plain line"), "plain line");
+        Ok(())
+    }
+
+    #[test]
+    fn dir_size_sums_files() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("a"), [0u8; 100])?;
+        std::fs::create_dir(dir.path().join("sub"))?;
+        std::fs::write(dir.path().join("sub/b"), [0u8; 23])?;
+        assert_eq!(dir_size(dir.path()), 123);
+        assert_eq!(dir_size(&dir.path().join("missing")), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn ports_are_distinct() -> anyhow::Result<()> {
+        let ports = free_ports(6)?;
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 6);
+        Ok(())
+    }
+
+    #[test]
+    fn mosquitto_config_has_the_shipped_settings() {
+        let config = mosquitto_config(1884);
+        for line in [
+            "listener 1884 127.0.0.1",
+            "allow_anonymous true",
+            "set_tcp_nodelay true",
+            "max_inflight_messages 1000",
+            "max_queued_messages 100000",
+            "persistence false",
+        ] {
+            assert!(config.lines().any(|l| l == line), "{line}");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! The `scale` command: load many keys (16-byte keys, value-size values) into a fresh
+//! statestore cluster, then report the load rate, how long the followers took to apply
+//! everything, RSS and on-disk size per node, and after a full-cluster restart (SIGTERM,
+//! start again on the same data) the time to ready and a check that GETs still hit.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde::Serialize;
+
+use crate::cli::ScaleArgs;
+use crate::compare::{mosquitto_bin, statestore_bin, tool_versions};
+use crate::driver::{self, Plan};
+use crate::mqtt_load::{self, Check, LoadOptions};
+use crate::processes::{Mosquitto, StatestoreCluster, WorkDir};
+use crate::report::{self, Machine};
+use crate::stats::Summary;
+use crate::workload::{self, KEY_LEN, Mix};
+
+/// The figures of a scale run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleReport {
+    /// `statestore-bench <version>`.
+    pub tool: String,
+    /// Machine.
+    pub machine: Machine,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Keys loaded.
+    pub keys: u64,
+    /// Key size, bytes.
+    pub key_size: usize,
+    /// Value size, bytes.
+    pub value_size: usize,
+    /// Loading connections × in-flight.
+    pub concurrency: String,
+    /// Fresh cluster start to ready, seconds.
+    pub start_to_ready_secs: f64,
+    /// Loading time, seconds.
+    pub load_secs: f64,
+    /// Keys per second while loading.
+    pub load_rate: f64,
+    /// Latency of the loading SETs.
+    pub load_latency: Summary,
+    /// From the last SET reply until every node reported all keys, seconds.
+    pub replicas_caught_up_secs: Option<f64>,
+    /// Keys each node reports after loading.
+    pub keys_per_node: Vec<u64>,
+    /// RSS per node after loading, KiB.
+    pub rss_kib_after_load: Vec<Option<u64>>,
+    /// Data directory size per node after loading, bytes.
+    pub disk_bytes_after_load: Vec<u64>,
+    /// Longest SIGTERM-to-exit time of the nodes, seconds.
+    pub stop_secs: f64,
+    /// Data directory size per node after the clean stop, bytes.
+    pub disk_bytes_after_stop: Vec<u64>,
+    /// Restart (all nodes started again) to ready, seconds.
+    pub restart_to_ready_secs: f64,
+    /// Restart until every node reports all keys, seconds.
+    pub restart_to_all_keys_secs: Option<f64>,
+    /// RSS per node after the restart and the read check, KiB.
+    pub rss_kib_after_restart: Vec<Option<u64>>,
+    /// The read check after the restart: GETs of random loaded keys that must hit.
+    pub reads_after_restart: Summary,
+}
+
+impl ScaleReport {
+    /// The printed table.
+    pub fn text(&self) -> String {
+        let mib = |bytes: u64| format!("{:.1}", bytes as f64 / (1024.0 * 1024.0));
+        let rss = |v: &[Option<u64>]| {
+            v.iter()
+                .map(|kib| kib.map_or("–".to_owned(), |k| mib(k * 1024)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let disk = |v: &[u64]| v.iter().map(|b| mib(*b)).collect::<Vec<_>>().join(" / ");
+        let secs = |s: Option<f64>| s.map_or("not reached".to_owned(), |s| format!("{s:.2}"));
+        let l = &self.load_latency;
+        let r = &self.reads_after_restart;
+        let mut out = format!(
+            "{}\n\n| measure | value |\n|---|---|\n",
+            self.machine.line()
+        );
+        let mut row = |name: &str, value: String| {
+            let _ = writeln!(out, "| {name} | {value} |");
+        };
+        row("cluster", format!("{} nodes", self.nodes));
+        row(
+            "keys loaded",
+            format!(
+                "{} ({} B keys, {} B values, loaded at {} clients×in-flight)",
+                self.keys, self.key_size, self.value_size, self.concurrency
+            ),
+        );
+        row(
+            "fresh start → ready, s",
+            format!("{:.2}", self.start_to_ready_secs),
+        );
+        row("load time, s", format!("{:.1}", self.load_secs));
+        row("load rate, keys/s", format!("{:.0}", self.load_rate));
+        row(
+            "load SET latency p50 / p99 / p99.9 / max, ms",
+            format!(
+                "{:.2} / {:.2} / {:.2} / {:.1}",
+                l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms
+            ),
+        );
+        row(
+            "load errors / timeouts",
+            format!("{} / {} {}", l.errors, l.timeouts, kinds(l)),
+        );
+        row(
+            "last reply → all replicas hold every key, s",
+            secs(self.replicas_caught_up_secs),
+        );
+        row(
+            "keys per node",
+            self.keys_per_node
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "),
+        );
+        row(
+            "RSS per node after load, MiB",
+            rss(&self.rss_kib_after_load),
+        );
+        row(
+            "data dir per node after load, MiB",
+            disk(&self.disk_bytes_after_load),
+        );
+        row("stop (SIGTERM → exit), s", format!("{:.2}", self.stop_secs));
+        row(
+            "data dir per node after stop, MiB",
+            disk(&self.disk_bytes_after_stop),
+        );
+        row(
+            "restart → ready, s",
+            format!("{:.2}", self.restart_to_ready_secs),
+        );
+        row(
+            "restart → every node reports all keys, s",
+            secs(self.restart_to_all_keys_secs),
+        );
+        row(
+            "RSS per node after restart, MiB",
+            rss(&self.rss_kib_after_restart),
+        );
+        row(
+            "GETs after restart (must hit)",
+            format!(
+                "{} ok, {} errors, {} timeouts, p50 {:.2} ms, p99 {:.2} ms {}",
+                r.ops,
+                r.errors,
+                r.timeouts,
+                r.p50_ms,
+                r.p99_ms,
+                kinds(r)
+            ),
+        );
+        out
+    }
+
+    /// Whether the run is clean: no errors or timeouts and every key everywhere.
+    pub fn passed(&self) -> bool {
+        self.load_latency.errors == 0
+            && self.load_latency.timeouts == 0
+            && self.reads_after_restart.errors == 0
+            && self.reads_after_restart.timeouts == 0
+            && self.reads_after_restart.ops > 0
+            && self.keys_per_node.iter().all(|k| *k == self.keys)
+            && self.restart_to_all_keys_secs.is_some()
+    }
+}
+
+fn kinds(summary: &Summary) -> String {
+    if summary.error_kinds.is_empty() {
+        String::new()
+    } else {
+        format!("{:?}", summary.error_kinds)
+    }
+}
+
+/// Polls until every node reports `keys` keys; the time it took, or `None` after `within`.
+async fn wait_all_keys(
+    cluster: &StatestoreCluster,
+    keys: u64,
+    within: Duration,
+) -> (Option<Duration>, Vec<u64>) {
+    let start = Instant::now();
+    loop {
+        let mut counts = Vec::with_capacity(cluster.nodes.len());
+        for i in 0..cluster.nodes.len() {
+            counts.push(cluster.status(i).await.map(|s| s.keys).unwrap_or_default());
+        }
+        if counts.iter().all(|k| *k == keys) {
+            return (Some(start.elapsed()), counts);
+        }
+        if start.elapsed() > within {
+            return (None, counts);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `statestore-bench scale`: returns whether the run passed.
+pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
+    if args.keys == 0 || args.nodes == 0 {
+        bail!("--keys and --nodes must be at least 1");
+    }
+    let bin = statestore_bin(&args.programs)?;
+    let mosquitto = mosquitto_bin(&args.programs)?;
+    let machine = Machine::collect(tool_versions(Some(&bin), Some(&mosquitto), None));
+    eprintln!("{}", machine.line());
+    let dir = WorkDir::new("scale", args.keep_temp)?;
+    if args.keep_temp {
+        eprintln!("files kept in {}", dir.path().display());
+    }
+    let broker = Mosquitto::start(&mosquitto, dir.path())?;
+    // room for every key: the default quota is exactly 1,000,000 keys and 1 GiB
+    let stored_bytes = args.keys * (KEY_LEN + args.value_size) as u64;
+    let extra = vec![
+        "--max-keys".to_owned(),
+        (args.keys + args.keys / 10 + 1000)
+            .max(1_000_000)
+            .to_string(),
+        "--max-bytes".to_owned(),
+        (stored_bytes * 2).max(1 << 30).to_string(),
+    ];
+    let mut cluster =
+        StatestoreCluster::start(&bin, &broker.broker(), args.nodes, dir.path(), &extra)?;
+    let start_to_ready = cluster.wait_ready(Duration::from_secs(60)).await?;
+    eprintln!(
+        "cluster ready after {:.2} s; loading {} keys",
+        start_to_ready.as_secs_f64(),
+        args.keys
+    );
+
+    let options = LoadOptions {
+        clients: args.clients,
+        in_flight: args.in_flight,
+        value_size: args.value_size,
+        timeout: args.timeout,
+        check: Check::Store,
+    };
+    let connections = mqtt_load::connect_all(&broker.broker(), &options).await?;
+    let plan = Plan::fill(args.keys);
+    let progress = plan.fill_counter();
+    let total = args.keys;
+    let reporter = tokio::spawn(async move {
+        let start = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            if let Some(sent) = progress
+                .as_ref()
+                .map(|p| p.load(Ordering::Relaxed).min(total))
+            {
+                eprintln!(
+                    "   {sent} / {total} keys sent after {:.0} s ({:.0} keys/s)",
+                    start.elapsed().as_secs_f64(),
+                    sent as f64 / start.elapsed().as_secs_f64()
+                );
+            }
+        }
+    });
+    let load_start = Instant::now();
+    let stats = driver::drive(
+        connections,
+        args.in_flight,
+        plan,
+        workload::value(args.value_size),
+    )
+    .await;
+    let load_time = load_start.elapsed();
+    reporter.abort();
+    let stats = stats?;
+    let load_latency = stats.summary(load_time);
+    eprintln!(
+        "loaded in {:.1} s ({:.0} keys/s), {} errors, {} timeouts",
+        load_time.as_secs_f64(),
+        load_latency.throughput,
+        load_latency.errors,
+        load_latency.timeouts
+    );
+
+    let expected = stats.succeeded.min(args.keys);
+    let (caught_up, keys_per_node) =
+        wait_all_keys(&cluster, expected, Duration::from_secs(120)).await;
+    let rss_after_load = cluster.rss_kib();
+    let disk_after_load = cluster.disk_bytes();
+
+    eprintln!("stopping every node (SIGTERM)");
+    let stop = cluster.stop_all(Duration::from_secs(60));
+    let disk_after_stop = cluster.disk_bytes();
+    eprintln!("restarting");
+    let restart = Instant::now();
+    cluster.spawn_all()?;
+    let restart_to_ready = cluster.wait_ready(Duration::from_secs(600)).await?;
+    let (all_keys, _) = wait_all_keys(&cluster, expected, Duration::from_secs(300)).await;
+    let restart_to_all_keys = all_keys.map(|_| restart.elapsed());
+    eprintln!(
+        "ready {:.2} s after restart; checking reads",
+        restart_to_ready.as_secs_f64()
+    );
+
+    let read_options = LoadOptions {
+        clients: 4,
+        in_flight: 4,
+        value_size: args.value_size,
+        timeout: args.timeout,
+        check: Check::GetsHit,
+    };
+    let read_window = Duration::from_secs(2);
+    let reads = mqtt_load::run(&broker.broker(), &read_options, || {
+        Plan::timed(Mix::Get, expected.max(1), Duration::ZERO, read_window)
+    })
+    .await?;
+    let report = ScaleReport {
+        tool: format!("statestore-bench {}", env!("CARGO_PKG_VERSION")),
+        machine,
+        nodes: args.nodes,
+        keys: args.keys,
+        key_size: KEY_LEN,
+        value_size: args.value_size,
+        concurrency: format!("{}×{}", args.clients, args.in_flight),
+        start_to_ready_secs: start_to_ready.as_secs_f64(),
+        load_secs: load_time.as_secs_f64(),
+        load_rate: load_latency.throughput,
+        load_latency,
+        replicas_caught_up_secs: caught_up.map(|d| d.as_secs_f64()),
+        keys_per_node,
+        rss_kib_after_load: rss_after_load,
+        disk_bytes_after_load: disk_after_load,
+        stop_secs: stop.as_secs_f64(),
+        disk_bytes_after_stop: disk_after_stop,
+        restart_to_ready_secs: restart_to_ready.as_secs_f64(),
+        restart_to_all_keys_secs: restart_to_all_keys.map(|d| d.as_secs_f64()),
+        rss_kib_after_restart: cluster.rss_kib(),
+        reads_after_restart: reads.summary(read_window),
+    };
+    println!("{}", report.text());
+    if let Some(path) = &args.json {
+        report::write_json(path, &report)?;
+        eprintln!("JSON written to {}", path.display());
+    }
+    Ok(report.passed())
+}

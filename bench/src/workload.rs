@@ -1,0 +1,229 @@
+//! What a load cell does: the operation mixes, the `MIX:CLIENTSxIN_FLIGHT` workload spec, the
+//! fixed-width keys and values, and the small deterministic generator that picks keys and
+//! operations (no global RNG, so every connection's sequence is reproducible).
+
+use std::fmt;
+use std::str::FromStr;
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use serde::Serialize;
+
+/// Expiry used by `SET ... NX PX` requests, in milliseconds.
+pub const PX_MS: u64 = 10_000;
+
+/// Key length in bytes (`key-` plus 12 digits).
+pub const KEY_LEN: usize = 16;
+
+/// One request kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Op {
+    /// `SET key value`.
+    Set,
+    /// `GET key`.
+    Get,
+    /// `DEL key`.
+    Del,
+    /// `SET key value NX PX 10000`.
+    SetNxPx,
+}
+
+/// A mix of operations, chosen with `--mix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mix {
+    /// Only `SET`.
+    Set,
+    /// Only `GET` (keys are loaded first).
+    Get,
+    /// Only `DEL`.
+    Del,
+    /// Only `SET NX PX`.
+    Setnx,
+    /// 50 % GET, 30 % SET, 10 % DEL, 10 % SET NX PX.
+    Mixed,
+}
+
+impl Mix {
+    /// The operation for a uniformly random `r`.
+    pub fn pick(self, r: u64) -> Op {
+        match self {
+            Mix::Set => Op::Set,
+            Mix::Get => Op::Get,
+            Mix::Del => Op::Del,
+            Mix::Setnx => Op::SetNxPx,
+            Mix::Mixed => match r % 10 {
+                0..=4 => Op::Get,
+                5..=7 => Op::Set,
+                8 => Op::Del,
+                _ => Op::SetNxPx,
+            },
+        }
+    }
+
+    /// Whether the cell reads or deletes keys, so they should exist beforehand.
+    pub fn needs_preload(self) -> bool {
+        matches!(self, Mix::Get | Mix::Del | Mix::Mixed)
+    }
+
+    /// Name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mix::Set => "SET",
+            Mix::Get => "GET",
+            Mix::Del => "DEL",
+            Mix::Setnx => "SET NX PX",
+            Mix::Mixed => "MIXED",
+        }
+    }
+}
+
+/// One workload: a mix at `clients` connections with `in_flight` requests outstanding each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WorkloadSpec {
+    /// Operation mix.
+    pub mix: Mix,
+    /// Connections.
+    pub clients: usize,
+    /// Requests outstanding per connection.
+    pub in_flight: usize,
+}
+
+impl WorkloadSpec {
+    /// `64×8`.
+    pub fn concurrency(&self) -> String {
+        format!("{}×{}", self.clients, self.in_flight)
+    }
+}
+
+impl fmt::Display for WorkloadSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.mix.label(), self.concurrency())
+    }
+}
+
+impl FromStr for WorkloadSpec {
+    type Err = anyhow::Error;
+
+    /// `set:64x8`, `mixed:1x1`.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let (mix, shape) = s
+            .split_once(':')
+            .with_context(|| format!("workload `{s}`: expected MIX:CLIENTSxIN_FLIGHT"))?;
+        let mix = Mix::from_str(mix, true).map_err(|e| anyhow::anyhow!("workload `{s}`: {e}"))?;
+        let (clients, in_flight) = shape
+            .split_once(['x', '×'])
+            .with_context(|| format!("workload `{s}`: expected CLIENTSxIN_FLIGHT after `:`"))?;
+        let clients: usize = clients
+            .parse()
+            .with_context(|| format!("workload `{s}`: clients"))?;
+        let in_flight: usize = in_flight
+            .parse()
+            .with_context(|| format!("workload `{s}`: in-flight"))?;
+        if clients == 0 || in_flight == 0 {
+            bail!("workload `{s}`: clients and in-flight must be at least 1");
+        }
+        Ok(WorkloadSpec {
+            mix,
+            clients,
+            in_flight,
+        })
+    }
+}
+
+/// The 16-byte key number `index`: `key-000000000042`.
+pub fn key(index: u64) -> Vec<u8> {
+    format!("key-{:012}", index % 1_000_000_000_000).into_bytes()
+}
+
+/// A printable value of `size` bytes.
+pub fn value(size: usize) -> bytes::Bytes {
+    (0..size)
+        .map(|i| b'a' + (i % 26) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// splitmix64: tiny, fast, good enough to pick keys and operations.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for stream `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03)
+    }
+
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform-ish in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_sixteen_bytes() {
+        assert_eq!(key(0), b"key-000000000000");
+        assert_eq!(key(999_999).len(), KEY_LEN);
+        assert_eq!(key(u64::MAX).len(), KEY_LEN);
+    }
+
+    #[test]
+    fn values_have_the_requested_size() {
+        assert_eq!(value(0).len(), 0);
+        assert_eq!(&value(3)[..], b"abc");
+        assert_eq!(value(64).len(), 64);
+    }
+
+    #[test]
+    fn workload_specs_parse() {
+        let spec: WorkloadSpec = "set:64x8".parse().expect("valid");
+        assert_eq!(
+            spec,
+            WorkloadSpec {
+                mix: Mix::Set,
+                clients: 64,
+                in_flight: 8
+            }
+        );
+        assert_eq!(spec.to_string(), "SET 64×8");
+        let spec: WorkloadSpec = "MIXED:1×1".parse().expect("valid");
+        assert_eq!(spec.mix, Mix::Mixed);
+        assert!("set".parse::<WorkloadSpec>().is_err());
+        assert!("set:0x1".parse::<WorkloadSpec>().is_err());
+        assert!("nope:1x1".parse::<WorkloadSpec>().is_err());
+        assert!("get:axb".parse::<WorkloadSpec>().is_err());
+    }
+
+    #[test]
+    fn mixed_covers_every_operation_in_proportion() {
+        let mut rng = Rng::new(7);
+        let mut counts = [0u32; 4];
+        for _ in 0..10_000 {
+            let i = match Mix::Mixed.pick(rng.next_u64()) {
+                Op::Get => 0,
+                Op::Set => 1,
+                Op::Del => 2,
+                Op::SetNxPx => 3,
+            };
+            counts[i] += 1;
+        }
+        assert!((4_500..5_500).contains(&counts[0]), "{counts:?}");
+        assert!((2_500..3_500).contains(&counts[1]), "{counts:?}");
+        assert!((700..1_300).contains(&counts[2]), "{counts:?}");
+        assert!((700..1_300).contains(&counts[3]), "{counts:?}");
+        assert_eq!(Mix::Get.pick(3), Op::Get);
+    }
+}
