@@ -8,6 +8,7 @@
 // helpers return the same type so `?` works, which clippy would flag everywhere.
 #![allow(clippy::result_large_err)]
 
+mod batcher;
 pub mod error;
 pub mod log_store;
 pub mod membership;

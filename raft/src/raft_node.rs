@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{InitializeError, RaftError};
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
@@ -13,6 +13,7 @@ use statestore_storage::keyspace::{Outcome, Proposal};
 use statestore_storage::sled::{StateView, Store};
 use tokio::sync::{oneshot, watch};
 
+use crate::batcher::Batcher;
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
 use crate::membership::{self, MembershipChange};
@@ -73,7 +74,7 @@ impl RaftConfig {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
             purge_batch_size: 1_024,
-            max_payload_entries: 256,
+            max_payload_entries: 64,
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Config(e.to_string()))
@@ -92,30 +93,14 @@ pub struct Leadership {
 }
 
 /// A submitted write; await [`PendingWrite::outcome`] for its applied result.
-pub struct PendingWrite(
-    oneshot::Receiver<
-        std::result::Result<
-            openraft::raft::ClientWriteResponse<TypeConfig>,
-            ClientWriteError<NodeId, BasicNode>,
-        >,
-    >,
-);
+pub struct PendingWrite(oneshot::Receiver<Result<Outcome>>);
 
 impl PendingWrite {
-    /// Waits until the entry is committed and applied, and returns what apply decided.
+    /// Waits until the proposal is committed and applied, and returns what apply decided.
     pub async fn outcome(self) -> Result<Outcome> {
-        match self.0.await {
-            Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(ClientWriteError::ForwardToLeader(forward))) => Err(Error::NotLeader {
-                leader: forward.leader_id,
-            }),
-            Ok(Err(ClientWriteError::ChangeMembershipError(err))) => {
-                Err(Error::Membership(err.to_string()))
-            }
-            Err(_) => Err(Error::Stopped(
-                "raft dropped the write (shutting down or leadership lost)".into(),
-            )),
-        }
+        self.0
+            .await
+            .unwrap_or_else(|_| Err(Error::Stopped("raft dropped the write".into())))
     }
 }
 
@@ -128,6 +113,7 @@ pub struct RaftNode {
     state: statestore_storage::sled::StateTree,
     leadership: watch::Receiver<Leadership>,
     read_barrier: ReadBarrier,
+    batcher: Batcher,
 }
 
 impl RaftNode {
@@ -182,6 +168,7 @@ impl RaftNode {
             consensus_metrics,
         ));
         let read_barrier = ReadBarrier::new(raft.clone());
+        let batcher = Batcher::start(raft.clone());
         Ok(RaftNode {
             id: config.id,
             raft,
@@ -189,6 +176,7 @@ impl RaftNode {
             state,
             leadership,
             read_barrier,
+            batcher,
         })
     }
 
@@ -232,12 +220,7 @@ impl RaftNode {
 
     /// Appends a proposal to the log (in call order) and returns a handle to its outcome.
     pub async fn submit(&self, proposal: Proposal) -> Result<PendingWrite> {
-        let receiver = self
-            .raft
-            .client_write_ff(proposal)
-            .await
-            .map_err(|e| Error::Stopped(e.to_string()))?;
-        Ok(PendingWrite(receiver))
+        Ok(PendingWrite(self.batcher.submit(proposal)?))
     }
 
     /// Returns once this node has confirmed with a quorum that it is the leader and has applied

@@ -178,7 +178,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((last_applied, membership))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Outcome>, StorageError>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Outcome>>, StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -197,17 +197,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let log_id = entry.log_id;
                 last_applied = Some(log_id);
                 match entry.payload {
-                    EntryPayload::Blank => outcomes.push(Outcome::Nothing),
-                    EntryPayload::Normal(proposal) => {
-                        let applied = keyspace
-                            .apply(&proposal)
-                            .map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;
-                        events.extend(applied.events);
-                        outcomes.push(applied.outcome);
+                    EntryPayload::Blank => outcomes.push(Vec::new()),
+                    EntryPayload::Normal(batch) => {
+                        let mut batch_outcomes = Vec::with_capacity(batch.len());
+                        for proposal in &batch {
+                            let applied = keyspace
+                                .apply(proposal)
+                                .map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;
+                            events.extend(applied.events);
+                            batch_outcomes.push(applied.outcome);
+                        }
+                        outcomes.push(batch_outcomes);
                     }
                     EntryPayload::Membership(m) => {
                         membership = Some(StoredMembership::new(Some(log_id), m));
-                        outcomes.push(Outcome::Nothing);
+                        outcomes.push(Vec::new());
                     }
                 }
             }

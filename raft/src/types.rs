@@ -4,11 +4,11 @@ use openraft::BasicNode;
 use statestore_storage::keyspace::{Outcome, Proposal};
 
 openraft::declare_raft_types!(
-    /// statestore's Raft types: log entries carry a [`Proposal`], apply answers an [`Outcome`],
-    /// snapshots stream from files.
+    /// statestore's Raft types: a log entry carries a batch of [`Proposal`]s, apply answers one
+    /// [`Outcome`] per proposal, snapshots stream from files.
     pub TypeConfig:
-        D = Proposal,
-        R = Outcome,
+        D = Vec<Proposal>,
+        R = Vec<Outcome>,
         NodeId = u64,
         Node = BasicNode,
         SnapshotData = tokio::fs::File,

@@ -1,0 +1,138 @@
+//! Proposal batching: many client proposals share one Raft log entry.
+//!
+//! openraft 0.9 appends and fsyncs one client write at a time inside its core loop, so one
+//! proposal per entry caps writes at one fsync each. The batcher takes every proposal queued
+//! while earlier batches are in flight and submits them as one entry (in arrival order, so the
+//! log keeps the leader's stamp order). At most [`MAX_BATCHES_IN_FLIGHT`] batches are in
+//! flight; under load the next batch fills while the current one is being made durable, and
+//! with a single client nothing waits.
+
+use std::sync::Arc;
+
+use openraft::error::ClientWriteError;
+use statestore_storage::keyspace::{Mutation, Outcome, Proposal};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::types::Raft;
+
+/// Batches in flight at once (one being appended, one waiting behind it).
+const MAX_BATCHES_IN_FLIGHT: usize = 2;
+/// Proposals per batch.
+const MAX_BATCH_PROPOSALS: usize = 1_024;
+/// Approximate key+value bytes per batch (a few large values still go alone).
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
+type Waiter = oneshot::Sender<Result<Outcome>>;
+
+/// Handle used by [`crate::RaftNode::submit`].
+#[derive(Clone)]
+pub(crate) struct Batcher {
+    queue: mpsc::UnboundedSender<(Proposal, Waiter)>,
+}
+
+impl Batcher {
+    /// Starts the batching task for `raft`.
+    pub(crate) fn start(raft: Raft) -> Batcher {
+        let (queue, pending) = mpsc::unbounded_channel();
+        tokio::spawn(run(raft, pending));
+        Batcher { queue }
+    }
+
+    /// Queues `proposal`; the receiver yields its outcome once its batch is applied.
+    pub(crate) fn submit(&self, proposal: Proposal) -> Result<oneshot::Receiver<Result<Outcome>>> {
+        let (tx, rx) = oneshot::channel();
+        self.queue
+            .send((proposal, tx))
+            .map_err(|_| Error::Stopped("proposal batcher stopped".into()))?;
+        Ok(rx)
+    }
+}
+
+fn approximate_bytes(proposal: &Proposal) -> usize {
+    match &proposal.mutation {
+        Mutation::Set { key, value, .. } | Mutation::VDel { key, value, .. } => {
+            key.len() + value.len()
+        }
+        Mutation::Del { key, .. }
+        | Mutation::Observe { key, .. }
+        | Mutation::Unobserve { key, .. } => key.len(),
+        Mutation::Expire { keys } => keys.iter().map(|k| k.len()).sum(),
+        Mutation::ForgetClient { client } => client.len(),
+        Mutation::SetLimits(_) => 0,
+    }
+}
+
+async fn run(raft: Raft, mut pending: mpsc::UnboundedReceiver<(Proposal, Waiter)>) {
+    let slots = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
+    while let Some(first) = pending.recv().await {
+        // Wait for pipeline room; proposals arriving meanwhile join this batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut bytes = approximate_bytes(&first.0);
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_PROPOSALS && bytes < MAX_BATCH_BYTES {
+            match pending.try_recv() {
+                Ok(next) => {
+                    bytes += approximate_bytes(&next.0);
+                    batch.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let (proposals, waiters): (Vec<Proposal>, Vec<Waiter>) = batch.into_iter().unzip();
+        match raft.client_write_ff(proposals).await {
+            Ok(response) => {
+                tokio::spawn(async move {
+                    let result = match response.await {
+                        Ok(Ok(written)) => Ok(written.data),
+                        Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(Error::NotLeader {
+                            leader: f.leader_id,
+                        }),
+                        Ok(Err(ClientWriteError::ChangeMembershipError(e))) => {
+                            Err(Error::Membership(e.to_string()))
+                        }
+                        Err(_) => Err(Error::Stopped(
+                            "raft dropped the write (shutting down or leadership lost)".into(),
+                        )),
+                    };
+                    distribute(waiters, result);
+                    drop(slot);
+                });
+            }
+            Err(fatal) => distribute(waiters, Err(Error::Stopped(fatal.to_string()))),
+        }
+    }
+}
+
+/// Hands each waiter its own outcome (or the batch's error).
+fn distribute(waiters: Vec<Waiter>, result: Result<Vec<Outcome>>) {
+    match result {
+        Ok(outcomes) if outcomes.len() == waiters.len() => {
+            for (waiter, outcome) in waiters.into_iter().zip(outcomes) {
+                let _ = waiter.send(Ok(outcome));
+            }
+        }
+        Ok(outcomes) => {
+            let message = format!(
+                "batch of {} proposals got {} outcomes",
+                waiters.len(),
+                outcomes.len()
+            );
+            tracing::error!("{message}");
+            for waiter in waiters {
+                let _ = waiter.send(Err(Error::Stopped(message.clone())));
+            }
+        }
+        Err(err) => {
+            let message = err.to_string();
+            for waiter in waiters {
+                let _ = waiter.send(Err(match &err {
+                    Error::NotLeader { leader } => Error::NotLeader { leader: *leader },
+                    _ => Error::Stopped(message.clone()),
+                }));
+            }
+        }
+    }
+}
