@@ -9,6 +9,7 @@ use std::time::Duration;
 use statestore_raft::RaftNode;
 use statestore_storage::keyspace::read;
 use statestore_storage::sled::{Store, StoreConfig};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -162,7 +163,7 @@ async fn serve(
     let shutdown = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
-    if let Err(err) = axum::serve(listener, router)
+    if let Err(err) = axum::serve(listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); }), router)
         .with_graceful_shutdown(shutdown)
         .await
     {
