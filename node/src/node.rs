@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use statestore_raft::RaftNode;
 use statestore_storage::keyspace::read;
 use statestore_storage::sled::{Store, StoreConfig};
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
@@ -163,9 +163,14 @@ async fn serve(
     let shutdown = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
-    if let Err(err) = axum::serve(listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); }), router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    if let Err(err) = axum::serve(
+        listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        }),
+        router,
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
     {
         tracing::error!(listener = name, error = %err, "listener failed");
     }

@@ -27,22 +27,59 @@ async fn full_cluster_restart_keeps_everything() {
     let mut versions = Vec::new();
     for i in 0..20u32 {
         let key = format!("persist-{i}").into_bytes();
-        let set = sdk.client.set(key.clone(), i.to_be_bytes().to_vec(), TIMEOUT, None, SetOptions::default()).await.expect("set");
+        let set = sdk
+            .client
+            .set(
+                key.clone(),
+                i.to_be_bytes().to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+            .await
+            .expect("set");
         versions.push((key, set.version.expect("version")));
     }
-    let token = sdk.client.set(b"persist-fenced".to_vec(), b"v".to_vec(), TIMEOUT, None, SetOptions::default()).await.expect("set").version;
-    sdk.client.set(b"persist-fenced".to_vec(), b"v2".to_vec(), TIMEOUT, token.clone(), SetOptions::default()).await.expect("fenced set");
+    let token = sdk
+        .client
+        .set(
+            b"persist-fenced".to_vec(),
+            b"v".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
+        .await
+        .expect("set")
+        .version;
+    sdk.client
+        .set(
+            b"persist-fenced".to_vec(),
+            b"v2".to_vec(),
+            TIMEOUT,
+            token.clone(),
+            SetOptions::default(),
+        )
+        .await
+        .expect("fenced set");
     let mut watcher = RawClient::connect(cluster.broker.port, "restart-watcher").await;
     let notify_topic = format!(
         "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/{}/command/notify/+",
         hex::encode_upper("restart-watcher")
     );
     watcher.subscribe(&notify_topic).await;
-    let reply = watcher.request(&statestore_tests::raw::resp(&[b"KEYNOTIFY", b"persist-0"])).await.expect("keynotify reply");
+    let reply = watcher
+        .request(&statestore_tests::raw::resp(&[b"KEYNOTIFY", b"persist-0"]))
+        .await
+        .expect("keynotify reply");
     assert_eq!(&reply.payload[..], b"+OK\r\n");
 
     for node in cluster.nodes.iter_mut() {
-        assert!(node.terminate(Duration::from_secs(20)).is_some_and(|s| s.success()), "clean exit");
+        assert!(
+            node.terminate(Duration::from_secs(20))
+                .is_some_and(|s| s.success()),
+            "clean exit"
+        );
     }
     for node in cluster.nodes.iter_mut() {
         node.spawn();
@@ -51,15 +88,49 @@ async fn full_cluster_restart_keeps_everything() {
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
 
     for (i, (key, version)) in versions.iter().enumerate() {
-        let got = sdk.client.get(key.clone(), TIMEOUT).await.expect("get after restart");
+        let got = sdk
+            .client
+            .get(key.clone(), TIMEOUT)
+            .await
+            .expect("get after restart");
         assert_eq!(got.response, Some((i as u32).to_be_bytes().to_vec()));
         assert_eq!(got.version.as_ref(), Some(version), "version kept");
     }
-    let unfenced = sdk.client.set(b"persist-fenced".to_vec(), b"x".to_vec(), TIMEOUT, None, SetOptions::default()).await;
-    assert!(unfenced.as_ref().is_err_and(|e| is_service_error(e, "MissingFencingToken")), "token kept: {unfenced:?}");
-    sdk.client.set(b"persist-0".to_vec(), b"after".to_vec(), TIMEOUT, None, SetOptions::default()).await.expect("set");
-    let notification = watcher.next(Duration::from_secs(10)).await.expect("registration kept: notification arrives");
-    assert!(notification.topic.ends_with(&hex::encode_upper("persist-0")));
+    let unfenced = sdk
+        .client
+        .set(
+            b"persist-fenced".to_vec(),
+            b"x".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
+        .await;
+    assert!(
+        unfenced
+            .as_ref()
+            .is_err_and(|e| is_service_error(e, "MissingFencingToken")),
+        "token kept: {unfenced:?}"
+    );
+    sdk.client
+        .set(
+            b"persist-0".to_vec(),
+            b"after".to_vec(),
+            TIMEOUT,
+            None,
+            SetOptions::default(),
+        )
+        .await
+        .expect("set");
+    let notification = watcher
+        .next(Duration::from_secs(10))
+        .await
+        .expect("registration kept: notification arrives");
+    assert!(
+        notification
+            .topic
+            .ends_with(&hex::encode_upper("persist-0"))
+    );
     sdk.shutdown().await;
 }
 
@@ -73,39 +144,109 @@ async fn lease_fencing_survives_leader_failover() {
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let holder_sdk = SdkClient::connect(cluster.broker.port, "lease-holder").await;
     let contender_sdk = SdkClient::connect(cluster.broker.port, "lease-contender").await;
-    let holder = lease::Client::new(holder_sdk.client.clone(), b"the-lease".to_vec(), b"lease-holder".to_vec()).expect("lease client");
-    let contender =
-        lease::Client::new(contender_sdk.client.clone(), b"the-lease".to_vec(), b"lease-contender".to_vec()).expect("lease client");
+    let holder = lease::Client::new(
+        holder_sdk.client.clone(),
+        b"the-lease".to_vec(),
+        b"lease-holder".to_vec(),
+    )
+    .expect("lease client");
+    let contender = lease::Client::new(
+        contender_sdk.client.clone(),
+        b"the-lease".to_vec(),
+        b"lease-contender".to_vec(),
+    )
+    .expect("lease client");
 
-    let stale = holder.acquire(Duration::from_secs(30), TIMEOUT, None).await.expect("acquire");
-    let token = holder.acquire(Duration::from_secs(30), TIMEOUT, None).await.expect("renew");
+    let stale = holder
+        .acquire(Duration::from_secs(30), TIMEOUT, None)
+        .await
+        .expect("acquire");
+    let token = holder
+        .acquire(Duration::from_secs(30), TIMEOUT, None)
+        .await
+        .expect("renew");
     assert_hlc_gt(&token, &stale, "renewal issues a newer token");
     let resource = b"protected-resource".to_vec();
     let set = |client: Arc<state_store::Client>, token: Option<_>, value: &'static [u8]| {
         let resource = resource.clone();
-        async move { client.set(resource, value.to_vec(), TIMEOUT, token, SetOptions::default()).await }
+        async move {
+            client
+                .set(
+                    resource,
+                    value.to_vec(),
+                    TIMEOUT,
+                    token,
+                    SetOptions::default(),
+                )
+                .await
+        }
     };
-    set(holder_sdk.client.clone(), Some(token.clone()), b"by holder").await.expect("fenced write");
+    set(holder_sdk.client.clone(), Some(token.clone()), b"by holder")
+        .await
+        .expect("fenced write");
 
     cluster.nodes[leader].kill();
     let new_leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     assert_ne!(new_leader, leader);
 
-    let fresh = set(holder_sdk.client.clone(), Some(token.clone()), b"holder after failover").await;
+    let fresh = set(
+        holder_sdk.client.clone(),
+        Some(token.clone()),
+        b"holder after failover",
+    )
+    .await;
     assert!(fresh.is_ok(), "the holder's token still works: {fresh:?}");
     let stale_write = set(contender_sdk.client.clone(), Some(stale.clone()), b"stale").await;
-    assert!(stale_write.as_ref().is_err_and(|e| is_service_error(e, "FencingTokenLowerVersion")), "{stale_write:?}");
+    assert!(
+        stale_write
+            .as_ref()
+            .is_err_and(|e| is_service_error(e, "FencingTokenLowerVersion")),
+        "{stale_write:?}"
+    );
     let no_token = set(contender_sdk.client.clone(), None, b"no token").await;
-    assert!(no_token.as_ref().is_err_and(|e| is_service_error(e, "MissingFencingToken")), "{no_token:?}");
-    assert!(contender.acquire(Duration::from_secs(30), TIMEOUT, None).await.is_err(), "the lease is held");
+    assert!(
+        no_token
+            .as_ref()
+            .is_err_and(|e| is_service_error(e, "MissingFencingToken")),
+        "{no_token:?}"
+    );
+    assert!(
+        contender
+            .acquire(Duration::from_secs(30), TIMEOUT, None)
+            .await
+            .is_err(),
+        "the lease is held"
+    );
 
     holder.release(TIMEOUT).await.expect("release");
-    let contender_token = contender.acquire(Duration::from_secs(30), TIMEOUT, None).await.expect("acquire after release");
-    assert_hlc_gt(&contender_token, &token, "the next holder gets a higher token");
-    set(contender_sdk.client.clone(), Some(contender_token), b"by contender").await.expect("new holder writes");
+    let contender_token = contender
+        .acquire(Duration::from_secs(30), TIMEOUT, None)
+        .await
+        .expect("acquire after release");
+    assert_hlc_gt(
+        &contender_token,
+        &token,
+        "the next holder gets a higher token",
+    );
+    set(
+        contender_sdk.client.clone(),
+        Some(contender_token),
+        b"by contender",
+    )
+    .await
+    .expect("new holder writes");
     let old = set(holder_sdk.client.clone(), Some(token), b"old holder").await;
-    assert!(old.as_ref().is_err_and(|e| is_service_error(e, "FencingTokenLowerVersion")), "{old:?}");
-    let value = holder_sdk.client.get(resource.clone(), TIMEOUT).await.expect("get").response;
+    assert!(
+        old.as_ref()
+            .is_err_and(|e| is_service_error(e, "FencingTokenLowerVersion")),
+        "{old:?}"
+    );
+    let value = holder_sdk
+        .client
+        .get(resource.clone(), TIMEOUT)
+        .await
+        .expect("get")
+        .response;
     assert_eq!(value.as_deref(), Some(&b"by contender"[..]));
     holder_sdk.shutdown().await;
     contender_sdk.shutdown().await;
@@ -119,31 +260,60 @@ async fn grow_to_four_and_shrink_back_while_serving() {
     let mut cluster = Cluster::start(3, &[]);
     cluster.wait_ready(Duration::from_secs(30)).await;
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
-    let writer = Writer::start(cluster.broker.port, "membership-writer", KeyPattern::Unique, Duration::from_secs(2)).await;
+    let writer = Writer::start(
+        cluster.broker.port,
+        "membership-writer",
+        KeyPattern::Unique,
+        Duration::from_secs(2),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let follower = (leader + 1) % 3;
     let added = cluster.add_node(follower).await;
-    cluster.nodes[added].wait_ready(Duration::from_secs(30)).await;
+    cluster.nodes[added]
+        .wait_ready(Duration::from_secs(30))
+        .await;
     let digests = cluster.wait_converged(Duration::from_secs(30)).await;
     assert_eq!(digests.len(), 4);
     let status = cluster.nodes[leader].status().await.expect("status");
-    assert_eq!(status["voters"].as_array().map(|v| v.len()), Some(4), "{status}");
+    assert_eq!(
+        status["voters"].as_array().map(|v| v.len()),
+        Some(4),
+        "{status}"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     cluster.remove_node(added, follower).await;
     cluster.nodes[added].kill();
     let status = cluster.nodes[leader].status().await.expect("status");
-    assert_eq!(status["voters"].as_array().map(|v| v.len()), Some(3), "{status}");
+    assert_eq!(
+        status["voters"].as_array().map(|v| v.len()),
+        Some(3),
+        "{status}"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let report = writer.finish().await;
     cluster.wait_converged(Duration::from_secs(30)).await;
-    assert!(report.acks.len() > 10, "writes continued: {} acks, {} failures", report.acks.len(), report.failures.len());
+    assert!(
+        report.acks.len() > 10,
+        "writes continued: {} acks, {} failures",
+        report.acks.len(),
+        report.failures.len()
+    );
 
     let reader = SdkClient::connect(cluster.broker.port, "membership-reader").await;
     for ack in &report.acks {
-        let got = reader.client.get(ack.key.clone(), TIMEOUT).await.expect("get");
-        assert_eq!(got.response.as_deref(), Some(&ack.value[..]), "acknowledged write lost");
+        let got = reader
+            .client
+            .get(ack.key.clone(), TIMEOUT)
+            .await
+            .expect("get");
+        assert_eq!(
+            got.response.as_deref(),
+            Some(&ack.value[..]),
+            "acknowledged write lost"
+        );
     }
     reader.shutdown().await;
 }
