@@ -82,7 +82,7 @@ async fn run(raft: Raft, mut pending: mpsc::UnboundedReceiver<(Proposal, Waiter)
             }
         }
         let (proposals, waiters): (Vec<Proposal>, Vec<Waiter>) = batch.into_iter().unzip();
-        match raft.client_write_ff(proposals).await {
+        match raft.client_write_ff(Arc::new(proposals)).await {
             Ok(response) => {
                 tokio::spawn(async move {
                     let result = match response.await {

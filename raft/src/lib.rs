@@ -10,6 +10,7 @@
 
 mod batcher;
 pub mod error;
+mod log_cache;
 pub mod log_store;
 pub mod membership;
 pub mod metrics;

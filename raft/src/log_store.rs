@@ -17,6 +17,7 @@ use statestore_storage::sled::LogTree;
 use tokio::sync::mpsc;
 
 use crate::error::io_error;
+use crate::log_cache::LogCache;
 use crate::metrics::RaftStorageMetrics;
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
@@ -30,6 +31,7 @@ const MAX_READ_ENTRIES: usize = 4096;
 #[derive(Clone)]
 pub struct LogStore {
     tree: LogTree,
+    cache: Arc<LogCache>,
     flusher: mpsc::UnboundedSender<LogFlushed<TypeConfig>>,
     metrics: Arc<RaftStorageMetrics>,
 }
@@ -41,6 +43,7 @@ impl LogStore {
         tokio::spawn(flush_loop(tree.clone(), pending, metrics.clone()));
         LogStore {
             tree,
+            cache: Arc::default(),
             flusher,
             metrics,
         }
@@ -106,6 +109,22 @@ async fn flush_loop(
     }
 }
 
+fn first_index(bound: Bound<u64>) -> u64 {
+    match bound {
+        Bound::Included(i) => i,
+        Bound::Excluded(i) => i.saturating_add(1),
+        Bound::Unbounded => 0,
+    }
+}
+
+fn end_index(bound: Bound<u64>) -> u64 {
+    match bound {
+        Bound::Included(i) => i.saturating_add(1),
+        Bound::Excluded(i) => i,
+        Bound::Unbounded => u64::MAX,
+    }
+}
+
 fn decode_entry(bytes: &[u8]) -> Result<Entry, StorageError> {
     codec::decode("raft log entry", bytes)
         .map_err(|e| StorageIOError::read_logs(&io_error(&e)).into())
@@ -118,6 +137,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let start = range.start_bound().cloned();
         let end = range.end_bound().cloned();
+        if let Some(cached) = self
+            .cache
+            .range(first_index(start), end_index(end), usize::MAX)
+        {
+            return Ok(cached);
+        }
         let raw = self
             .tree
             .range(start, end, usize::MAX)
@@ -130,6 +155,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
+        if let Some(cached) = self.cache.range(start, end, MAX_READ_ENTRIES) {
+            return Ok(cached);
+        }
         let raw = self
             .tree
             .range(
@@ -202,13 +230,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let started = Instant::now();
+        let entries: Vec<Entry> = entries.into_iter().collect();
         let encoded = entries
-            .into_iter()
-            .map(|entry| (entry.get_log_id().index, codec::encode(&entry)));
+            .iter()
+            .map(|entry| (entry.get_log_id().index, codec::encode(entry)));
         let bytes = self
             .tree
             .append(encoded)
             .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.cache.append(&entries);
         self.metrics
             .log_append_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -223,6 +253,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.cache.truncate_from(log_id.index);
         self.tree
             .truncate_from(log_id.index)
             .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
@@ -241,6 +272,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.tree
             .purge_upto(log_id.index)
             .map_err(|e| StorageIOError::write_logs(&io_error(&e)))?;
+        self.cache.purge_upto(log_id.index);
         Ok(())
     }
 }

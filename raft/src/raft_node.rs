@@ -51,8 +51,8 @@ impl Default for RaftConfig {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout_min: Duration::from_millis(500),
             election_timeout_max: Duration::from_millis(1_000),
-            snapshot_after_entries: 50_000,
-            entries_kept_after_snapshot: 5_000,
+            snapshot_after_entries: 10_000,
+            entries_kept_after_snapshot: 1_000,
             connect_timeout: Duration::from_millis(500),
             snapshot_timeout: Duration::from_secs(30),
         }
@@ -73,7 +73,8 @@ impl RaftConfig {
             install_snapshot_timeout: millis(self.snapshot_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
-            purge_batch_size: 1_024,
+            // Entries are proposal batches; purge in chunks of 64 of them.
+            purge_batch_size: 64,
             max_payload_entries: 64,
             ..Default::default()
         };

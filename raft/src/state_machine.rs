@@ -200,7 +200,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Blank => outcomes.push(Vec::new()),
                     EntryPayload::Normal(batch) => {
                         let mut batch_outcomes = Vec::with_capacity(batch.len());
-                        for proposal in &batch {
+                        for proposal in batch.iter() {
                             let applied = keyspace
                                 .apply(proposal)
                                 .map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;

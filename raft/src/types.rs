@@ -1,5 +1,7 @@
 //! The openraft type configuration of statestore and short aliases for its generic types.
 
+use std::sync::Arc;
+
 use openraft::BasicNode;
 use statestore_storage::keyspace::{Outcome, Proposal};
 
@@ -7,7 +9,7 @@ openraft::declare_raft_types!(
     /// statestore's Raft types: a log entry carries a batch of [`Proposal`]s, apply answers one
     /// [`Outcome`] per proposal, snapshots stream from files.
     pub TypeConfig:
-        D = Vec<Proposal>,
+        D = Arc<Vec<Proposal>>,
         R = Vec<Outcome>,
         NodeId = u64,
         Node = BasicNode,
