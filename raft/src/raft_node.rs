@@ -48,7 +48,7 @@ impl Default for RaftConfig {
     fn default() -> Self {
         RaftConfig {
             id: 1,
-            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_interval: Duration::from_millis(200),
             election_timeout_min: Duration::from_millis(500),
             election_timeout_max: Duration::from_millis(1_000),
             snapshot_after_entries: 10_000,
