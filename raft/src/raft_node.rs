@@ -75,7 +75,7 @@ impl RaftConfig {
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
             // Entries are proposal batches; purge in chunks of 64 of them.
             purge_batch_size: 64,
-            max_payload_entries: 64,
+            max_payload_entries: 8,
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Config(e.to_string()))
