@@ -7,11 +7,11 @@ use crate::broker::Broker;
 use crate::node::{NodeSpec, StatestoreNode};
 use crate::{free_port, wait_for};
 
-/// Raft timing used by cluster tests: short enough for fast failovers, long enough for 2
-/// shared CI cores.
+/// Raft timing used by cluster tests, spelled out (equal to the shipped defaults) so the
+/// failover figures the tests print are the ones users get.
 pub const TEST_TIMING: [&str; 6] = [
     "--heartbeat-ms",
-    "100",
+    "200",
     "--election-timeout-min-ms",
     "500",
     "--election-timeout-max-ms",
