@@ -57,7 +57,7 @@ if [ "$nodes" -gt 1 ]; then
 fi
 for i in $(seq 1 "$nodes"); do
   offset=$(( (i - 1) * 10 ))
-  ./target/release/statestore run --id "$i" --data-dir "$state/node-$i" --broker "127.0.0.1:$mqtt_port" \
+  ./target/release/statestore run --id "$i" --data-dir "$state/cluster-of-$nodes/node-$i" --broker "127.0.0.1:$mqtt_port" \
     --http "127.0.0.1:$((7480 + offset))" --raft "127.0.0.1:$((7481 + offset))" "${peers[@]}" \
     2> >(sed -u "s/^/[node-$i] /" >&2) &
   pids+=($!)
