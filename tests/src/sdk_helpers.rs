@@ -115,3 +115,31 @@ pub async fn wait_serving(client: &state_store::Client, timeout: Duration) {
         "node did not answer an SDK GET within {timeout:?}"
     );
 }
+
+/// Connects an SDK client and waits until the node answers it.
+pub async fn ready_client(broker: &crate::broker::Broker, id: &str) -> crate::sdk::SdkClient {
+    let sdk = crate::sdk::SdkClient::connect(broker.port, id).await;
+    wait_serving(&sdk.client, Duration::from_secs(30)).await;
+    sdk
+}
+
+/// SETs `value` on `key` without options, asserting it applied; returns its version.
+pub async fn set_applied(
+    sdk: &crate::sdk::SdkClient,
+    key: &[u8],
+    value: &[u8],
+) -> HybridLogicalClock {
+    let reply = sdk
+        .client
+        .set(
+            key.to_vec(),
+            value.to_vec(),
+            crate::sdk::TIMEOUT,
+            None,
+            state_store::SetOptions::default(),
+        )
+        .await
+        .expect("SET is answered");
+    assert!(reply.response, "SET applies");
+    version_of(&reply, "SET reply")
+}

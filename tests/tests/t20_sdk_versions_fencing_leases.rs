@@ -13,24 +13,15 @@ use std::time::Duration;
 use azure_iot_operations_protocol::common::hybrid_logical_clock::HybridLogicalClock;
 use azure_iot_operations_services::state_store::{self, ServiceError, SetCondition, SetOptions};
 use statestore_tests::broker::Broker;
-use statestore_tests::node::{NodeSpec, StatestoreNode};
+use statestore_tests::node::StatestoreNode;
+use statestore_tests::raw_helpers::start_single;
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
-use statestore_tests::sdk_helpers::{
-    assert_hlc_gt, assert_service_error, version_of, wait_serving,
-};
+use statestore_tests::sdk_helpers::ready_client as client;
+use statestore_tests::sdk_helpers::{assert_hlc_gt, assert_service_error, version_of};
 use statestore_tests::wait_for;
 
 async fn setup() -> (Broker, StatestoreNode) {
-    let broker = Broker::start();
-    let node = StatestoreNode::start(&broker, NodeSpec::default());
-    node.wait_ready(Duration::from_secs(30)).await;
-    (broker, node)
-}
-
-async fn client(broker: &Broker, id: &str) -> SdkClient {
-    let sdk = SdkClient::connect(broker.port, id).await;
-    wait_serving(&sdk.client, Duration::from_secs(30)).await;
-    sdk
+    start_single(&[]).await
 }
 
 fn plain() -> SetOptions {

@@ -11,43 +11,21 @@ use azure_iot_operations_services::state_store::{
 };
 use rumqttc::v5::mqttbytes::QoS;
 use statestore_tests::broker::Broker;
-use statestore_tests::node::{NodeSpec, StatestoreNode};
+use statestore_tests::node::StatestoreNode;
 use statestore_tests::raw::{RawClient, Received};
-use statestore_tests::sdk::{SdkClient, TIMEOUT};
+use statestore_tests::raw_helpers::start_single;
+use statestore_tests::sdk::TIMEOUT;
 use statestore_tests::sdk_helpers::{
     NOTIFY_DELETE, assert_hlc_gt, next_notification, notify_filter, notify_set_payload,
     notify_topic, version_of, wait_serving,
 };
+use statestore_tests::sdk_helpers::{ready_client as client, set_applied as set};
 
 /// Generous bound for one notification on 2 shared CI cores.
 const NOTIFY_WAIT: Duration = Duration::from_secs(10);
 
 async fn setup() -> (Broker, StatestoreNode) {
-    let broker = Broker::start();
-    let node = StatestoreNode::start(&broker, NodeSpec::default());
-    node.wait_ready(Duration::from_secs(30)).await;
-    (broker, node)
-}
-
-async fn client(broker: &Broker, id: &str) -> SdkClient {
-    let sdk = SdkClient::connect(broker.port, id).await;
-    wait_serving(&sdk.client, Duration::from_secs(30)).await;
-    sdk
-}
-
-fn plain() -> SetOptions {
-    SetOptions::default()
-}
-
-/// SETs `value` on `key` through `sdk`, asserting it applied; returns its version.
-async fn set(sdk: &SdkClient, key: &[u8], value: &[u8]) -> HybridLogicalClock {
-    let reply = sdk
-        .client
-        .set(key.to_vec(), value.to_vec(), TIMEOUT, None, plain())
-        .await
-        .expect("SET is answered");
-    assert!(reply.response, "SET applies");
-    version_of(&reply, "SET reply")
+    start_single(&[]).await
 }
 
 /// Asserts the next notification is a SET of `value` on `key` with `version`.

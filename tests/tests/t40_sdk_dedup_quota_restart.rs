@@ -8,30 +8,17 @@ use std::time::Duration;
 use azure_iot_operations_protocol::common::hybrid_logical_clock::HybridLogicalClock;
 use azure_iot_operations_services::state_store::{Operation, ServiceError, SetOptions};
 use statestore_tests::broker::Broker;
-use statestore_tests::node::{NodeSpec, StatestoreNode};
+use statestore_tests::node::StatestoreNode;
 use statestore_tests::raw::{RawClient, Received, resp};
+use statestore_tests::raw_helpers::start_single;
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
 use statestore_tests::sdk_helpers::{
     assert_hlc_gt, assert_service_error, next_notification, version_of, wait_serving,
 };
+use statestore_tests::sdk_helpers::{ready_client as client, set_applied as set};
 
 async fn setup(extra_args: &[&str]) -> (Broker, StatestoreNode) {
-    let broker = Broker::start();
-    let node = StatestoreNode::start(
-        &broker,
-        NodeSpec {
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        },
-    );
-    node.wait_ready(Duration::from_secs(30)).await;
-    (broker, node)
-}
-
-async fn client(broker: &Broker, id: &str) -> SdkClient {
-    let sdk = SdkClient::connect(broker.port, id).await;
-    wait_serving(&sdk.client, Duration::from_secs(30)).await;
-    sdk
+    start_single(extra_args).await
 }
 
 fn plain() -> SetOptions {
@@ -40,16 +27,6 @@ fn plain() -> SetOptions {
 
 fn quota(e: &ServiceError) -> bool {
     matches!(e, ServiceError::KeyQuotaExceeded)
-}
-
-async fn set(sdk: &SdkClient, key: &[u8], value: &[u8]) -> HybridLogicalClock {
-    let reply = sdk
-        .client
-        .set(key.to_vec(), value.to_vec(), TIMEOUT, None, plain())
-        .await
-        .expect("SET is answered");
-    assert!(reply.response, "SET applies");
-    version_of(&reply, "SET reply")
 }
 
 /// Asserts a raw reply is a 200 state-store reply with exactly `payload` and returns its `__ts`.
