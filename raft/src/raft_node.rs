@@ -220,7 +220,7 @@ impl RaftNode {
     }
 
     /// Appends a proposal to the log (in call order) and returns a handle to its outcome.
-    pub async fn submit(&self, proposal: Proposal) -> Result<PendingWrite> {
+    pub fn submit(&self, proposal: Proposal) -> Result<PendingWrite> {
         Ok(PendingWrite(self.batcher.submit(proposal)?))
     }
 

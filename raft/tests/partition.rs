@@ -211,7 +211,6 @@ async fn isolated_leader_never_passes_the_read_barrier() {
     assert_eq!(
         nodes[old]
             .submit(set(b"k", b"v1"))
-            .await
             .expect("submit")
             .outcome()
             .await
@@ -225,7 +224,6 @@ async fn isolated_leader_never_passes_the_read_barrier() {
     let new = wait_leader(&nodes, &majority, Duration::from_secs(10)).await;
     let outcome = nodes[new]
         .submit(set(b"k", b"v2"))
-        .await
         .expect("submit")
         .outcome()
         .await

@@ -187,7 +187,8 @@ impl StatestoreNode {
         format!("http://127.0.0.1:{}", self.http_port)
     }
 
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
+    /// HTTP GET of `path` on the node's admin listener: status and body.
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(2))
             .no_proxy()

@@ -353,17 +353,7 @@ pub async fn wait_dropped(node: &StatestoreNode, reason: &str, at_least: f64) ->
 
 /// HTTP GET status of `path` on the node's admin listener.
 pub async fn http_status(node: &StatestoreNode, path: &str) -> Option<u16> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .no_proxy()
-        .build()
-        .ok()?;
-    let response = client
-        .get(format!("{}{}", node.http_url(), path))
-        .send()
-        .await
-        .ok()?;
-    Some(response.status().as_u16())
+    node.get(path).await.map(|(status, _)| status)
 }
 
 /// A SET then GET of a fresh key round-trips: the node still serves.

@@ -400,7 +400,7 @@ impl<O: Outbox> Service<O> {
                 mutation,
             };
             // Submitted under the clock lock: stamps enter the log in increasing order.
-            self.raft.submit(proposal).await?
+            self.raft.submit(proposal)?
         };
         Ok(pending.outcome().await?)
     }
