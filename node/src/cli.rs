@@ -79,9 +79,15 @@ pub struct RunArgs {
     /// Election timeout upper bound, ms.
     #[arg(long, value_name = "MS")]
     pub election_timeout_max_ms: Option<u64>,
-    /// Build a snapshot every this many log entries.
+    /// Build a snapshot once this many proposals were applied since the last one.
+    #[arg(long, value_name = "N")]
+    pub snapshot_after_proposals: Option<u64>,
+    /// ... or once this many log entries were (an entry is a batch of writes).
     #[arg(long, value_name = "N")]
     pub snapshot_after_entries: Option<u64>,
+    /// How long the leader waits for a follower's replication acknowledgement, ms.
+    #[arg(long, value_name = "MS")]
+    pub replication_timeout_ms: Option<u64>,
     /// Log entries kept behind a snapshot (for followers only slightly behind).
     #[arg(long, value_name = "N")]
     pub entries_kept_after_snapshot: Option<u64>,
@@ -207,8 +213,16 @@ impl RunArgs {
             self.election_timeout_max_ms,
         );
         set(
+            &mut config.cluster.snapshot_after_proposals,
+            self.snapshot_after_proposals,
+        );
+        set(
             &mut config.cluster.snapshot_after_entries,
             self.snapshot_after_entries,
+        );
+        set(
+            &mut config.cluster.replication_timeout_ms,
+            self.replication_timeout_ms,
         );
         set(
             &mut config.cluster.entries_kept_after_snapshot,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use statestore_raft::RaftConfig;
+use statestore_raft::{PeerTimeouts, RaftConfig};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::Limits;
 
@@ -74,10 +74,18 @@ pub struct ClusterConfig {
     pub election_timeout_min_ms: u64,
     /// Election timeout upper bound, ms.
     pub election_timeout_max_ms: u64,
-    /// Build a snapshot after this many log entries.
+    /// Build a snapshot once this many proposals (client writes, sweeps) were applied since
+    /// the last one.
+    pub snapshot_after_proposals: u64,
+    /// ... or once this many log entries were (an entry is a batch of concurrent writes).
     pub snapshot_after_entries: u64,
     /// Log entries kept behind a snapshot.
     pub entries_kept_after_snapshot: u64,
+    /// How long the leader waits for a follower to acknowledge replicated entries before it
+    /// reconnects, ms (a loaded follower's fsync and CPU, not the heartbeat interval).
+    pub replication_timeout_ms: u64,
+    /// Raft log payload kept in memory for replication and apply, MiB.
+    pub log_cache_mb: u64,
 }
 
 /// Broker connection.
@@ -196,8 +204,11 @@ impl Default for ClusterConfig {
             heartbeat_ms: as_ms(raft.heartbeat_interval),
             election_timeout_min_ms: as_ms(raft.election_timeout_min),
             election_timeout_max_ms: as_ms(raft.election_timeout_max),
+            snapshot_after_proposals: raft.snapshot_after_proposals,
             snapshot_after_entries: raft.snapshot_after_entries,
             entries_kept_after_snapshot: raft.entries_kept_after_snapshot,
+            replication_timeout_ms: as_ms(raft.peer_timeouts.replication),
+            log_cache_mb: (raft.log_cache_bytes >> 20) as u64,
         }
     }
 }
@@ -347,8 +358,18 @@ impl Config {
                 "cluster timing needs 0 < heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms",
             ));
         }
-        if c.snapshot_after_entries == 0 {
-            return Err(invalid("cluster.snapshot_after_entries must be positive"));
+        if c.snapshot_after_entries == 0 || c.snapshot_after_proposals == 0 {
+            return Err(invalid(
+                "cluster.snapshot_after_entries and snapshot_after_proposals must be positive",
+            ));
+        }
+        if c.replication_timeout_ms < c.heartbeat_ms {
+            return Err(invalid(
+                "cluster.replication_timeout_ms must be at least heartbeat_ms",
+            ));
+        }
+        if c.log_cache_mb == 0 || c.log_cache_mb > 64 << 10 {
+            return Err(invalid("cluster.log_cache_mb must be between 1 and 65536"));
         }
         let l = &self.limits;
         if l.max_key_bytes == 0
@@ -408,8 +429,14 @@ impl Config {
             heartbeat_interval: Duration::from_millis(c.heartbeat_ms),
             election_timeout_min: Duration::from_millis(c.election_timeout_min_ms),
             election_timeout_max: Duration::from_millis(c.election_timeout_max_ms),
+            snapshot_after_proposals: c.snapshot_after_proposals,
             snapshot_after_entries: c.snapshot_after_entries,
             entries_kept_after_snapshot: c.entries_kept_after_snapshot,
+            peer_timeouts: PeerTimeouts {
+                replication: Duration::from_millis(c.replication_timeout_ms),
+                ..PeerTimeouts::default()
+            },
+            log_cache_bytes: usize::try_from(c.log_cache_mb << 20).unwrap_or(usize::MAX),
             ..RaftConfig::default()
         }
     }

@@ -150,6 +150,8 @@ pub struct StoreMetrics {
     pub quota_used_ratio: prometheus::Gauge,
     /// `statestore_disk_db_size_bytes`
     pub db_size_bytes: IntGauge,
+    /// `statestore_disk_log_size_bytes`
+    pub log_size_bytes: IntGauge,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -208,7 +210,11 @@ impl StoreMetrics {
             )),
             db_size_bytes: metric!(IntGauge::new(
                 "statestore_disk_db_size_bytes",
-                "Size of the database on disk."
+                "Size of the state-machine database (sled) on disk."
+            )),
+            log_size_bytes: metric!(IntGauge::new(
+                "statestore_disk_log_size_bytes",
+                "Size of the Raft log (WAL chunks) on disk."
             )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
@@ -371,6 +377,7 @@ impl NodeMetrics {
         register(&registry, &store.quota_limit_bytes)?;
         register(&registry, &store.quota_used_ratio)?;
         register(&registry, &store.db_size_bytes)?;
+        register(&registry, &store.log_size_bytes)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;

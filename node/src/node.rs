@@ -44,12 +44,11 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     let raft_listener = TcpListener::bind(config.listen.raft).await?;
     let http_listener = TcpListener::bind(config.listen.http).await?;
     let (stop_tx, stop) = watch::channel(false);
-    tokio::spawn(serve(
-        raft_listener,
-        raft.peer_router(),
-        stop.clone(),
-        "raft",
-    ));
+    {
+        let raft = raft.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move { raft.serve_peers(raft_listener, stop).await });
+    }
     if config.cluster.join {
         tracing::info!(advertise = %config.advertise_addr(), "waiting to be added to a cluster (statestore cluster add-node)");
     } else if raft.bootstrap(config.initial_members()?).await? {
@@ -232,5 +231,8 @@ async fn sample_gauges(
                 .db_size_bytes
                 .set(i64::try_from(size).unwrap_or(i64::MAX));
         }
+        gauges
+            .log_size_bytes
+            .set(i64::try_from(raft.log_size_on_disk()).unwrap_or(i64::MAX));
     }
 }

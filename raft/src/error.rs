@@ -33,8 +33,3 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Maps a storage error to openraft's, keeping the message.
-pub(crate) fn io_error(err: &statestore_storage::StorageError) -> std::io::Error {
-    std::io::Error::other(err.to_string())
-}

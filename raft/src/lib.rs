@@ -1,26 +1,29 @@
-//! statestore-raft: openraft 0.9 wiring for statestore.
+//! statestore-raft: openraft 0.10 wiring for statestore.
 //!
-//! Owns the type configuration, the `RaftLogStorage` and `RaftStateMachine` adapters over the
-//! storage crate, the HTTP peer network, consensus metrics and [`RaftNode`], the handle the
-//! node crate drives. The only crate that imports openraft; knows nothing about MQTT or RESP3.
+//! Owns the type configuration, the Raft log (a `raft_log` WAL), the `RaftStateMachine` adapter
+//! over the storage crate, the TCP peer network, consensus metrics and [`RaftNode`], the handle
+//! the node crate drives. The only crate that imports openraft; knows nothing about MQTT or
+//! RESP3.
 
 // openraft fixes the error type of its storage traits (`StorageError`, ~224 bytes); our
 // helpers return the same type so `?` works, which clippy would flag everywhere.
 #![allow(clippy::result_large_err)]
 
+pub mod batch;
 mod batcher;
 pub mod error;
-mod log_cache;
 pub mod log_store;
 pub mod membership;
 pub mod metrics;
 pub mod network;
 mod raft_node;
 mod read_barrier;
+pub mod snapshot;
 pub mod state_machine;
 pub mod types;
 
 pub use error::{Error, Result};
 pub use membership::MembershipChange;
 pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
-pub use state_machine::{DiscardEvents, EventSink};
+pub use network::PeerTimeouts;
+pub use state_machine::{DiscardEvents, EventSink, SnapshotTrigger};

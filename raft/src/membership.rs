@@ -4,17 +4,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use futures::SinkExt;
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
-use statestore_storage::codec;
 
 use crate::error::{Error, Result};
-use crate::types::{NodeId, Raft};
+use crate::network::protocol::{self, Request, Response};
+use crate::network::{connect, read_response};
+use crate::types::{NodeId, Raft, TypeConfig};
 
-/// Path on the Raft listener where a leader accepts forwarded changes.
-pub const MEMBERSHIP_PATH: &str = "/cluster/membership";
-
+/// How long a forwarded change may take (adding a voter waits for it to catch up).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
 /// A requested membership change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MembershipChange {
@@ -32,14 +34,13 @@ pub enum MembershipChange {
     },
 }
 
-fn write_error(err: RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>) -> Error {
+fn write_error(err: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Error {
     match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => Error::NotLeader {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f))
+        | RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => Error::NotLeader {
             leader: f.leader_id,
         },
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            Error::Membership(e.to_string())
-        }
+        RaftError::APIError(e) => Error::Membership(e.to_string()),
         RaftError::Fatal(f) => Error::Stopped(f.to_string()),
     }
 }
@@ -59,7 +60,7 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
         MembershipChange::Remove { id } => {
             let is_voter = raft
                 .metrics()
-                .borrow()
+                .borrow_watched()
                 .membership_config
                 .membership()
                 .voter_ids()
@@ -85,7 +86,7 @@ pub async fn apply_anywhere(raft: &Raft, change: &MembershipChange) -> Result<()
         }) => {
             let addr = raft
                 .metrics()
-                .borrow()
+                .borrow_watched()
                 .membership_config
                 .membership()
                 .get_node(&leader)
@@ -100,27 +101,24 @@ pub async fn apply_anywhere(raft: &Raft, change: &MembershipChange) -> Result<()
 }
 
 async fn forward(leader_addr: &str, change: &MembershipChange) -> Result<()> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .no_proxy()
-        .build()
-        .map_err(|e| Error::Membership(e.to_string()))?;
-    let response = http
-        .post(format!("http://{leader_addr}{MEMBERSHIP_PATH}"))
-        .body(codec::encode(change))
-        .send()
-        .await
-        .map_err(|e| {
-            Error::Membership(format!("forwarding to the leader at {leader_addr}: {e}"))
-        })?;
-    let status = response.status();
-    let body = response.text().await.unwrap_or_default();
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(Error::Membership(format!(
-            "leader at {leader_addr} answered {status}: {}",
-            body.trim()
-        )))
+    let exchange = async {
+        let mut conn = connect(leader_addr, None, Duration::from_secs(5)).await?;
+        conn.send(protocol::encode(&Request::ChangeMembership(change.clone())))
+            .await
+            .map_err(|e| e.to_string())?;
+        match read_response(&mut conn).await? {
+            Response::ChangeMembership(result) => result,
+            Response::Refused(reason) => Err(format!("refused: {reason}")),
+            _ => Err("answer of another kind".to_owned()),
+        }
+    };
+    match tokio::time::timeout(FORWARD_TIMEOUT, exchange).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(reason)) => Err(Error::Membership(format!(
+            "leader at {leader_addr}: {reason}"
+        ))),
+        Err(_) => Err(Error::Membership(format!(
+            "leader at {leader_addr} did not finish the change within {FORWARD_TIMEOUT:?}"
+        ))),
     }
 }

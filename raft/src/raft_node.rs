@@ -5,22 +5,26 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{InitializeError, RaftError};
 use openraft::network::RaftNetworkFactory;
+use openraft::network::NetSnapshot;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::keyspace::{Outcome, Proposal};
 use statestore_storage::sled::{StateView, Store};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::batcher::Batcher;
 use crate::error::{Error, Result};
-use crate::log_store::LogStore;
+use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, RaftStorageMetrics};
-use crate::network::{NetworkFactory, peer_router};
-use crate::read_barrier::ReadBarrier;
-use crate::state_machine::{EventSink, StateMachine};
+use crate::network::{NetworkFactory, PeerTimeouts};
+use crate::read_barrier;
+use crate::snapshot::SnapshotData;
+use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
 use crate::types::{NodeId, Raft, RaftMetrics, TypeConfig};
 
 /// Consensus settings of one node.
@@ -34,14 +38,18 @@ pub struct RaftConfig {
     pub election_timeout_min: Duration,
     /// Upper bound of the election timeout.
     pub election_timeout_max: Duration,
-    /// Build a snapshot after this many entries since the last one.
+    /// Build a snapshot once this many proposals were applied since the last one.
+    pub snapshot_after_proposals: u64,
+    /// ... or once this many log entries were (an entry holds one or many proposals).
     pub snapshot_after_entries: u64,
     /// Entries kept in the log after a snapshot, for followers that are only a little behind.
     pub entries_kept_after_snapshot: u64,
-    /// Peer connection timeout.
-    pub connect_timeout: Duration,
-    /// How long a snapshot chunk may take to send or install.
+    /// Peer connection and replication deadlines.
+    pub peer_timeouts: PeerTimeouts,
+    /// How long a snapshot transfer and install may take.
     pub snapshot_timeout: Duration,
+    /// Log payload bytes kept in memory for replication and apply.
+    pub log_cache_bytes: usize,
 }
 
 impl Default for RaftConfig {
@@ -51,13 +59,18 @@ impl Default for RaftConfig {
             heartbeat_interval: Duration::from_millis(200),
             election_timeout_min: Duration::from_millis(500),
             election_timeout_max: Duration::from_millis(1_000),
+            snapshot_after_proposals: 100_000,
             snapshot_after_entries: 10_000,
             entries_kept_after_snapshot: 1_000,
-            connect_timeout: Duration::from_millis(500),
-            snapshot_timeout: Duration::from_secs(30),
+            peer_timeouts: PeerTimeouts::default(),
+            snapshot_timeout: Duration::from_secs(60),
+            log_cache_bytes: 64 << 20,
         }
     }
 }
+
+/// Entries between two "is a snapshot due?" questions openraft asks the state machine.
+const SNAPSHOT_CHECK_ENTRIES: u64 = 1_000;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -65,17 +78,26 @@ fn millis(d: Duration) -> u64 {
 
 impl RaftConfig {
     fn openraft(&self) -> Result<Config> {
+        let heartbeat = millis(self.heartbeat_interval);
         let config = Config {
             cluster_name: "statestore".to_owned(),
-            heartbeat_interval: millis(self.heartbeat_interval),
+            heartbeat_interval: heartbeat,
+            // A follower that acknowledged replication recently needs no heartbeat: under load
+            // replication itself keeps the leader's lease.
+            heartbeat_min_interval: Some(heartbeat / 2),
             election_timeout_min: millis(self.election_timeout_min),
             election_timeout_max: millis(self.election_timeout_max),
             install_snapshot_timeout: millis(self.snapshot_timeout),
-            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_entries),
+            // openraft asks this often; the state machine decides by proposals applied.
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(
+                self.snapshot_after_entries.clamp(1, SNAPSHOT_CHECK_ENTRIES),
+            ),
             max_in_snapshot_log_to_keep: self.entries_kept_after_snapshot,
             // Entries are proposal batches; purge in chunks of 64 of them.
             purge_batch_size: 64,
-            max_payload_entries: 8,
+            max_payload_entries: 16,
+            // A partitioned node that rejoins must not depose a healthy leader.
+            enable_pre_vote: Some(true),
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Config(e.to_string()))
@@ -112,33 +134,38 @@ pub struct RaftNode {
     raft: Raft,
     store: Store,
     state: statestore_storage::sled::StateTree,
+    log: LogStore,
     leadership: watch::Receiver<Leadership>,
-    read_barrier: ReadBarrier,
+    metrics: watch::Receiver<RaftMetrics>,
     batcher: Batcher,
 }
 
 impl RaftNode {
-    /// Opens the log and state machine on `store` and starts Raft. Committed key events are
-    /// delivered to `sink`. Metrics are registered into `registry`.
+    /// Opens the log (in `<data dir>/raft-log`) and the state machine on `store` and starts
+    /// Raft. Committed key events are delivered to `sink`. Metrics are registered into
+    /// `registry`. Serve peers with [`RaftNode::serve_peers`].
     pub async fn start(
         config: &RaftConfig,
         store: Store,
         sink: Arc<dyn EventSink>,
         registry: &Registry,
     ) -> Result<RaftNode> {
-        let network = NetworkFactory::new(config.connect_timeout)
-            .map_err(|e| Error::Config(format!("http client: {e}")))?;
+        let network = NetworkFactory::new(config.id, config.peer_timeouts);
         Self::start_with_network(config, store, sink, registry, network).await
     }
 
     /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
-    pub async fn start_with_network<N: RaftNetworkFactory<TypeConfig>>(
+    pub async fn start_with_network<N>(
         config: &RaftConfig,
         store: Store,
         sink: Arc<dyn EventSink>,
         registry: &Registry,
         network: N,
-    ) -> Result<RaftNode> {
+    ) -> Result<RaftNode>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
+    {
         let storage_metrics = Arc::new(RaftStorageMetrics::default());
         storage_metrics
             .register(registry)
@@ -148,35 +175,51 @@ impl RaftNode {
             .register(registry)
             .map_err(|e| Error::Config(format!("metrics: {e}")))?;
 
-        let log_store = LogStore::new(store.log()?, storage_metrics.clone());
-        let state_machine = StateMachine::new(store.clone(), sink, storage_metrics)
+        let log_config = LogConfig {
+            dir: store.dir().join("raft-log"),
+            cache_bytes: config.log_cache_bytes,
+            chunk_bytes: 64 << 20,
+        };
+        let log_metrics = storage_metrics.clone();
+        let log_store =
+            tokio::task::spawn_blocking(move || LogStore::open(&log_config, log_metrics))
+                .await
+                .map_err(|e| Error::Stopped(format!("opening the log: {e}")))?
+                .map_err(Error::Io)?;
+        let trigger = SnapshotTrigger {
+            after_proposals: config.snapshot_after_proposals,
+            after_entries: config.snapshot_after_entries,
+        };
+        let state_machine = StateMachine::new(store.clone(), sink, storage_metrics, trigger)
             .map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
         let state = state_machine.state();
         let raft = Raft::new(
             config.id,
             Arc::new(config.openraft()?),
             network,
-            log_store,
+            log_store.clone(),
             state_machine,
         )
         .await
         .map_err(|e| Error::Stopped(e.to_string()))?;
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
+        let (metrics_tx, metrics) = watch::channel(raft.metrics().borrow_watched().clone());
         tokio::spawn(watch_metrics(
             raft.metrics(),
             leadership_tx,
+            metrics_tx,
             consensus_metrics,
         ));
-        let read_barrier = ReadBarrier::new(raft.clone());
         let batcher = Batcher::start(raft.clone());
         Ok(RaftNode {
             id: config.id,
             raft,
             store,
             state,
+            log: log_store,
             leadership,
-            read_barrier,
+            metrics,
             batcher,
         })
     }
@@ -191,9 +234,9 @@ impl RaftNode {
         self.id
     }
 
-    /// The axum routes peers call; serve them on the Raft listener.
-    pub fn peer_router(&self) -> axum::Router {
-        peer_router(self.raft.clone())
+    /// Serves peers on `listener` until `stop` turns true.
+    pub async fn serve_peers(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
+        crate::network::serve(listener, self.raft.clone(), self.state.clone(), stop).await
     }
 
     /// Initialises a new cluster with `members` (id -> Raft address) unless this node already
@@ -227,7 +270,7 @@ impl RaftNode {
     /// Returns once this node has confirmed with a quorum that it is the leader and has applied
     /// everything committed before the call: a read after this is linearizable.
     pub async fn ensure_linearizable(&self) -> Result<()> {
-        self.read_barrier.wait().await
+        read_barrier::wait(&self.raft).await
     }
 
     /// Leadership as seen by this node; changes are pushed as they happen.
@@ -235,9 +278,9 @@ impl RaftNode {
         self.leadership.clone()
     }
 
-    /// openraft's metrics stream.
+    /// openraft's metrics, as a watch.
     pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
-        self.raft.metrics()
+        self.metrics.clone()
     }
 
     /// Read view of the state machine (read it after [`Self::ensure_linearizable`]).
@@ -250,6 +293,11 @@ impl RaftNode {
         &self.store
     }
 
+    /// Bytes of the Raft log on disk.
+    pub fn log_size_on_disk(&self) -> u64 {
+        self.log.size_on_disk()
+    }
+
     /// Changes membership; runs on the leader (forwarded there if this node is a follower).
     pub async fn change_membership(&self, change: &MembershipChange) -> Result<()> {
         membership::apply_anywhere(&self.raft, change).await
@@ -258,7 +306,7 @@ impl RaftNode {
     /// Index of the last committed log entry as this node knows it.
     pub async fn committed_index(&self) -> Option<u64> {
         self.raft
-            .with_raft_state(|state| state.committed.map(|c| c.index))
+            .with_raft_state(|state| state.local_committed().map(|c| c.index))
             .await
             .ok()
             .flatten()
@@ -266,8 +314,7 @@ impl RaftNode {
 
     /// Current voter ids.
     pub fn voters(&self) -> BTreeSet<NodeId> {
-        self.raft
-            .metrics()
+        self.metrics
             .borrow()
             .membership_config
             .membership()
@@ -294,13 +341,14 @@ impl RaftNode {
 
     /// Current role.
     pub fn server_state(&self) -> ServerState {
-        self.raft.metrics().borrow().state
+        self.metrics.borrow().state
     }
 }
 
 async fn watch_metrics(
-    mut metrics: watch::Receiver<RaftMetrics>,
+    mut metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics>,
     leadership: watch::Sender<Leadership>,
+    mirror: watch::Sender<RaftMetrics>,
     gauges: Arc<ConsensusMetrics>,
 ) {
     loop {
@@ -312,6 +360,7 @@ async fn watch_metrics(
                 && snapshot.current_leader == Some(snapshot.id),
             term: snapshot.current_term,
         };
+        mirror.send_replace(snapshot);
         leadership.send_if_modified(|current| {
             let changed = *current != now;
             *current = now;

@@ -1,28 +1,36 @@
 //! `RaftStateMachine` over the keyspace semantics and the sled state tree.
 //!
-//! Apply runs every entry of a batch through [`Keyspace`] inside one overlay transaction and
-//! commits it as one atomic sled batch together with the last-applied log id and membership.
-//! The key events of the batch are then handed to the [`EventSink`] (post-commit, in log
-//! order); only a leader's sink publishes them.
+//! Apply runs the entries openraft hands over through [`Keyspace`] inside one overlay
+//! transaction and commits it as one atomic sled batch together with the last-applied log id and
+//! membership (at most [`MAX_PROPOSALS_PER_COMMIT`] proposals per batch, so a long catch-up never
+//! builds one huge transaction). Only then are the waiting clients answered and the key events
+//! handed to the [`EventSink`] (post-commit, in log order); only a leader's sink publishes them.
+//!
+//! Snapshots are decided here: openraft asks every `snapshot_check_entries` entries, and a
+//! snapshot is built only once enough proposals or entries were applied since the last one
+//! (an entry can hold one proposal or a thousand).
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use openraft::storage::{RaftStateMachine, Snapshot};
-use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use futures::{Stream, StreamExt};
+use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::keyspace::layout;
-use statestore_storage::keyspace::{KeyEvent, Keyspace, OrderedRead, Outcome, Overlay, Txn};
+use statestore_storage::keyspace::{KeyEvent, Keyspace, OrderedRead, Overlay, Txn};
 use statestore_storage::sled::{StateTree, StateView, Store};
-use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
-use crate::error::io_error;
 use crate::metrics::RaftStorageMetrics;
-use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::snapshot::SnapshotData;
+use crate::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 const LAST_APPLIED: &[u8] = b"last_applied";
 const MEMBERSHIP: &[u8] = b"membership";
+/// Proposals applied in one sled batch at most.
+const MAX_PROPOSALS_PER_COMMIT: usize = 16_384;
 
 /// Receives the key events of every applied batch, in commit order.
 pub trait EventSink: Send + Sync + 'static {
@@ -37,13 +45,37 @@ impl EventSink for DiscardEvents {
     fn deliver(&self, _events: Vec<KeyEvent>) {}
 }
 
+/// When a snapshot is worth building.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotTrigger {
+    /// Proposals applied since the last snapshot.
+    pub after_proposals: u64,
+    /// Log entries applied since the last snapshot.
+    pub after_entries: u64,
+}
+
+impl Default for SnapshotTrigger {
+    fn default() -> Self {
+        SnapshotTrigger {
+            after_proposals: 100_000,
+            after_entries: 10_000,
+        }
+    }
+}
+
 /// The state machine.
 pub struct StateMachine {
     store: Store,
     state: StateTree,
     sink: Arc<dyn EventSink>,
     metrics: Arc<RaftStorageMetrics>,
-    receiving: Option<PathBuf>,
+    trigger: SnapshotTrigger,
+    proposals_since_snapshot: u64,
+    entries_since_snapshot: u64,
+}
+
+fn io_err(err: impl std::fmt::Display) -> io::Error {
+    io::Error::other(err.to_string())
 }
 
 impl StateMachine {
@@ -52,16 +84,17 @@ impl StateMachine {
         store: Store,
         sink: Arc<dyn EventSink>,
         metrics: Arc<RaftStorageMetrics>,
-    ) -> Result<Self, StorageError> {
-        let state = store
-            .state()
-            .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
+        trigger: SnapshotTrigger,
+    ) -> io::Result<Self> {
+        let state = store.state().map_err(io_err)?;
         Ok(StateMachine {
             store,
             state,
             sink,
             metrics,
-            receiving: None,
+            trigger,
+            proposals_since_snapshot: 0,
+            entries_since_snapshot: 0,
         })
     }
 
@@ -78,31 +111,115 @@ impl StateMachine {
     fn consensus_record<T: serde::de::DeserializeOwned>(
         view: &StateView,
         name: &[u8],
-    ) -> Result<Option<T>, StorageError> {
-        let bytes = view
-            .get(&layout::consensus_key(name))
-            .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
+    ) -> io::Result<Option<T>> {
+        let bytes = view.get(&layout::consensus_key(name)).map_err(io_err)?;
         bytes
             .map(|b| codec::decode("state machine consensus record", &b))
             .transpose()
-            .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)).into())
+            .map_err(io_err)
     }
-}
 
-/// Builds a snapshot that was already exported while apply was held off.
-pub struct SnapshotBuilder {
-    built: Option<Result<Snapshot<TypeConfig>, StorageError>>,
-}
+    /// Applies `entries` in one transaction, commits it, then answers and notifies.
+    fn apply_chunk(
+        &mut self,
+        entries: Vec<(crate::types::Entry, Option<ApplyResponder<TypeConfig>>)>,
+    ) -> io::Result<()> {
+        let started = Instant::now();
+        let view = self.state.view();
+        let mut txn = Overlay::new(&view);
+        let mut answers = Vec::with_capacity(entries.len());
+        let mut events = Vec::new();
+        let mut last_applied = None;
+        let mut membership = None;
+        {
+            let mut keyspace = Keyspace::open(&mut txn).map_err(io_err)?;
+            for (entry, responder) in entries {
+                let log_id = entry.log_id;
+                last_applied = Some(log_id);
+                self.entries_since_snapshot += 1;
+                let outcomes = match entry.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) => {
+                        self.proposals_since_snapshot += batch.len() as u64;
+                        let mut outcomes = Vec::with_capacity(batch.len());
+                        for proposal in batch.proposals() {
+                            let applied = keyspace.apply(proposal).map_err(|e| {
+                                io_err(format!("applying entry {log_id}: {e}"))
+                            })?;
+                            events.extend(applied.events);
+                            outcomes.push(applied.outcome);
+                        }
+                        outcomes
+                    }
+                    EntryPayload::Membership(m) => {
+                        membership = Some(StoredMembership::new(Some(log_id), m));
+                        Vec::new()
+                    }
+                };
+                if let Some(responder) = responder {
+                    answers.push((responder, outcomes));
+                }
+            }
+            keyspace.finish();
+        }
+        if let Some(last) = &last_applied {
+            txn.put(layout::consensus_key(LAST_APPLIED), codec::encode(last));
+        }
+        if let Some(m) = &membership {
+            txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
+        }
+        let writes = txn.into_writes();
+        self.state.commit(writes).map_err(|e| {
+            self.metrics.disk_errors_total.inc();
+            io_err(e)
+        })?;
+        self.metrics
+            .apply_commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        for (responder, outcomes) in answers {
+            responder.send(outcomes);
+        }
+        if !events.is_empty() {
+            self.sink.deliver(events);
+        }
+        Ok(())
+    }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        self.built.take().unwrap_or_else(|| {
-            Err(StorageIOError::write_snapshot(
-                None,
-                &std::io::Error::other("snapshot already taken"),
-            )
-            .into())
+    async fn export_snapshot(&mut self) -> io::Result<Snapshot> {
+        let started = Instant::now();
+        let view = self.state.view();
+        let last_applied: Option<LogId> = Self::consensus_record(&view, LAST_APPLIED)?;
+        let membership: StoredMembership =
+            Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
+        let id = snapshot_id(last_applied.as_ref());
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+        };
+        let header = codec::encode(&meta);
+        let state = self.state.clone();
+        let file = tokio::task::spawn_blocking(move || state.export_snapshot(&id, &header))
+            .await
+            .map_err(io_err)?
+            .map_err(io_err)?;
+        // The snapshot file is durable (fsynced, renamed, directory fsynced); the log it covers
+        // may be purged from now on.
+        self.proposals_since_snapshot = 0;
+        self.entries_since_snapshot = 0;
+        self.metrics
+            .snapshot_seconds
+            .with_label_values(&["build"])
+            .observe(started.elapsed().as_secs_f64());
+        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotData::open(file.path).await?,
         })
+    }
+
+    /// Where a snapshot received from a peer is written before it is installed.
+    pub fn incoming_snapshot_path(&self) -> PathBuf {
+        self.state.incoming_snapshot_path()
     }
 }
 
@@ -117,174 +234,80 @@ fn snapshot_id(log_id: Option<&LogId>) -> String {
     }
 }
 
-impl StateMachine {
-    async fn export_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let started = Instant::now();
-        // Make the state at the snapshot point durable before the log it covers may be purged.
-        self.store
-            .flush()
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
-        let view = self.state.view();
-        let last_applied: Option<LogId> = Self::consensus_record(&view, LAST_APPLIED)?;
-        let membership: StoredMembership =
-            Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
-        let snapshot_id = snapshot_id(last_applied.as_ref());
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id: snapshot_id.clone(),
-        };
-        let header = codec::encode(&meta);
-        let state = self.state.clone();
-        let file =
-            tokio::task::spawn_blocking(move || state.export_snapshot(&snapshot_id, &header))
-                .await
-                .map_err(|e| {
-                    StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
-                })?
-                .map_err(|e| StorageIOError::write_snapshot(None, &io_error(&e)))?;
-        let data = tokio::fs::File::open(&file.path)
-            .await
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        self.metrics
-            .snapshot_seconds
-            .with_label_values(&["build"])
-            .observe(started.elapsed().as_secs_f64());
-        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(data),
-        })
-    }
+/// Hands over a snapshot that was already exported while apply was held off.
+pub struct SnapshotBuilder {
+    built: Option<io::Result<Snapshot>>,
 }
 
-/// True if `file` is the file at `path` (same device and inode).
-async fn same_file(file: &tokio::fs::File, path: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (file.metadata().await, tokio::fs::metadata(path).await) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    type SnapshotData = SnapshotData;
+
+    async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
+        self.built
+            .take()
+            .unwrap_or_else(|| Err(io::Error::other("snapshot already taken")))
     }
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotData = SnapshotData;
     type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
         let view = self.state.view();
         let last_applied = Self::consensus_record(&view, LAST_APPLIED)?;
         let membership = Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
         Ok((last_applied, membership))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Vec<Outcome>>, StorageError>
+    async fn apply<Strm>(&mut self, mut entries: Strm) -> io::Result<()>
     where
-        I: IntoIterator<Item = Entry> + OptionalSend,
-        I::IntoIter: OptionalSend,
+        Strm: Stream<Item = io::Result<EntryResponder<TypeConfig>>> + Unpin + OptionalSend,
     {
-        let started = Instant::now();
-        let view = self.state.view();
-        let mut txn = Overlay::new(&view);
-        let mut outcomes = Vec::new();
-        let mut events = Vec::new();
-        let mut last_applied = None;
-        let mut membership = None;
-        {
-            let mut keyspace = Keyspace::open(&mut txn)
-                .map_err(|e| StorageIOError::read_state_machine(&io_error(&e)))?;
-            for entry in entries {
-                let log_id = entry.log_id;
-                last_applied = Some(log_id);
-                match entry.payload {
-                    EntryPayload::Blank => outcomes.push(Vec::new()),
-                    EntryPayload::Normal(batch) => {
-                        let mut batch_outcomes = Vec::with_capacity(batch.len());
-                        for proposal in batch.iter() {
-                            let applied = keyspace
-                                .apply(proposal)
-                                .map_err(|e| StorageIOError::apply(log_id, &io_error(&e)))?;
-                            events.extend(applied.events);
-                            batch_outcomes.push(applied.outcome);
-                        }
-                        outcomes.push(batch_outcomes);
-                    }
-                    EntryPayload::Membership(m) => {
-                        membership = Some(StoredMembership::new(Some(log_id), m));
-                        outcomes.push(Vec::new());
-                    }
-                }
+        let mut chunk = Vec::new();
+        let mut proposals = 0usize;
+        while let Some(item) = entries.next().await {
+            let (entry, responder) = item?;
+            if let EntryPayload::Normal(batch) = &entry.payload {
+                proposals += batch.len();
             }
-            keyspace.finish();
+            chunk.push((entry, responder));
+            if proposals >= MAX_PROPOSALS_PER_COMMIT {
+                self.apply_chunk(std::mem::take(&mut chunk))?;
+                proposals = 0;
+            }
         }
-        if let Some(last) = last_applied {
-            txn.put(layout::consensus_key(LAST_APPLIED), codec::encode(&last));
+        if !chunk.is_empty() {
+            self.apply_chunk(chunk)?;
         }
-        if let Some(m) = &membership {
-            txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
-        }
-        let writes = txn.into_writes();
-        self.state.commit(writes).map_err(|e| {
-            self.metrics.disk_errors_total.inc();
-            StorageIOError::write_state_machine(&io_error(&e))
-        })?;
-        self.metrics
-            .apply_commit_seconds
-            .observe(started.elapsed().as_secs_f64());
-        if !events.is_empty() {
-            self.sink.deliver(events);
-        }
-        Ok(outcomes)
+        Ok(())
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        // Exported here, while openraft holds off applies, so the dump is consistent.
+    async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<SnapshotBuilder> {
+        let due = self.proposals_since_snapshot >= self.trigger.after_proposals
+            || self.entries_since_snapshot >= self.trigger.after_entries;
+        if !force && !due {
+            return None;
+        }
+        Some(self.get_snapshot_builder().await)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        // Exported here, while the state machine worker holds off applies, so the dump is
+        // consistent.
         SnapshotBuilder {
             built: Some(self.export_snapshot().await),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        let path = self.state.incoming_snapshot_path();
-        let file = tokio::fs::File::create(&path)
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        self.receiving = Some(path);
-        Ok(Box::new(file))
-    }
-
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        mut snapshot: Box<tokio::fs::File>,
-    ) -> Result<(), StorageError> {
+        snapshot: SnapshotData,
+    ) -> io::Result<()> {
         let started = Instant::now();
-        let signature = Some(meta.signature());
-        snapshot
-            .flush()
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-        let received = self
-            .receiving
-            .take()
-            .unwrap_or_else(|| self.state.incoming_snapshot_path());
-        if !same_file(&snapshot, &received).await {
-            // The data arrived in another file than the one we handed out: copy it over.
-            snapshot
-                .seek(std::io::SeekFrom::Start(0))
-                .await
-                .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
-            let mut copy = tokio::fs::File::create(&received)
-                .await
-                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-            tokio::io::copy(&mut snapshot, &mut copy)
-                .await
-                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-            copy.flush()
-                .await
-                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-        }
-        drop(snapshot);
+        let SnapshotData { path, file } = snapshot;
+        drop(file);
         let mut records = vec![(
             layout::consensus_key(MEMBERSHIP),
             codec::encode(&meta.last_membership),
@@ -293,20 +316,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             records.push((layout::consensus_key(LAST_APPLIED), codec::encode(last)));
         }
         let state = self.state.clone();
-        let id = meta.snapshot_id.clone();
-        let file =
-            tokio::task::spawn_blocking(move || state.install_snapshot(&received, &id, records))
-                .await
-                .map_err(|e| {
-                    StorageIOError::write_snapshot(
-                        signature.clone(),
-                        &std::io::Error::other(e.to_string()),
-                    )
-                })?
-                .map_err(|e| {
-                    self.metrics.disk_errors_total.inc();
-                    StorageIOError::write_snapshot(signature, &io_error(&e))
-                })?;
+        let id = snapshot_id(meta.last_log_id.as_ref());
+        let file = tokio::task::spawn_blocking(move || state.install_snapshot(&path, &id, records))
+            .await
+            .map_err(io_err)?
+            .map_err(|e| {
+                self.metrics.disk_errors_total.inc();
+                io_err(e)
+            })?;
+        self.proposals_since_snapshot = 0;
+        self.entries_since_snapshot = 0;
         self.metrics
             .snapshot_seconds
             .with_label_values(&["install"])
@@ -315,22 +334,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(file) = self
-            .state
-            .current_snapshot()
-            .map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))?
-        else {
+    async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        let Some(file) = self.state.current_snapshot().map_err(io_err)? else {
             return Ok(None);
         };
-        let meta: SnapshotMeta = codec::decode("snapshot header", &file.header)
-            .map_err(|e| StorageIOError::read_snapshot(None, &io_error(&e)))?;
-        let data = tokio::fs::File::open(&file.path)
-            .await
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let meta: SnapshotMeta = codec::decode("snapshot header", &file.header).map_err(io_err)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(data),
+            snapshot: SnapshotData::open(file.path).await?,
         }))
+    }
+}
+
+impl StateMachine {
+    /// The store this state machine writes (flush, size).
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 }

@@ -6,16 +6,19 @@
 //! old leader converges.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::OptionalSend;
+use openraft::error::{RPCError, ReplicationClosed, StreamingError, Unreachable};
+use openraft::network::v2::RaftNetworkV2;
+use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
-use statestore_raft::types::{Node, NodeId, Raft, TypeConfig};
+use statestore_raft::snapshot::SnapshotData;
+use statestore_raft::types::{Node, NodeId, Raft, Snapshot, TypeConfig, Vote};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{Mutation, Outcome, Proposal, SetCondition, read};
@@ -31,18 +34,16 @@ struct RouterState {
 struct Router(Arc<Mutex<RouterState>>);
 
 impl Router {
-    fn reach(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable> {
+    fn reach(&self, from: NodeId, to: NodeId) -> Result<Raft, Unreachable<TypeConfig>> {
         let state = self.0.lock().expect("router lock");
         if state.cut.contains(&(from, to)) {
-            return Err(Unreachable::new(&std::io::Error::other(format!(
-                "link {from}->{to} cut"
-            ))));
+            return Err(Unreachable::from_string(format!("link {from}->{to} cut")));
         }
         state
             .nodes
             .get(&to)
             .cloned()
-            .ok_or_else(|| Unreachable::new(&std::io::Error::other("no such node")))
+            .ok_or_else(|| Unreachable::from_string("no such node"))
     }
 
     fn isolate(&self, id: NodeId, ids: &[NodeId]) {
@@ -80,38 +81,59 @@ impl RaftNetworkFactory<TypeConfig> for RouterFactory {
     }
 }
 
-type Rpc<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
+fn stopped(err: impl std::fmt::Display) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::from_string(err.to_string()))
+}
 
-impl RaftNetwork<TypeConfig> for RouterClient {
+impl RaftNetworkV2<TypeConfig> for RouterClient {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         _: RPCOption,
-    ) -> Rpc<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let raft = self.router.reach(self.from, self.to)?;
-        raft.append_entries(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+        raft.append_entries(rpc).await.map_err(stopped)
     }
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _: RPCOption,
-    ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        let raft = self.router.reach(self.from, self.to)?;
-        raft.install_snapshot(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
-    }
+
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         _: RPCOption,
-    ) -> Rpc<VoteResponse<NodeId>, openraft::error::Infallible> {
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         let raft = self.router.reach(self.from, self.to)?;
-        raft.vote(rpc)
+        raft.vote(rpc).await.map_err(stopped)
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        _: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let raft = self
+            .router
+            .reach(self.from, self.to)
+            .map_err(StreamingError::Unreachable)?;
+        // The receiver takes ownership of the file it installs: hand it a copy.
+        let copy = snapshot.snapshot.path.with_extension(format!("to-{}.tmp", self.to));
+        tokio::fs::copy(&snapshot.snapshot.path, &copy)
             .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.to, e)))
+            .map_err(|e| StreamingError::Network(openraft::error::NetworkError::new(&e)))?;
+        let data = SnapshotData::open(copy)
+            .await
+            .map_err(|e| StreamingError::Network(openraft::error::NetworkError::new(&e)))?;
+        raft.install_full_snapshot(
+            vote,
+            Snapshot {
+                meta: snapshot.meta,
+                snapshot: data,
+            },
+        )
+        .await
+        .map_err(|e| StreamingError::Unreachable(Unreachable::from_string(e.to_string())))
     }
 }
 

@@ -1,18 +1,20 @@
 //! openraft's storage conformance suite against the sled-backed log store and state machine.
 //!
-//! Invariant: `LogStore` and `StateMachine` behave as openraft requires (log ids, purge and
-//! truncate edges, vote persistence, applied state, membership, snapshot transfer).
+//! Invariant: `LogStore` (the raft-log WAL) and `StateMachine` (sled) behave as openraft
+//! requires (log ids, purge and truncate edges, vote persistence, applied state, membership,
+//! snapshot transfer).
 
 use std::sync::Arc;
 
-use openraft::testing::{StoreBuilder, Suite};
-use statestore_raft::log_store::LogStore;
+use openraft::testing::log::{StoreBuilder, Suite};
+use statestore_raft::log_store::{LogConfig, LogStore};
 use statestore_raft::metrics::RaftStorageMetrics;
-use statestore_raft::state_machine::{DiscardEvents, StateMachine};
+use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachine};
 use statestore_raft::types::{StorageError, TypeConfig};
 use statestore_storage::sled::{Store, StoreConfig};
 
 struct SledBuilder;
+
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
@@ -23,16 +25,27 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
         })
         .expect("open store");
         let metrics = Arc::new(RaftStorageMetrics::default());
-        let log = LogStore::new(store.log().expect("log tree"), metrics.clone());
-        let sm = StateMachine::new(store, Arc::new(DiscardEvents), metrics)?;
+        let log_config = LogConfig {
+            dir: dir.path().join("raft-log"),
+            cache_bytes: 1 << 20,
+            chunk_bytes: 1 << 20,
+        };
+        let log = LogStore::open(&log_config, metrics.clone()).expect("open log");
+        let sm = StateMachine::new(
+            store,
+            Arc::new(DiscardEvents),
+            metrics,
+            SnapshotTrigger::default(),
+        )
+        .expect("state machine");
         Ok((dir, log, sm))
     }
 }
 
-/// The whole openraft storage suite passes on our sled stores.
-#[test]
-fn sled_stores_pass_the_openraft_storage_suite() {
-    if let Err(err) = Suite::test_all(SledBuilder) {
+/// The whole openraft storage suite passes on our WAL log store and sled state machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_pass_the_openraft_storage_suite() {
+    if let Err(err) = Suite::test_all(SledBuilder).await {
         panic!("storage suite failed: {err}");
     }
 }

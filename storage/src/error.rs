@@ -19,6 +19,9 @@ pub enum StorageError {
         /// Decoder message.
         reason: String,
     },
+    /// The data directory is of another layout than this build's.
+    #[error("data directory: {0}")]
+    DataDir(String),
     /// A record was written by a newer, unknown format version.
     #[error("{what} has format version {found}, this build reads version {supported}")]
     FormatVersion {

@@ -1,42 +1,88 @@
-//! Outbound side: an openraft `RaftNetwork` per peer over a shared HTTP client.
+//! Outbound side: one [`PeerClient`] per (peer, purpose) — openraft keeps separate clients for
+//! replication, heartbeats, snapshots and votes — each over its own persistent TCP connection.
 //!
-//! Error mapping: a refused or failed connection is `Unreachable` (openraft backs off before
-//! retrying); anything else that prevents an answer (timeout, broken body) is `Network`; an
-//! error the peer's Raft returned is `RemoteError`.
+//! Replication streams pipeline AppendEntries: a writer task sends requests as openraft produces
+//! them while the stream reads the answers in order, so a follower's fsync and the next batch's
+//! transfer overlap. A replication answer may take [`PeerTimeouts::replication`] (a loaded
+//! follower, not the heartbeat interval); heartbeats and votes use openraft's own deadline.
+//!
+//! Error mapping: a refused or failed connection is `Unreachable` (openraft backs off longer);
+//! a broken connection or undecodable answer is `Network`; no answer in time is `Timeout`.
+//! After any error the connection is dropped and the next call opens a new one.
 
-use std::error::Error as StdError;
+use std::future::Future;
 use std::time::Duration;
 
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, Stream, StreamExt};
+use openraft::OptionalSend;
+use openraft::base::{BoxFuture, BoxStream};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    NetworkError, RPCError, ReplicationClosed, StreamingError, Timeout, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{RPCOption, RPCTypes, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, StreamAppendResult,
+    TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use statestore_storage::codec;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
-use crate::types::{Node, NodeId, TypeConfig};
+use crate::network::protocol::{
+    self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES,
+};
+use crate::snapshot::SnapshotData;
+use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
-/// Creates a [`PeerClient`] per target; all share one connection pool.
+type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+type RpcError = RPCError<TypeConfig>;
+
+/// AppendEntries a replication stream keeps unanswered at most.
+const PIPELINE_DEPTH: usize = 64;
+
+/// Deadlines of peer calls.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerTimeouts {
+    /// Establishing a connection (TCP and hello).
+    pub connect: Duration,
+    /// An answer to one replicated AppendEntries.
+    pub replication: Duration,
+}
+
+impl Default for PeerTimeouts {
+    fn default() -> Self {
+        PeerTimeouts {
+            connect: Duration::from_millis(500),
+            replication: Duration::from_secs(3),
+        }
+    }
+}
+
+/// Creates a [`PeerClient`] per target and purpose.
 #[derive(Clone)]
 pub struct NetworkFactory {
-    http: reqwest::Client,
+    id: NodeId,
+    timeouts: PeerTimeouts,
 }
 
 impl NetworkFactory {
-    /// A factory whose connections time out after `connect_timeout`.
-    pub fn new(connect_timeout: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .no_proxy()
-            .build()?;
-        Ok(NetworkFactory { http })
+    /// Clients of node `id` with these deadlines.
+    pub fn new(id: NodeId, timeouts: PeerTimeouts) -> Self {
+        NetworkFactory { id, timeouts }
+    }
+
+    fn client(&self, target: NodeId, node: &Node, purpose: Purpose) -> PeerClient {
+        PeerClient {
+            from: self.id,
+            target,
+            addr: node.addr.clone(),
+            timeouts: self.timeouts,
+            purpose,
+            conn: None,
+        }
     }
 }
 
@@ -44,88 +90,401 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
-        PeerClient {
-            target,
-            base_url: format!("http://{}", node.addr),
-            http: self.http.clone(),
-        }
+        self.client(target, node, Purpose::Replication)
+    }
+
+    async fn new_heartbeat_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        self.client(target, node, Purpose::Heartbeat)
     }
 }
 
-/// The connection to one peer.
-pub struct PeerClient {
-    target: NodeId,
-    base_url: String,
-    http: reqwest::Client,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Replication,
+    Heartbeat,
 }
 
-type RpcResult<T, E> = Result<T, RPCError<NodeId, Node, RaftError<NodeId, E>>>;
+/// One connection to one peer.
+pub struct PeerClient {
+    from: NodeId,
+    target: NodeId,
+    addr: String,
+    timeouts: PeerTimeouts,
+    purpose: Purpose,
+    conn: Option<Conn>,
+}
+
+fn network(err: impl std::fmt::Display) -> RpcError {
+    RPCError::Network(NetworkError::from_string(err.to_string()))
+}
+
+fn unreachable(err: impl std::fmt::Display) -> RpcError {
+    RPCError::Unreachable(Unreachable::from_string(err.to_string()))
+}
+
+/// Opens a connection to `addr` and exchanges hellos.
+pub(crate) async fn connect(
+    addr: &str,
+    from: Option<NodeId>,
+    within: Duration,
+) -> Result<Conn, String> {
+    let open = async {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let _ = tcp.set_nodelay(true);
+        let mut conn = Framed::new(tcp, protocol::framing());
+        let hello = Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            from,
+        };
+        conn.send(protocol::encode(&hello))
+            .await
+            .map_err(|e| format!("hello to {addr}: {e}"))?;
+        match read_response(&mut conn).await {
+            Ok(Response::Hello { protocol }) if protocol == PROTOCOL_VERSION => Ok(conn),
+            Ok(Response::Hello { protocol }) => Err(format!(
+                "{addr} speaks peer protocol {protocol}, this node {PROTOCOL_VERSION}"
+            )),
+            Ok(Response::Refused(reason)) => Err(format!("{addr} refused: {reason}")),
+            Ok(_) => Err(format!("{addr} answered the hello with something else")),
+            Err(e) => Err(e),
+        }
+    };
+    tokio::time::timeout(within, open)
+        .await
+        .unwrap_or_else(|_| Err(format!("connect {addr}: no answer within {within:?}")))
+}
+
+/// Reads the next response frame.
+pub(crate) async fn read_response<S>(conn: &mut S) -> Result<Response, String>
+where
+    S: Stream<Item = std::io::Result<bytes::BytesMut>> + Unpin,
+{
+    match conn.next().await {
+        Some(Ok(frame)) => protocol::decode("peer response", &frame).map_err(|e| e.to_string()),
+        Some(Err(e)) => Err(format!("reading answer: {e}")),
+        None => Err("peer closed the connection".to_owned()),
+    }
+}
 
 impl PeerClient {
-    async fn call<Req, Resp, E>(
-        &self,
-        path: &str,
-        request: &Req,
-        option: &RPCOption,
-    ) -> RpcResult<Resp, E>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: StdError + DeserializeOwned,
-    {
-        let response = self
-            .http
-            .post(format!("{}{}", self.base_url, path))
-            .timeout(option.hard_ttl())
-            .body(codec::encode(request))
-            .send()
-            .await
-            .map_err(|e| {
-                if e.is_connect() {
-                    RPCError::Unreachable(Unreachable::new(&e))
-                } else {
-                    RPCError::Network(NetworkError::new(&e))
-                }
-            })?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        if !status.is_success() {
-            let message = String::from_utf8_lossy(&body).into_owned();
-            return Err(RPCError::Network(NetworkError::new(
-                &std::io::Error::other(format!("peer answered {status}: {message}")),
-            )));
+    async fn connection(&mut self) -> Result<Conn, RpcError> {
+        match self.conn.take() {
+            Some(conn) => Ok(conn),
+            None => connect(&self.addr, Some(self.from), self.timeouts.connect)
+                .await
+                .map_err(unreachable),
         }
-        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode("peer response", &body)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+
+    fn timeout_error(&self, action: RPCTypes, after: Duration) -> RpcError {
+        RPCError::Timeout(Timeout {
+            action,
+            id: self.from,
+            target: self.target,
+            timeout: after,
+        })
+    }
+
+    /// Sends one request and reads its answer; keeps the connection only on success.
+    async fn call(
+        &mut self,
+        request: &Request,
+        action: RPCTypes,
+        within: Duration,
+    ) -> Result<Response, RpcError> {
+        let mut conn = self.connection().await?;
+        let exchange = async {
+            conn.send(protocol::encode(request))
+                .await
+                .map_err(network)?;
+            read_response(&mut conn).await.map_err(network)
+        };
+        let response = tokio::time::timeout(within, exchange)
+            .await
+            .map_err(|_| self.timeout_error(action, within))??;
+        self.conn = Some(conn);
+        Ok(response)
+    }
+
+    fn answer_timeout(&self, option: &RPCOption) -> Duration {
+        match self.purpose {
+            Purpose::Replication => self.timeouts.replication.max(option.hard_ttl()),
+            Purpose::Heartbeat => option.hard_ttl(),
+        }
     }
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
+/// Sends requests from openraft's stream as they come; returns the sink when the stream ends.
+async fn write_requests<S>(
+    mut sink: SplitSink<Conn, bytes::Bytes>,
+    mut input: S,
+    sent: mpsc::Sender<Instant>,
+) -> Option<SplitSink<Conn, bytes::Bytes>>
+where
+    S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
+{
+    while let Some(request) = input.next().await {
+        // Reserve the in-flight slot first: this is where pipelining is bounded.
+        let Ok(slot) = sent.reserve().await else {
+            return None;
+        };
+        if sink
+            .send(protocol::encode(&Request::Append(request)))
+            .await
+            .is_err()
+        {
+            return None;
+        }
+        slot.send(Instant::now());
+    }
+    Some(sink)
+}
+
+/// Aborts the writer task if the stream is dropped before it finished.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<Option<SplitSink<Conn, bytes::Bytes>>>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// State of one replication stream session.
+struct Session<'s> {
+    client: &'s mut PeerClient,
+    answers: Option<SplitStream<Conn>>,
+    sent: mpsc::Receiver<Instant>,
+    writer: AbortOnDrop,
+    timeout: Duration,
+}
+
+impl Session<'_> {
+    /// The next answer, `None` once every request of the session is answered.
+    async fn next(&mut self) -> Option<Result<StreamAppendResult<TypeConfig>, RpcError>> {
+        let Some(sent_at) = self.sent.recv().await else {
+            return self.finish().await.err().map(Err);
+        };
+        let deadline = sent_at + self.timeout;
+        let answers = self.answers.as_mut()?;
+        let answer = match tokio::time::timeout_at(deadline, read_response(answers)).await {
+            Err(_) => Err(self
+                .client
+                .timeout_error(RPCTypes::AppendEntries, self.timeout)),
+            Ok(Err(e)) => Err(network(e)),
+            Ok(Ok(Response::Append(Ok(result)))) => Ok(result),
+            Ok(Ok(Response::Append(Err(fatal)))) => Err(unreachable(format!(
+                "raft on node {} stopped: {fatal}",
+                self.client.target
+            ))),
+            Ok(Ok(Response::Refused(reason))) => Err(network(format!("refused: {reason}"))),
+            Ok(Ok(_)) => Err(network("answer of another kind to AppendEntries")),
+        };
+        Some(answer)
+    }
+
+    /// Every request was sent and answered: hands the connection back to the client for the
+    /// next session, or reports that sending failed.
+    async fn finish(&mut self) -> Result<(), RpcError> {
+        let (Some(handle), Some(answers)) = (self.writer.0.take(), self.answers.take()) else {
+            return Ok(());
+        };
+        match handle.await {
+            Ok(Some(sink)) => {
+                if let Ok(conn) = sink.reunite(answers) {
+                    self.client.conn = Some(conn);
+                }
+                Ok(())
+            }
+            Ok(None) => Err(network("sending AppendEntries failed")),
+            Err(e) => Err(network(format!("AppendEntries writer: {e}"))),
+        }
+    }
+}
+
+impl RaftNetworkV2<TypeConfig> for PeerClient {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(APPEND_PATH, &rpc, &option).await
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RpcError> {
+        let within = self.answer_timeout(&option);
+        match self
+            .call(&Request::Append(rpc), RPCTypes::AppendEntries, within)
+            .await?
+        {
+            Response::Append(Ok(result)) => {
+                // The server ends its stream after an error answer: do not reuse the connection.
+                if result.is_err() {
+                    self.conn = None;
+                }
+                Ok(AppendEntriesResponse::from(result))
+            }
+            Response::Append(Err(fatal)) => {
+                self.conn = None;
+                Err(unreachable(fatal))
+            }
+            _ => {
+                self.conn = None;
+                Err(network("answer of another kind to AppendEntries"))
+            }
+        }
     }
 
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
         option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(SNAPSHOT_PATH, &rpc, &option).await
+    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcError>>, RpcError>>
+    where
+        S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
+    {
+        Box::pin(async move {
+            let timeout = self.answer_timeout(&option);
+            let conn = self.connection().await?;
+            let (sink, answers) = conn.split();
+            let (sent_tx, sent) = mpsc::channel(PIPELINE_DEPTH);
+            let writer = tokio::spawn(write_requests(sink, input, sent_tx));
+            let session = Session {
+                client: self,
+                answers: Some(answers),
+                sent,
+                writer: AbortOnDrop(Some(writer)),
+                timeout,
+            };
+            let answers = futures::stream::unfold(Some(session), |state| async move {
+                let mut session = state?;
+                let answer = session.next().await?;
+                // An error (transport or Raft) ends the session and the connection with it.
+                let keep_going = matches!(answer, Ok(Ok(_)));
+                Some((answer, keep_going.then_some(session)))
+            });
+            Ok(Box::pin(answers) as BoxStream<'s, _>)
+        })
     }
 
     async fn vote(
         &mut self,
-        rpc: VoteRequest<NodeId>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        self.call(VOTE_PATH, &rpc, &option).await
+    ) -> Result<VoteResponse<TypeConfig>, RpcError> {
+        self.vote_call(Request::Vote(rpc), option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcError> {
+        self.vote_call(Request::PreVote(rpc), option).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let send = self.send_snapshot(vote, snapshot, option.hard_ttl());
+        tokio::select! {
+            closed = cancel => {
+                self.conn = None;
+                Err(StreamingError::Closed(closed))
+            }
+            result = send => result.map_err(StreamingError::from),
+        }
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RpcError> {
+        match self
+            .call(
+                &Request::TransferLeader(req),
+                RPCTypes::TransferLeader,
+                option.hard_ttl(),
+            )
+            .await?
+        {
+            Response::TransferLeader(Ok(response)) => Ok(response),
+            Response::TransferLeader(Err(fatal)) => Err(unreachable(fatal)),
+            _ => {
+                self.conn = None;
+                Err(network("answer of another kind to TransferLeader"))
+            }
+        }
+    }
+}
+
+impl PeerClient {
+    async fn vote_call(
+        &mut self,
+        request: Request,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RpcError> {
+        match self
+            .call(&request, RPCTypes::Vote, option.hard_ttl())
+            .await?
+        {
+            Response::Vote(Ok(response)) => Ok(response),
+            Response::Vote(Err(fatal)) => Err(unreachable(fatal)),
+            _ => {
+                self.conn = None;
+                Err(network("answer of another kind to a vote"))
+            }
+        }
+    }
+
+    /// Streams the snapshot file in chunks; the answer comes once the peer installed it.
+    async fn send_snapshot(
+        &mut self,
+        vote: Vote,
+        snapshot: Snapshot,
+        within: Duration,
+    ) -> Result<SnapshotResponse<TypeConfig>, RpcError> {
+        let mut conn = self.connection().await?;
+        let Snapshot { meta, snapshot } = snapshot;
+        let mut file = snapshot.file;
+        let transfer = async {
+            conn.send(protocol::encode(&Request::SnapshotBegin { vote, meta }))
+                .await
+                .map_err(network)?;
+            let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
+            loop {
+                let n = file.read(&mut chunk).await.map_err(network)?;
+                if n == 0 {
+                    break;
+                }
+                let frame = protocol::encode(&Request::SnapshotChunk(chunk[..n].to_vec()));
+                tokio::time::timeout(within, conn.send(frame))
+                    .await
+                    .map_err(|_| network("snapshot chunk not accepted in time"))?
+                    .map_err(network)?;
+            }
+            conn.send(protocol::encode(&Request::SnapshotEnd))
+                .await
+                .map_err(network)?;
+            tokio::time::timeout(within, read_response(&mut conn))
+                .await
+                .map_err(|_| network("snapshot not installed in time"))?
+                .map_err(network)
+        };
+        match transfer.await? {
+            Response::Snapshot(Ok(response)) => {
+                self.conn = Some(conn);
+                Ok(response)
+            }
+            Response::Snapshot(Err(err)) => Err(network(format!("installing snapshot: {err}"))),
+            Response::Refused(reason) => Err(network(format!("snapshot refused: {reason}"))),
+            _ => Err(network("answer of another kind to a snapshot")),
+        }
     }
 }

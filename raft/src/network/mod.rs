@@ -1,16 +1,12 @@
-//! Peer transport for openraft: each RPC is an HTTP POST whose body is the versioned binary
-//! encoding of the openraft request, answered with the encoded `Result`. Snapshots travel in
-//! openraft's chunks (`snapshot_max_chunk_size`), so no snapshot is ever held whole in memory.
+//! Peer transport for openraft: a small framed protocol over persistent TCP connections (see
+//! [`protocol`]). Replication pipelines AppendEntries on one connection per follower; votes,
+//! heartbeats and snapshots use connections of their own; snapshots travel as a stream of
+//! chunks, so no snapshot is ever held whole in memory.
 
 mod client;
+pub mod protocol;
 mod server;
 
-pub use client::{NetworkFactory, PeerClient};
-pub use server::peer_router;
-
-/// AppendEntries endpoint.
-pub const APPEND_PATH: &str = "/raft/append";
-/// RequestVote endpoint.
-pub const VOTE_PATH: &str = "/raft/vote";
-/// InstallSnapshot (one chunk) endpoint.
-pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+pub use client::{NetworkFactory, PeerClient, PeerTimeouts};
+pub(crate) use client::{connect, read_response};
+pub use server::serve;

@@ -1,21 +1,34 @@
-//! Opening the database and the handles the rest of the crate uses.
+//! Opening the state-machine database and the handles the rest of the crate uses; the
+//! data-directory format marker; and [`sync`], a flush that really reaches the disk.
+//!
+//! sled 0.34 "flushes" with `sync_file_range`, which neither flushes the device's write cache
+//! nor the file's metadata, and writes large nodes as files under `blobs/` that it never
+//! fsyncs. Where statestore needs a state-machine write to be durable (the record naming the
+//! current snapshot, the switch to a freshly installed tree) it calls [`sync`]: sled's flush,
+//! then `fdatasync` of the data file, every blob file and the directories.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
-use crate::sled::log::LogTree;
+use crate::error::{Result, StorageError};
 use crate::sled::state::StateTree;
+
+/// Name of the marker file that records the data-directory layout.
+const FORMAT_FILE: &str = "FORMAT";
+/// Layout written by this build: sled holds the state machine only; the Raft log is a WAL in
+/// `raft-log/`. (Format 1, before it, kept the Raft log in sled.)
+const FORMAT: &str = "statestore-data 2\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// Data directory; holds `db/` (sled) and `snapshots/`.
+    /// Data directory; holds `state/` (sled), `snapshots/` and the consensus layer's files.
     pub dir: PathBuf,
     /// sled page cache size in bytes (sled's own default is 1 GiB; set it explicitly).
     pub cache_capacity_bytes: u64,
 }
 
-/// The opened store: one sled database and the snapshot directory.
+/// The opened store: the state-machine database and the snapshot directory.
 #[derive(Clone)]
 pub struct Store {
     db: ::sled::Db,
@@ -23,14 +36,16 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the store under `config.dir`.
+    /// Opens (or creates) the store under `config.dir`. Refuses a data directory written in
+    /// another layout.
     pub fn open(config: &StoreConfig) -> Result<Store> {
+        check_format(&config.dir)?;
         std::fs::create_dir_all(config.dir.join("snapshots"))?;
         let db = ::sled::Config::new()
-            .path(config.dir.join("db"))
+            .path(config.dir.join("state"))
             .cache_capacity(config.cache_capacity_bytes)
-            // We flush explicitly at every durability point; the background flush only
-            // bounds how much unflushed state-machine work a crash can cost.
+            // The state machine is rebuilt from the last snapshot and the Raft log after a
+            // crash, so its own flushes only bound how much replay a restart costs.
             .flush_every_ms(Some(1_000))
             .mode(::sled::Mode::HighThroughput)
             .open()?;
@@ -40,23 +55,18 @@ impl Store {
         })
     }
 
-    /// The Raft log and its small records.
-    pub fn log(&self) -> Result<LogTree> {
-        LogTree::open(&self.db)
-    }
-
     /// The state machine tree and snapshot directory.
     pub fn state(&self) -> Result<StateTree> {
-        StateTree::open(&self.db, &self.dir.join("snapshots"))
+        StateTree::open(&self.db, &self.dir.join("state"), &self.dir.join("snapshots"))
     }
 
-    /// Writes every buffered change to disk and fsyncs.
+    /// Writes every buffered change to disk and makes it durable (see [`sync`]).
     pub async fn flush(&self) -> Result<()> {
         self.db.flush_async().await?;
-        Ok(())
+        sync_files(&self.dir.join("state"))
     }
 
-    /// Bytes the database occupies on disk.
+    /// Bytes the state-machine database occupies on disk.
     pub fn size_on_disk(&self) -> Result<u64> {
         Ok(self.db.size_on_disk()?)
     }
@@ -64,5 +74,85 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// Flushes `db` (stored at `path`) and fsyncs its files: the durability point of the state
+/// machine.
+pub(crate) fn sync(db: &::sled::Db, path: &Path) -> Result<()> {
+    db.flush()?;
+    sync_files(path)
+}
+
+fn sync_files(path: &Path) -> Result<()> {
+    File::open(path.join("db"))?.sync_data()?;
+    let blobs = path.join("blobs");
+    if let Ok(entries) = std::fs::read_dir(&blobs) {
+        for entry in entries {
+            File::open(entry?.path())?.sync_data()?;
+        }
+        File::open(&blobs)?.sync_all()?;
+    }
+    File::open(path)?.sync_all()?;
+    Ok(())
+}
+
+/// Accepts an empty or format-2 directory (writing the marker if new); refuses anything else.
+fn check_format(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let marker = dir.join(FORMAT_FILE);
+    match std::fs::read_to_string(&marker) {
+        Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) => Err(StorageError::DataDir(format!(
+            "{} says `{}`; this build reads `{}`",
+            marker.display(),
+            found.trim(),
+            FORMAT.trim()
+        ))),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if dir.join("db").exists() {
+                return Err(StorageError::DataDir(format!(
+                    "{} holds a data directory of an older statestore (Raft log in sled); \
+                     move it aside and start this node empty with --join, or restore it from \
+                     a snapshot of the cluster",
+                    dir.display()
+                )));
+            }
+            std::fs::write(&marker, FORMAT)?;
+            File::open(&marker)?.sync_all()?;
+            File::open(dir)?.sync_all()?;
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
+        let fresh = tempfile::tempdir().expect("tempdir");
+        check_format(fresh.path()).expect("an empty directory is accepted");
+        assert_eq!(
+            std::fs::read_to_string(fresh.path().join(FORMAT_FILE)).expect("marker"),
+            FORMAT
+        );
+        check_format(fresh.path()).expect("and accepted again");
+
+        let old = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(old.path().join("db")).expect("old sled dir");
+        assert!(matches!(
+            check_format(old.path()),
+            Err(StorageError::DataDir(_))
+        ));
+
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
+        assert!(matches!(
+            check_format(other.path()),
+            Err(StorageError::DataDir(_))
+        ));
     }
 }

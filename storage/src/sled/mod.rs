@@ -1,16 +1,16 @@
-//! The only module that touches sled: one [`::sled::Db`] per process with a tree for the Raft
-//! log, one for small store records (vote, purge point, active state tree, current snapshot)
-//! and one for the state machine; plus the snapshot files beside it.
+//! The only module that touches sled: one [`::sled::Db`] per process for the state machine, with
+//! a tree of small store records (active state tree, current snapshot) and the state tree
+//! itself; plus the snapshot files beside it. (The Raft log is not here: it is a WAL owned by
+//! the consensus layer.)
 //!
-//! Everything here moves bytes: the consensus layer encodes its entries, the keyspace encodes
-//! its records. Durability points are explicit ([`Store::flush`]).
+//! Everything here moves bytes: the keyspace encodes its records. Durability points are
+//! explicit and really reach the disk ([`Store::flush`]; see `db` for why sled's own flush is
+//! not enough).
 
 mod db;
-mod log;
 mod snapshot;
 mod state;
 
 pub use db::{Store, StoreConfig};
-pub use log::LogTree;
 pub use snapshot::{SnapshotFile, SnapshotWriter};
 pub use state::{StateTree, StateView};

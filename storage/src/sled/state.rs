@@ -51,22 +51,25 @@ pub struct StateTree {
 
 struct Inner {
     db: ::sled::Db,
+    db_path: PathBuf,
     records: ::sled::Tree,
     active: RwLock<(String, ::sled::Tree)>,
     snapshot_dir: PathBuf,
 }
 
 impl StateTree {
-    pub(crate) fn open(db: &::sled::Db, snapshot_dir: &Path) -> Result<StateTree> {
+    pub(crate) fn open(db: &::sled::Db, db_path: &Path, snapshot_dir: &Path) -> Result<StateTree> {
         let records = db.open_tree("store_records")?;
         let name = match records.get(ACTIVE_TREE_RECORD)? {
             Some(name) => String::from_utf8_lossy(&name).into_owned(),
             None => "state_0".to_owned(),
         };
         let tree = db.open_tree(&name)?;
+        remove_temporary_files(snapshot_dir)?;
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
+                db_path: db_path.to_owned(),
                 records,
                 active: RwLock::new((name, tree)),
                 snapshot_dir: snapshot_dir.to_owned(),
@@ -170,11 +173,11 @@ impl StateTree {
             batch.insert(key, value);
         }
         tree.apply_batch(batch)?;
-        self.inner.db.flush()?;
+        self.sync()?;
         self.inner
             .records
             .insert(ACTIVE_TREE_RECORD, new_name.as_bytes())?;
-        self.inner.db.flush()?;
+        self.sync()?;
         match self.inner.active.write() {
             Ok(mut guard) => *guard = (new_name, tree),
             Err(poisoned) => *poisoned.into_inner() = (new_name, tree),
@@ -186,11 +189,17 @@ impl StateTree {
             .snapshot_dir
             .join(format!("snapshot-{}.bin", sanitize(id)));
         std::fs::rename(received, &final_path)?;
+        std::fs::File::open(&self.inner.snapshot_dir)?.sync_all()?;
         self.set_current_snapshot(&final_path)?;
         Ok(SnapshotFile {
             path: final_path,
             ..file
         })
+    }
+
+    /// Makes every write so far durable.
+    fn sync(&self) -> Result<()> {
+        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)
     }
 
     /// The current snapshot, if one was built or installed.
@@ -216,7 +225,7 @@ impl StateTree {
         self.inner
             .records
             .insert(CURRENT_SNAPSHOT_RECORD, name.as_bytes())?;
-        self.inner.db.flush()?;
+        self.sync()?;
         for entry in std::fs::read_dir(&self.inner.snapshot_dir)? {
             let entry = entry?;
             let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -241,4 +250,17 @@ fn sanitize(id: &str) -> String {
             }
         })
         .collect()
+}
+
+/// Removes snapshot files left half-written by an earlier run (`*.tmp`: exports and transfers
+/// in progress when the process stopped).
+fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(snapshot_dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "tmp") {
+            tracing::info!(path = %path.display(), "removing an unfinished snapshot file");
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,129 @@
+//! The peer wire protocol: length-delimited frames over one TCP connection, each frame the
+//! versioned binary encoding of a [`Request`] or a [`Response`].
+//!
+//! A connection starts with [`Request::Hello`] / [`Response::Hello`]. After that every request
+//! is answered by exactly one response, in request order, so a client may pipeline requests
+//! (AppendEntries streams keep many in flight). A snapshot is one logical request spread over
+//! `SnapshotBegin`, any number of `SnapshotChunk`s and `SnapshotEnd`, answered once. A response
+//! to an AppendEntries that ended the server's stream (conflict, higher vote, fatal) is the last
+//! frame on that connection: the server closes it, and the client opens a new one.
+
+use bytes::{Bytes, BytesMut};
+use openraft::raft::{
+    AppendEntriesRequest, SnapshotResponse, StreamAppendResult, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use statestore_storage::codec;
+use tokio_util::codec::LengthDelimitedCodec;
+
+use crate::membership::MembershipChange;
+use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
+
+/// Version of this protocol; both ends must speak the same.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest frame accepted: a full AppendEntries of proposal batches (the batcher keeps a batch
+/// near 4 MiB plus one value of at most 4 MiB; openraft sends at most `max_payload_entries`).
+pub const MAX_FRAME_BYTES: usize = 128 << 20;
+/// Bytes of snapshot data per chunk frame.
+pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
+
+/// A request from a peer.
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "")]
+pub enum Request {
+    /// First frame of every connection.
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the caller.
+        protocol: u32,
+        /// The caller's node id, if it has one (a forwarding admin call may not).
+        from: Option<NodeId>,
+    },
+    /// AppendEntries (replication or heartbeat).
+    Append(AppendEntriesRequest<TypeConfig>),
+    /// RequestVote.
+    Vote(VoteRequest<TypeConfig>),
+    /// Pre-vote round.
+    PreVote(VoteRequest<TypeConfig>),
+    /// Leadership transfer notice.
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
+    /// A membership change forwarded to the leader.
+    ChangeMembership(MembershipChange),
+    /// Start of a snapshot transfer.
+    SnapshotBegin {
+        /// The sender's vote.
+        vote: Vote,
+        /// What the snapshot covers.
+        meta: SnapshotMeta,
+    },
+    /// Next bytes of the snapshot file.
+    SnapshotChunk(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The snapshot file is complete: install it.
+    SnapshotEnd,
+}
+
+/// A response, in request order.
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "")]
+pub enum Response {
+    /// Answer to [`Request::Hello`].
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the server.
+        protocol: u32,
+    },
+    /// Answer to an AppendEntries; `Err` when the server's Raft has stopped.
+    Append(Result<StreamAppendResult<TypeConfig>, String>),
+    /// Answer to a vote or pre-vote.
+    Vote(Result<VoteResponse<TypeConfig>, String>),
+    /// Answer to a leadership transfer notice.
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
+    /// Answer to a forwarded membership change.
+    ChangeMembership(Result<(), String>),
+    /// Answer to a finished snapshot transfer.
+    Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
+    /// The request broke the protocol; the server closes the connection after this.
+    Refused(String),
+}
+
+/// The frame codec both ends use.
+pub fn framing() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(MAX_FRAME_BYTES)
+        .new_codec()
+}
+
+/// Encodes a message into one frame body.
+pub fn encode<T: Serialize>(message: &T) -> Bytes {
+    Bytes::from(codec::encode(message))
+}
+
+/// Decodes one frame body.
+pub fn decode<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    frame: &BytesMut,
+) -> Result<T, statestore_storage::StorageError> {
+    codec::decode(what, frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trips_and_garbage_is_an_error() {
+        let frame = encode(&Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            from: Some(3),
+        });
+        let back: Request = decode("request", &BytesMut::from(&frame[..])).expect("decodes");
+        assert!(matches!(
+            back,
+            Request::Hello {
+                protocol: PROTOCOL_VERSION,
+                from: Some(3)
+            }
+        ));
+        let garbage = BytesMut::from(&[codec::FORMAT_VERSION, 0xee, 0xff][..]);
+        assert!(decode::<Request>("request", &garbage).is_err());
+    }
+}

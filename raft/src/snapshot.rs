@@ -1,0 +1,21 @@
+//! The snapshot data openraft passes between the state machine and the peer network: a
+//! snapshot file (see `statestore_storage::sled::SnapshotFile` for its layout) and its path.
+
+use std::path::PathBuf;
+
+/// An open snapshot file.
+#[derive(Debug)]
+pub struct SnapshotData {
+    /// Where the file is (the state machine renames a received one into place).
+    pub path: PathBuf,
+    /// The open file, positioned at its start.
+    pub file: tokio::fs::File,
+}
+
+impl SnapshotData {
+    /// Opens the snapshot at `path`.
+    pub async fn open(path: PathBuf) -> std::io::Result<SnapshotData> {
+        let file = tokio::fs::File::open(&path).await?;
+        Ok(SnapshotData { path, file })
+    }
+}
