@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients), the
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
-# for the benchmark) and etcd (the benchmark's baseline). Safe to run again.
+# for the benchmark), etcd (the benchmark's baseline) and strace (the durability test).
 set -euo pipefail
 
 missing=()
@@ -11,6 +11,7 @@ dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,7 +1,9 @@
-//! The command line (`compare`, `run`, `scale`) and how its load flags turn into the list of
-//! workloads and timings a run uses, smoke mode included.
+//! The command line (`compare`, `run`, `sustained`, `scale`) and how its flags turn into the
+//! workloads, timings and rounds a run uses, smoke mode included.
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -26,6 +28,10 @@ pub enum Command {
     Compare(CompareArgs),
     /// Drive an already running statestore through its broker (starts no process).
     Run(RunArgs),
+    /// Steady state: one long-lived cluster, prefilled, then a per-second timeline of long
+    /// windows with stability checks and CPU per operation (optionally alternating with the
+    /// floor and etcd, kept alive next to it).
+    Sustained(SustainedArgs),
     /// Load many keys into a fresh cluster: RSS, disk size, load rate, restart-to-ready time.
     Scale(ScaleArgs),
 }
@@ -144,6 +150,213 @@ pub struct RunArgs {
     /// Load flags.
     #[command(flatten)]
     pub load: LoadArgs,
+    /// Also account this process's CPU (repeatable), e.g. `--pid node1=4242 --pid
+    /// mosquitto=4000`; `mosquitto` counts as the broker, any other name as the store.
+    #[arg(long = "pid", value_name = "NAME=PID")]
+    pub pids: Vec<NamedPid>,
+}
+
+/// A process named on the command line: `NAME=PID`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPid {
+    /// Name in tables.
+    pub name: String,
+    /// Its pid.
+    pub pid: u32,
+}
+
+impl FromStr for NamedPid {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<NamedPid> {
+        let (name, pid) = s
+            .rsplit_once('=')
+            .with_context(|| format!("`{s}`: expected NAME=PID"))?;
+        let name = name.trim();
+        if name.is_empty() {
+            bail!("`{s}`: empty NAME");
+        }
+        let pid = pid
+            .trim()
+            .parse()
+            .with_context(|| format!("`{s}`: PID must be a number"))?;
+        Ok(NamedPid {
+            name: name.to_owned(),
+            pid,
+        })
+    }
+}
+
+impl fmt::Display for NamedPid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.name, self.pid)
+    }
+}
+
+/// The baselines `sustained` can keep alive next to statestore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// Mosquitto + the echo responder.
+    Floor,
+    /// A 3-member etcd cluster.
+    Etcd,
+}
+
+/// `sustained`.
+#[derive(Debug, Clone, Args)]
+pub struct SustainedArgs {
+    /// Nodes of the statestore cluster (started once, kept for every cell).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// SET writes of distinct keys before measuring, at 64×8, so the cluster runs in steady
+    /// state (reply memory full, log grown; the Raft state printed afterwards shows whether a
+    /// snapshot was taken) [default: 100000; smoke: 2000].
+    #[arg(long, value_name = "N")]
+    pub prefill: Option<u64>,
+    /// Measured workloads `MIX:CLIENTSxIN_FLIGHT` (repeatable) [default: set:64x8; smoke: set:4x4].
+    #[arg(long = "workload", value_name = "MIX:NxK")]
+    pub workloads: Vec<WorkloadSpec>,
+    /// Measured window of each workload when run without --baselines [default: 60s; smoke: 3s].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Warm-up before each window (new clients connect, then run unmeasured) [default: 1s; smoke: 0.5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Keys the measured workloads pick from [default: the prefilled keys, at least 1000].
+    #[arg(long, value_name = "N")]
+    pub keys: Option<u64>,
+    /// Value size, bytes.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// A request unanswered for this long counts as a timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Baselines started once and kept alive too; cells then alternate statestore, floor,
+    /// etcd, statestore, ... for --rounds rounds of --cell-duration each.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub baselines: Vec<Baseline>,
+    /// Rounds (every target runs every workload once per round) [default: 3 with --baselines, else 1].
+    #[arg(long, value_name = "R")]
+    pub rounds: Option<usize>,
+    /// Measured window per cell with --baselines [default: 20s; smoke: 2s].
+    #[arg(long, value_parser = parse_duration)]
+    pub cell_duration: Option<Duration>,
+    /// Extra argument for every statestore node (repeatable), e.g.
+    /// `--node-arg=--snapshot-after-entries=1000`.
+    #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub node_args: Vec<String>,
+    /// Exit 1 when a stability check fails (without it they are reported as goals only).
+    #[arg(long)]
+    pub strict: bool,
+    /// Short run for CI: prefill 2000, 3 s at 4×4, no baselines by default; fails on any
+    /// error, timeout or zero throughput.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also write the results (timelines included) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Process locations.
+    #[command(flatten)]
+    pub programs: Programs,
+    /// Keep the temporary directories (configs, data, logs) and print where they are.
+    #[arg(long)]
+    pub keep_temp: bool,
+}
+
+/// What a `sustained` run does once defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SustainedPlan {
+    /// Statestore nodes.
+    pub nodes: usize,
+    /// Writes before measuring.
+    pub prefill: u64,
+    /// Keys the measured workloads pick from.
+    pub keys: u64,
+    /// Measured workloads, in order.
+    pub workloads: Vec<WorkloadSpec>,
+    /// Warm-up per cell.
+    pub warmup: Duration,
+    /// Measured window per cell.
+    pub cell_duration: Duration,
+    /// Rounds.
+    pub rounds: usize,
+    /// Baselines, in the order they run within a round (after statestore).
+    pub baselines: Vec<Baseline>,
+}
+
+impl SustainedArgs {
+    /// Applies the defaults (smoke or full).
+    pub fn resolve(&self) -> anyhow::Result<SustainedPlan> {
+        // (prefill, clients, in-flight, window, cell window with baselines, warm-up)
+        let (prefill_default, clients, in_flight, duration, cell, warmup) = if self.smoke {
+            (
+                2_000,
+                4,
+                4,
+                Duration::from_secs(3),
+                Duration::from_secs(2),
+                Duration::from_millis(500),
+            )
+        } else {
+            (
+                100_000,
+                64,
+                8,
+                Duration::from_secs(60),
+                Duration::from_secs(20),
+                Duration::from_secs(1),
+            )
+        };
+        if self.nodes == 0 {
+            bail!("--nodes must be at least 1");
+        }
+        let prefill = self.prefill.unwrap_or(prefill_default);
+        let keys = self
+            .keys
+            .unwrap_or(if prefill > 0 { prefill } else { 1_000 });
+        if keys == 0 {
+            bail!("--keys must be at least 1");
+        }
+        let workloads = if self.workloads.is_empty() {
+            vec![WorkloadSpec {
+                mix: Mix::Set,
+                clients,
+                in_flight,
+            }]
+        } else {
+            self.workloads.clone()
+        };
+        let mut baselines = Vec::new();
+        for baseline in &self.baselines {
+            if !baselines.contains(baseline) {
+                baselines.push(*baseline);
+            }
+        }
+        let rounds = self
+            .rounds
+            .unwrap_or(if baselines.is_empty() { 1 } else { 3 });
+        if rounds == 0 {
+            bail!("--rounds must be at least 1");
+        }
+        let cell_duration = if baselines.is_empty() {
+            self.duration.unwrap_or(duration)
+        } else {
+            self.cell_duration.unwrap_or(cell)
+        };
+        if cell_duration < Duration::from_secs(1) {
+            bail!("the measured window must be at least 1 s (the timeline is per second)");
+        }
+        Ok(SustainedPlan {
+            nodes: self.nodes,
+            prefill,
+            keys,
+            workloads,
+            warmup: self.warmup.unwrap_or(warmup),
+            cell_duration,
+            rounds,
+            baselines,
+        })
+    }
 }
 
 /// `scale`.
@@ -283,7 +496,7 @@ mod tests {
         match cli.command {
             Command::Compare(c) => c.load,
             Command::Run(r) => r.load,
-            Command::Scale(_) => panic!("no load args"),
+            Command::Scale(_) | Command::Sustained(_) => panic!("no load args"),
         }
     }
 
@@ -361,6 +574,137 @@ mod tests {
             panic!("compare");
         };
         assert_eq!(c.targets.len(), 4);
+        Ok(())
+    }
+
+    fn sustained(args: &[&str]) -> anyhow::Result<SustainedArgs> {
+        let mut full = vec!["sustained"];
+        full.extend_from_slice(args);
+        match parse(&full)?.command {
+            Command::Sustained(s) => Ok(s),
+            other => bail!("not sustained: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sustained_defaults() -> anyhow::Result<()> {
+        let plan = sustained(&[])?.resolve()?;
+        assert_eq!(plan.nodes, 3);
+        assert_eq!(plan.prefill, 100_000);
+        assert_eq!(
+            plan.keys, 100_000,
+            "measured keys default to the prefilled ones"
+        );
+        let names: Vec<String> = plan.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["SET 64×8"]);
+        assert_eq!(plan.cell_duration, Duration::from_secs(60));
+        assert_eq!(plan.warmup, Duration::from_secs(1));
+        assert_eq!(plan.rounds, 1);
+        assert!(plan.baselines.is_empty());
+        let smoke = sustained(&["--smoke"])?.resolve()?;
+        assert_eq!(smoke.prefill, 2_000);
+        assert_eq!(smoke.cell_duration, Duration::from_secs(3));
+        let names: Vec<String> = smoke.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["SET 4×4"]);
+        assert!(smoke.baselines.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn sustained_flags() -> anyhow::Result<()> {
+        let args = sustained(&[
+            "--nodes",
+            "5",
+            "--prefill",
+            "0",
+            "--workload",
+            "set:8x2",
+            "--workload",
+            "get:1x1",
+            "--duration",
+            "90s",
+            "--strict",
+            "--node-arg",
+            "--snapshot-after-entries=1000",
+            "--node-arg=--heartbeat-ms=100",
+        ])?;
+        assert!(args.strict);
+        assert_eq!(
+            args.node_args,
+            ["--snapshot-after-entries=1000", "--heartbeat-ms=100"]
+        );
+        let plan = args.resolve()?;
+        assert_eq!((plan.nodes, plan.prefill, plan.keys), (5, 0, 1_000));
+        let names: Vec<String> = plan.workloads.iter().map(|w| w.to_string()).collect();
+        assert_eq!(names, ["SET 8×2", "GET 1×1"]);
+        assert_eq!(plan.cell_duration, Duration::from_secs(90));
+        assert!(sustained(&["--nodes", "0"])?.resolve().is_err());
+        assert!(sustained(&["--rounds", "0"])?.resolve().is_err());
+        assert!(sustained(&["--duration", "500ms"])?.resolve().is_err());
+        assert!(sustained(&["--baselines", "mysql"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn sustained_baselines_alternate_in_rounds() -> anyhow::Result<()> {
+        let plan = sustained(&["--baselines", "floor,etcd", "--duration", "90s"])?.resolve()?;
+        assert_eq!(plan.baselines, [Baseline::Floor, Baseline::Etcd]);
+        assert_eq!(plan.rounds, 3);
+        assert_eq!(
+            plan.cell_duration,
+            Duration::from_secs(20),
+            "--cell-duration, not --duration, with baselines"
+        );
+        let plan = sustained(&[
+            "--baselines",
+            "etcd,etcd",
+            "--rounds",
+            "5",
+            "--cell-duration",
+            "30s",
+        ])?
+        .resolve()?;
+        assert_eq!(plan.baselines, [Baseline::Etcd]);
+        assert_eq!(
+            (plan.rounds, plan.cell_duration),
+            (5, Duration::from_secs(30))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn named_pids() -> anyhow::Result<()> {
+        let Command::Run(run) = parse(&[
+            "run",
+            "--broker",
+            "127.0.0.1:1883",
+            "--pid",
+            "node 1=4242",
+            "--pid",
+            "mosquitto=17",
+        ])?
+        .command
+        else {
+            panic!("run");
+        };
+        assert_eq!(
+            run.pids,
+            [
+                NamedPid {
+                    name: "node 1".to_owned(),
+                    pid: 4242
+                },
+                NamedPid {
+                    name: "mosquitto".to_owned(),
+                    pid: 17
+                }
+            ]
+        );
+        assert_eq!(run.pids[0].to_string(), "node 1=4242");
+        assert!("4242".parse::<NamedPid>().is_err());
+        assert!("=4242".parse::<NamedPid>().is_err());
+        assert!("node=x".parse::<NamedPid>().is_err());
+        assert!(parse(&["run", "--broker", "h:1", "--pid", "n=-1"]).is_err());
         Ok(())
     }
 }

@@ -1,17 +1,21 @@
 //! The `compare` and `run` commands: for each target (floor, etcd, statestore-1,
 //! statestore-3, or an already running statestore) start what it needs, load keys where a
-//! workload reads them, run every workload cell, record memory, stop everything, then print
-//! the table, ratios and notes and write the JSON document.
+//! workload reads them, run every workload cell while accounting the CPU of every process
+//! involved, record memory, stop everything, then print the tables, ratios and notes and
+//! write the JSON document.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::cli::{CompareArgs, LoadArgs, Programs, Resolved, RunArgs, Target};
+use crate::cell::{self, CellSpec, Measured};
+use crate::cli::{CompareArgs, LoadArgs, NamedPid, Programs, Resolved, RunArgs, Target};
+use crate::cpu::{Role, Watched};
 use crate::driver::Plan;
-use crate::echo_responder::EchoResponder;
+use crate::echo_responder::{self, EchoResponder};
 use crate::etcd_load;
 use crate::mqtt_load::{self, Broker, Check, LoadOptions};
 use crate::processes::{
@@ -48,6 +52,7 @@ impl Collected {
                 target: target.to_owned(),
                 workload: *workload,
                 outcome: outcome.clone(),
+                cpu: None,
             });
         }
     }
@@ -56,33 +61,37 @@ impl Collected {
         &mut self,
         target: &str,
         workload: WorkloadSpec,
-        result: anyhow::Result<CellStats>,
+        result: anyhow::Result<Measured>,
         window: Duration,
     ) {
-        let outcome = match result {
-            Ok(stats) => {
+        let (outcome, cpu) = match result {
+            Ok(Measured { stats, cpu }) => {
                 let summary = stats.summary(window);
+                let store_cpu = cpu
+                    .as_ref()
+                    .map(|c| report::us_per_op(c.total(Role::Store)))
+                    .unwrap_or_else(|| "–".to_owned());
                 eprintln!(
-                    "   {target} {workload}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors, {} timeouts",
+                    "   {target} {workload}: {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms, {} errors, {} timeouts, store CPU {store_cpu} µs/op",
                     summary.throughput,
                     summary.p50_ms,
                     summary.p99_ms,
                     summary.errors,
                     summary.timeouts
                 );
-                CellOutcome::Ran(summary)
+                (CellOutcome::Ran(summary), cpu)
             }
             Err(err) => {
                 eprintln!("   {target} {workload}: FAILED: {err:#}");
-                CellOutcome::Failed {
-                    reason: format!("{err:#}"),
-                }
+                let reason = format!("{err:#}");
+                (CellOutcome::Failed { reason }, None)
             }
         };
         self.results.push(CellResult {
             target: target.to_owned(),
             workload,
             outcome,
+            cpu,
         });
     }
 }
@@ -173,6 +182,79 @@ fn check_preload(stats: &CellStats, keys: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The cell of `workload` with the load flags (no timeline: `compare` prints none).
+fn cell_spec(workload: WorkloadSpec, load: &LoadArgs, resolved: &Resolved) -> CellSpec {
+    CellSpec {
+        workload,
+        keys: load.keys,
+        value_size: load.value_size,
+        timeout: load.timeout,
+        warmup: resolved.warmup,
+        duration: resolved.duration,
+        timeline: false,
+    }
+}
+
+/// The processes of a statestore target: its nodes, its Mosquitto, and this tool.
+pub fn statestore_watch(cluster: &StatestoreCluster, broker: &Mosquitto) -> Arc<[Watched]> {
+    let mut watched: Vec<Watched> = cluster
+        .pids()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, pid)| {
+            pid.map(|pid| Watched::pid(format!("node {}", i + 1), Role::Store, pid))
+        })
+        .collect();
+    watched.push(Watched::pid("mosquitto", Role::Broker, broker.pid()));
+    watched.push(Watched::load_generator(&[echo_responder::THREAD_NAME]));
+    watched.into()
+}
+
+/// The processes of the floor: the echo responder (a thread of this tool), its Mosquitto, and
+/// the rest of this tool.
+pub fn floor_watch(broker: &Mosquitto) -> Arc<[Watched]> {
+    vec![
+        Watched {
+            name: "echo responder".to_owned(),
+            role: Role::Store,
+            source: crate::cpu::Source::OwnThread(echo_responder::THREAD_NAME.to_owned()),
+        },
+        Watched::pid("mosquitto", Role::Broker, broker.pid()),
+        Watched::load_generator(&[echo_responder::THREAD_NAME]),
+    ]
+    .into()
+}
+
+/// The processes of an etcd target: its members and this tool.
+pub fn etcd_watch(cluster: &EtcdCluster) -> Arc<[Watched]> {
+    let mut watched: Vec<Watched> = cluster
+        .pids()
+        .into_iter()
+        .enumerate()
+        .map(|(i, pid)| Watched::pid(format!("etcd m{}", i + 1), Role::Store, pid))
+        .collect();
+    watched.push(Watched::load_generator(&[echo_responder::THREAD_NAME]));
+    watched.into()
+}
+
+/// The processes `run` accounts: this tool and every `--pid NAME=PID` (`mosquitto` is the
+/// broker, any other name part of the store).
+pub fn named_watch(pids: &[NamedPid]) -> Arc<[Watched]> {
+    let mut watched: Vec<Watched> = pids
+        .iter()
+        .map(|p| {
+            let role = if p.name.eq_ignore_ascii_case("mosquitto") {
+                Role::Broker
+            } else {
+                Role::Store
+            };
+            Watched::pid(p.name.clone(), role, p.pid)
+        })
+        .collect();
+    watched.push(Watched::load_generator(&[echo_responder::THREAD_NAME]));
+    watched.into()
+}
+
 /// Runs every workload through an MQTT broker (floor or statestore).
 async fn mqtt_cells(
     target: &str,
@@ -180,6 +262,7 @@ async fn mqtt_cells(
     check: Check,
     load: &LoadArgs,
     resolved: &Resolved,
+    watched: &Arc<[Watched]>,
     out: &mut Collected,
 ) {
     // the floor answers without storage: nothing to load
@@ -193,17 +276,8 @@ async fn mqtt_cells(
             loaded = true;
         }
         let disconnects_before = mqtt_load::disconnects();
-        let options = LoadOptions {
-            clients: workload.clients,
-            in_flight: workload.in_flight,
-            value_size: load.value_size,
-            timeout: load.timeout,
-            check,
-        };
-        let result = mqtt_load::run(broker, &options, || {
-            Plan::timed(workload.mix, load.keys, resolved.warmup, resolved.duration)
-        })
-        .await;
+        let spec = cell_spec(*workload, load, resolved);
+        let result = cell::mqtt(broker, check, &spec, watched).await;
         let lost = mqtt_load::disconnects() - disconnects_before;
         if lost > 0 {
             out.notes.push(format!(
@@ -219,6 +293,7 @@ async fn etcd_cells(
     endpoints: &[String],
     load: &LoadArgs,
     resolved: &Resolved,
+    watched: &Arc<[Watched]>,
     out: &mut Collected,
 ) {
     let mut loaded = false;
@@ -240,15 +315,8 @@ async fn etcd_cells(
             }
             loaded = true;
         }
-        let result = etcd_load::run(
-            endpoints,
-            workload.clients,
-            workload.in_flight,
-            load.value_size,
-            load.timeout,
-            || Plan::timed(workload.mix, load.keys, resolved.warmup, resolved.duration),
-        )
-        .await;
+        let spec = cell_spec(*workload, load, resolved);
+        let result = cell::etcd(endpoints, &spec, watched).await;
         out.push("etcd", *workload, result, resolved.duration);
     }
 }
@@ -264,7 +332,17 @@ async fn floor(
     note_kept(&dir, keep, "floor");
     let broker = Mosquitto::start(mosquitto, dir.path())?;
     let echo = EchoResponder::start(&broker.broker())?;
-    mqtt_cells("floor", &broker.broker(), Check::Echo, load, resolved, out).await;
+    let watched = floor_watch(&broker);
+    mqtt_cells(
+        "floor",
+        &broker.broker(),
+        Check::Echo,
+        load,
+        resolved,
+        &watched,
+        out,
+    )
+    .await;
     eprintln!(
         "   floor: echo responder answered {} requests",
         echo.answered()
@@ -292,7 +370,8 @@ async fn etcd(
         cluster.check_alive()?;
         return Err(err);
     }
-    etcd_cells(&cluster.endpoints, load, resolved, out).await;
+    let watched = etcd_watch(&cluster);
+    etcd_cells(&cluster.endpoints, load, resolved, &watched, out).await;
     if let Err(err) = cluster.check_alive() {
         out.notes.push(format!("etcd: {err:#}"));
     }
@@ -323,7 +402,17 @@ async fn statestore(
     let mut cluster = StatestoreCluster::start(bin, &broker.broker(), nodes, dir.path(), &[])?;
     let ready = cluster.wait_ready(Duration::from_secs(60)).await?;
     eprintln!("   {name}: ready after {:.2} s", ready.as_secs_f64());
-    mqtt_cells(name, &broker.broker(), Check::Store, load, resolved, out).await;
+    let watched = statestore_watch(&cluster, &broker);
+    mqtt_cells(
+        name,
+        &broker.broker(),
+        Check::Store,
+        load,
+        resolved,
+        &watched,
+        out,
+    )
+    .await;
     for i in 0..nodes {
         if let Err(err) = cluster.check_alive(i) {
             out.notes.push(format!("{name}: {err:#}"));
@@ -469,12 +558,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<bool> {
     eprintln!("{}", machine.line());
     eprintln!("== {} at {}", args.label, args.broker);
     let mut out = Collected::new();
+    let watched = named_watch(&args.pids);
     mqtt_cells(
         &args.label,
         &broker,
         Check::Store,
         &args.load,
         &resolved,
+        &watched,
         &mut out,
     )
     .await;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::stats::CellStats;
+use crate::timeline::Timeline;
 use crate::workload::{self, Mix, Op, Rng};
 
 /// How one request ended.
@@ -55,6 +56,8 @@ pub enum Plan {
         window_start: Instant,
         /// End of the measurement window.
         end: Instant,
+        /// Where outcomes are also bucketed per second of the window, if asked for.
+        timeline: Option<Arc<Mutex<Timeline>>>,
     },
     /// SET every key of `0..keys` once, in order, shared by all workers.
     Fill {
@@ -74,6 +77,69 @@ impl Plan {
             keys: keys.max(1),
             window_start,
             end: window_start + duration,
+            timeline: None,
+        }
+    }
+
+    /// The same plan, also recording a per-second [`Timeline`] of its window (the timeline
+    /// ends up in the [`CellStats`] that [`drive`] returns). A fill plan is left as is.
+    pub fn with_timeline(self) -> Plan {
+        match self {
+            Plan::Timed {
+                mix,
+                keys,
+                window_start,
+                end,
+                timeline: _,
+            } => Plan::Timed {
+                mix,
+                keys,
+                window_start,
+                end,
+                timeline: Some(Arc::new(Mutex::new(Timeline::new(
+                    window_start,
+                    end.saturating_duration_since(window_start),
+                )))),
+            },
+            fill @ Plan::Fill { .. } => fill,
+        }
+    }
+
+    /// The measurement window `[start, end)` of a timed plan.
+    pub fn window(&self) -> Option<(Instant, Instant)> {
+        match self {
+            Plan::Timed {
+                window_start, end, ..
+            } => Some((*window_start, *end)),
+            Plan::Fill { .. } => None,
+        }
+    }
+
+    /// Puts an outcome known at `at` into the timeline, if there is one.
+    fn note(&self, outcome: &Outcome, at: Instant) {
+        let Plan::Timed {
+            timeline: Some(timeline),
+            ..
+        } = self
+        else {
+            return;
+        };
+        let mut timeline = lock(timeline);
+        match outcome {
+            Outcome::Ok { latency, received } => timeline.record_ok(*received, *latency),
+            Outcome::Error(_) => timeline.record_error(at),
+            Outcome::Timeout => timeline.record_timeout(at),
+        }
+    }
+
+    /// A copy of the timeline recorded so far.
+    fn timeline(&self) -> Option<Timeline> {
+        match self {
+            Plan::Timed {
+                timeline: Some(timeline),
+                ..
+            } => Some(lock(timeline).clone()),
+            _ => None,
         }
     }
 
@@ -101,6 +167,7 @@ impl Plan {
                 keys,
                 window_start,
                 end,
+                ..
             } => {
                 let now = Instant::now();
                 if now >= *end {
@@ -153,6 +220,7 @@ pub async fn drive<R: Requester>(
                 async move {
                     while let Some((op, key, started_in_window)) = plan.next(&mut rng) {
                         let outcome = connection.request(op, &key, value).await;
+                        plan.note(&outcome, Instant::now());
                         let mut stats = lock(stats);
                         match outcome {
                             Outcome::Ok { latency, received } => stats.record_ok(
@@ -175,6 +243,7 @@ pub async fn drive<R: Requester>(
     for task in tasks {
         total.merge(&task.await?);
     }
+    total.timeline = plan.timeline();
     Ok(total)
 }
 
@@ -228,6 +297,28 @@ mod tests {
         assert!(stats.errors > 0, "DEL is 10 % of the mix");
         assert!(stats.timeouts > 0, "GET of key 0 is ~25 % of the mix");
         assert_eq!(stats.error_kinds.get("-ERR nope"), Some(&stats.errors));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn timeline_counts_match_the_window() -> anyhow::Result<()> {
+        let plan =
+            Plan::timed(Mix::Mixed, 2, Duration::ZERO, Duration::from_secs(1)).with_timeline();
+        assert!(plan.window().is_some());
+        let stats = drive(vec![Fake, Fake], 4, plan, Bytes::new()).await?;
+        let rows = stats
+            .timeline
+            .as_ref()
+            .map(|t| t.seconds())
+            .unwrap_or_default();
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].ops > 0);
+        assert_eq!(rows[0].ops, stats.completed_in_window);
+        assert!(rows[0].errors > 0 && rows[0].errors <= stats.errors);
+        assert!(rows[0].timeouts <= stats.timeouts);
+        let plain = drive(vec![Fake], 1, Plan::fill(3), Bytes::new()).await?;
+        assert!(plain.timeline.is_none());
+        assert!(Plan::fill(3).with_timeline().window().is_none());
         Ok(())
     }
 }

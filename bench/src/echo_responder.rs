@@ -21,6 +21,10 @@ use crate::mqtt_load::{self, Broker, REQUEST_TOPIC};
 /// The reply payload.
 pub const REPLY: &[u8] = b"+OK\r\n";
 
+/// The name of its thread (what `/proc/self/task/*/stat` shows, so its CPU can be told apart
+/// from the load generator's).
+pub const THREAD_NAME: &str = "echo-responder";
+
 /// A running echo responder; stopped on drop.
 pub struct EchoResponder {
     stop: watch::Sender<bool>,
@@ -37,7 +41,7 @@ impl EchoResponder {
         let broker = broker.clone();
         let counter = answered.clone();
         let thread = std::thread::Builder::new()
-            .name("echo-responder".to_owned())
+            .name(THREAD_NAME.to_owned())
             .spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()

@@ -1,21 +1,30 @@
 //! `statestore-bench`: the load generator and baseline comparison of statestore. `compare`
 //! starts the broker floor (Mosquitto + echo responder), a 3-member etcd cluster and
 //! statestore with 1 and 3 nodes in temporary directories and runs the same workloads against
-//! each; `run` drives an already running statestore; `scale` loads many keys and measures
-//! memory, disk, load rate and restart time. Every process started is stopped on exit, error or
+//! each; `run` drives an already running statestore; `sustained` keeps one prefilled cluster
+//! (and optionally the baselines) alive and measures long windows second by second, with the
+//! CPU per operation of every process; `scale` loads many keys and measures memory, disk, load
+//! rate and restart time. Every process started is stopped on exit, error or
 //! Ctrl-C.
 
+mod cell;
 mod cli;
 mod compare;
+mod cpu;
 mod driver;
 mod echo_responder;
 mod etcd_load;
 mod mqtt_load;
+mod proc_stat;
 mod processes;
 mod report;
 mod resp;
 mod scale;
+mod stability;
 mod stats;
+mod sustained;
+mod sustained_report;
+mod timeline;
 mod workload;
 
 use std::process::ExitCode;
@@ -31,6 +40,7 @@ async fn main() -> ExitCode {
         match cli.command {
             Command::Compare(args) => compare::compare(args).await,
             Command::Run(args) => compare::run(args).await,
+            Command::Sustained(args) => sustained::sustained(args).await,
             Command::Scale(args) => scale::scale(args).await,
         }
     };

@@ -4,8 +4,9 @@
 //! the command). Also the measurements of a process from outside: RSS and on-disk size.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::net::{TcpListener, TcpStream};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -141,12 +142,27 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 /// Lines of a log file that contain any of `needles`: how many, and up to `samples`
 /// distinct examples (ANSI colours and the leading timestamp removed, cut to 200 chars).
 pub fn log_findings(path: &Path, needles: &[&str], samples: usize) -> (usize, Vec<String>) {
-    let Ok(file) = File::open(path) else {
+    log_findings_in(path, 0..u64::MAX, needles, samples)
+}
+
+/// As [`log_findings`], over the bytes `range` of the file only: offsets taken with
+/// [`file_len`] at two moments delimit what was logged in between.
+pub fn log_findings_in(
+    path: &Path,
+    range: Range<u64>,
+    needles: &[&str],
+    samples: usize,
+) -> (usize, Vec<String>) {
+    let Ok(mut file) = File::open(path) else {
         return (0, Vec::new());
     };
+    if file.seek(SeekFrom::Start(range.start)).is_err() {
+        return (0, Vec::new());
+    }
+    let reader = BufReader::new(file.take(range.end.saturating_sub(range.start)));
     let mut count = 0;
     let mut examples: Vec<String> = Vec::new();
-    for line in BufReader::new(file).lines().map_while(Result::ok) {
+    for line in reader.lines().map_while(Result::ok) {
         if !needles.iter().any(|n| line.contains(n)) {
             continue;
         }
@@ -184,6 +200,11 @@ fn clean_log_line(line: &str) -> String {
         _ => trimmed,
     };
     without_time.chars().take(200).collect()
+}
+
+/// The current length of a file in bytes (0 if missing): where lines written from now on start.
+pub fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// `VmRSS` of a process from `/proc/<pid>/status`, KiB.
@@ -299,6 +320,11 @@ impl Mosquitto {
     pub fn rss_kib(&self) -> Option<u64> {
         self.guard.rss_kib()
     }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.guard.pid()
+    }
 }
 
 /// The broker configuration the README asks for (Nagle off, raised in-flight and queue limits).
@@ -345,6 +371,15 @@ pub struct NodeStatus {
     /// Last applied log index.
     #[serde(default)]
     pub applied_index: Option<u64>,
+    /// Last log index.
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
+    /// Last log index covered by the node's snapshot (none before its first snapshot).
+    #[serde(default)]
+    pub snapshot_index: Option<u64>,
+    /// Last purged log index.
+    #[serde(default)]
+    pub purged_index: Option<u64>,
 }
 
 impl StatestoreCluster {
@@ -492,6 +527,14 @@ impl StatestoreCluster {
             .collect()
     }
 
+    /// Pid of every node (None when not running).
+    pub fn pids(&self) -> Vec<Option<u32>> {
+        self.nodes
+            .iter()
+            .map(|n| n.process.as_ref().map(ProcessGuard::pid))
+            .collect()
+    }
+
     /// On-disk size of every node's data directory, bytes.
     pub fn disk_bytes(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| dir_size(&n.data_dir)).collect()
@@ -574,6 +617,11 @@ impl EtcdCluster {
     pub fn rss_kib(&self) -> Vec<Option<u64>> {
         self.members.iter().map(ProcessGuard::rss_kib).collect()
     }
+
+    /// Pid of every member.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().map(ProcessGuard::pid).collect()
+    }
 }
 
 #[cfg(test)]
@@ -609,6 +657,22 @@ mod tests {
             ]
         );
         assert_eq!(log_findings(&dir.path().join("none"), &["WARN"], 3).0, 0);
+        // only what was written after an offset
+        let offset = file_len(&log);
+        let mut file = OpenOptions::new().append(true).open(&log)?;
+        std::io::Write::write_all(
+            &mut file,
+            b"2026-11-22T03:09:40.1Z  WARN raft: append entries timeout to node 2\n",
+        )?;
+        let end = file_len(&log);
+        let (count, examples) = log_findings_in(&log, offset..u64::MAX, &["timeout", "ERROR"], 3);
+        assert_eq!(count, 1);
+        assert_eq!(examples, ["WARN raft: append entries timeout to node 2"]);
+        assert_eq!(log_findings(&log, &["WARN", "ERROR"], 3).0, 4);
+        assert_eq!(log_findings_in(&log, end..u64::MAX, &["WARN"], 3).0, 0);
+        // up to an offset: the line written after it is not seen
+        assert_eq!(log_findings_in(&log, 0..offset, &["WARN", "ERROR"], 3).0, 3);
+        assert_eq!(log_findings_in(&log, 0..offset, &["timeout"], 3).0, 0);
         assert_eq!(clean_log_line("plain line"), "plain line");
         Ok(())
     }

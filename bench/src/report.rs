@@ -1,6 +1,6 @@
-//! Presenting results: the markdown comparison table, the statestore/etcd and
-//! statestore/floor ratios under it, the machine description (CPU, kernel, tool versions) and
-//! the JSON document with all of it.
+//! Presenting results: the markdown comparison table, the CPU-per-operation table, the
+//! statestore/etcd and statestore/floor ratios under them, the machine description (CPU,
+//! kernel, tool versions) and the JSON document with all of it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::cpu::{CpuFigure, CpuReport, Role};
 use crate::stats::Summary;
 use crate::workload::WorkloadSpec;
 
@@ -21,6 +22,9 @@ pub struct CellResult {
     pub workload: WorkloadSpec,
     /// What happened.
     pub outcome: CellOutcome,
+    /// CPU per process over the measured window, when it ran and could be sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuReport>,
 }
 
 /// Ran, skipped or failed.
@@ -120,6 +124,52 @@ pub fn markdown_table(results: &[CellResult]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A µs/op figure, or `–`.
+pub fn us_per_op(figure: Option<&CpuFigure>) -> String {
+    match figure.and_then(|f| f.us_per_op) {
+        Some(us) if us >= 100.0 => format!("{us:.0}"),
+        Some(us) => format!("{us:.1}"),
+        None => "–".to_owned(),
+    }
+}
+
+/// The CPU per acknowledged operation of every cell that has it, as a markdown table: the
+/// store (statestore nodes, etcd members or the floor's echo responder, summed), Mosquitto,
+/// the load generator, and each store process on its own.
+pub fn cpu_table(results: &[CellResult]) -> String {
+    let mut out = String::from(
+        "| target | workload | clients×in-flight | store µs/op | store cores | mosquitto µs/op | load generator µs/op | other processes, cores | per store process µs/op |\n\
+         |---|---|---|--:|--:|--:|--:|--:|---|\n",
+    );
+    let mut rows = 0;
+    for r in results {
+        let Some(cpu) = &r.cpu else { continue };
+        rows += 1;
+        let store = cpu.total(Role::Store);
+        let per_process: Vec<String> = cpu
+            .processes
+            .iter()
+            .filter(|p| p.role == Role::Store)
+            .map(|p| format!("{} {}", p.process, us_per_op(p.cpu.as_ref())))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.target,
+            r.workload.mix.label(),
+            r.workload.concurrency(),
+            us_per_op(store),
+            store.map_or("–".to_owned(), |f| format!("{:.2}", f.cores)),
+            us_per_op(cpu.total(Role::Broker)),
+            us_per_op(cpu.total(Role::LoadGenerator)),
+            cpu.other_cores
+                .map_or("–".to_owned(), |c| format!("{c:.2}")),
+            per_process.join(", ")
+        );
+    }
+    if rows == 0 { String::new() } else { out }
 }
 
 /// One ratio line: a statestore target against a baseline on one workload.
@@ -341,6 +391,15 @@ impl Report {
             self.machine.line(),
             markdown_table(&self.results)
         );
+        let cpu = cpu_table(&self.results);
+        if !cpu.is_empty() {
+            out.push_str(
+                "\nCPU per acknowledged operation over each measured window (store = the statestore nodes, \
+                 the etcd members or the floor's echo responder, summed; cores = CPU s / wall s; other processes = \
+                 machine busy time not accounted to the run, i.e. other work on the machine):\n\n",
+            );
+            out.push_str(&cpu);
+        }
         if !self.ratios.is_empty() {
             out.push_str("\nRatios (throughput: higher is better for statestore; latency: lower is better):\n");
             out.push_str(&ratio_lines(&self.ratios));
@@ -400,6 +459,7 @@ mod tests {
                 in_flight: 8,
             },
             outcome,
+            cpu: None,
         }
     }
 
@@ -536,6 +596,63 @@ mod tests {
         assert_eq!(
             memory_lines(&memory),
             "- floor: mosquitto 2.0 MiB\n- statestore-3: node 1 –\n"
+        );
+    }
+
+    #[test]
+    fn cpu_table_lists_cells_with_cpu_figures() {
+        use crate::cpu::ProcessCpu;
+        let figure = |cpu_secs: f64, us: f64| CpuFigure {
+            cpu_secs,
+            cores: cpu_secs / 10.0,
+            us_per_op: Some(us),
+        };
+        let process = |name: &str, role: Role, f: Option<CpuFigure>| ProcessCpu {
+            process: name.to_owned(),
+            role,
+            cpu: f,
+        };
+        let mut cells = sample();
+        assert_eq!(cpu_table(&cells), "", "no CPU figures: no table");
+        cells[2].cpu = Some(CpuReport {
+            wall_secs: 10.0,
+            ops: 100_000,
+            clock_ticks_per_sec: 100,
+            processes: vec![
+                process("node 1", Role::Store, Some(figure(4.0, 40.0))),
+                process("node 2", Role::Store, None),
+                process("mosquitto", Role::Broker, Some(figure(2.0, 20.0))),
+                process(
+                    "load generator",
+                    Role::LoadGenerator,
+                    Some(figure(1.23, 12.3)),
+                ),
+            ],
+            totals: [
+                (Role::Store, figure(4.0, 40.0)),
+                (Role::Broker, figure(2.0, 20.0)),
+                (Role::LoadGenerator, figure(1.23, 12.3)),
+            ]
+            .into_iter()
+            .collect(),
+            machine_busy_cores: Some(1.2),
+            other_cores: Some(0.5),
+        });
+        let table = cpu_table(&cells);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[2],
+            "| statestore-3 | SET | 64×8 | 40.0 | 0.40 | 20.0 | 12.3 | 0.50 | node 1 40.0, node 2 – |"
+        );
+        assert_eq!(us_per_op(Some(&figure(1.0, 123.4))), "123");
+        let json = serde_json::to_value(&cells[2]).expect("serialises");
+        assert_eq!(json["cpu"]["totals"]["store"]["us_per_op"], 40.0);
+        assert!(
+            serde_json::to_value(&cells[0])
+                .expect("serialises")
+                .get("cpu")
+                .is_none()
         );
     }
 }

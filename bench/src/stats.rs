@@ -8,6 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::timeline::Timeline;
+
 /// Highest latency the histogram holds exactly (60 s, in µs); larger values saturate.
 const HIGHEST_US: u64 = 60_000_000;
 /// Distinct error descriptions kept per cell (the rest are counted under `other`).
@@ -28,6 +30,9 @@ pub struct CellStats {
     pub timeouts: u64,
     /// Error descriptions and how often each was seen.
     pub error_kinds: BTreeMap<String, u64>,
+    /// The per-second timeline of the whole cell, when its plan asked for one (shared by all
+    /// connections while running, so it is set once on the merged total, never merged).
+    pub timeline: Option<Timeline>,
 }
 
 impl Default for CellStats {
@@ -47,6 +52,7 @@ impl CellStats {
             errors: 0,
             timeouts: 0,
             error_kinds: BTreeMap::new(),
+            timeline: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! Black-box test harness for statestore: real Mosquitto and real `statestore` processes on
 //! loopback ports chosen per test, driven by the official SDK client ([`sdk`]) and by a raw
 //! MQTT 5 client ([`raw`]) for what the SDK hides. Nothing here reaches into node internals:
-//! processes are observed through MQTT, their HTTP admin API and their exit status.
+//! processes are observed through MQTT, their HTTP admin API, their exit status and (for
+//! durability) the syscalls `strace` sees them make.
 
 pub mod broker;
 pub mod cluster;
@@ -10,6 +11,7 @@ pub mod raw;
 pub mod raw_helpers;
 pub mod sdk;
 pub mod sdk_helpers;
+pub mod syscall_trace;
 pub mod workload;
 
 use std::net::TcpListener;

@@ -130,7 +130,8 @@ impl StatestoreNode {
             .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
-    fn pid(&self) -> i32 {
+    /// The process id (the node must be running).
+    pub fn pid(&self) -> i32 {
         self.child
             .as_ref()
             .map(|c| c.id() as i32)
@@ -270,7 +271,8 @@ impl StatestoreNode {
 }
 
 /// Sends `signal` (e.g. `TERM`, `STOP`) with kill(1).
-fn send_signal(pid: i32, signal: &str) -> bool {
+/// `kill -s SIGNAL pid`; true if the signal was delivered.
+pub fn send_signal(pid: i32, signal: &str) -> bool {
     Command::new("kill")
         .args(["-s", signal, &pid.to_string()])
         .stderr(Stdio::null())
