@@ -6,6 +6,11 @@ use clap::Parser;
 use statestore_node::cli::{Cli, CliCommand};
 use statestore_node::{admin, node, telemetry};
 
+/// mimalloc instead of glibc malloc: the apply path and sled allocate and free small buffers
+/// at a high rate, where glibc's arenas fragment (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

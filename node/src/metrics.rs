@@ -152,6 +152,10 @@ pub struct StoreMetrics {
     pub db_size_bytes: IntGauge,
     /// `statestore_disk_log_size_bytes`
     pub log_size_bytes: IntGauge,
+    /// `statestore_disk_memtable_bytes`
+    pub memtable_bytes: IntGauge,
+    /// `statestore_disk_memtable_stalls_total`
+    pub memtable_stalls_total: IntCounter,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -215,6 +219,14 @@ impl StoreMetrics {
             log_size_bytes: metric!(IntGauge::new(
                 "statestore_disk_log_size_bytes",
                 "Size of the Raft log (WAL chunks) on disk."
+            )),
+            memtable_bytes: metric!(IntGauge::new(
+                "statestore_disk_memtable_bytes",
+                "Applied state-machine writes held in memory, not yet written to sled."
+            )),
+            memtable_stalls_total: metric!(IntCounter::new(
+                "statestore_disk_memtable_stalls_total",
+                "Times apply waited because the memtable was full while a flush ran."
             )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
@@ -378,6 +390,8 @@ impl NodeMetrics {
         register(&registry, &store.quota_used_ratio)?;
         register(&registry, &store.db_size_bytes)?;
         register(&registry, &store.log_size_bytes)?;
+        register(&registry, &store.memtable_bytes)?;
+        register(&registry, &store.memtable_stalls_total)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;

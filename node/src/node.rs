@@ -30,10 +30,10 @@ const NOTIFY_QUEUE: usize = 65_536;
 /// Runs a node until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), NodeError> {
     let metrics = Arc::new(NodeMetrics::new()?);
-    let store = Store::open(&StoreConfig {
-        dir: config.data_dir.clone(),
-        cache_capacity_bytes: config.storage.cache_capacity_mb.saturating_mul(1 << 20),
-    })?;
+    let store = Store::open(&StoreConfig::new(
+        config.data_dir.clone(),
+        config.storage.cache_capacity_mb.saturating_mul(1 << 20),
+    ))?;
     tracing::info!(id = config.id, name = %config.node_name(), data_dir = %config.data_dir.display(), "storage opened");
 
     let serving = Arc::new(AtomicBool::new(false));
@@ -148,7 +148,10 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         Ok(Err(err)) => tracing::warn!(error = %err, "raft shutdown"),
         Err(_) => tracing::warn!("raft did not stop in time"),
     }
-    store.flush().await?;
+    let flushing = store.clone();
+    tokio::task::spawn_blocking(move || flushing.flush())
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
     tracing::info!("stopped");
     Ok(())
 }
@@ -225,8 +228,8 @@ async fn sample_gauges(
                     .max(ratio(meta.bytes, meta.limits.max_bytes)),
             );
         }
-        let store = store.clone();
-        if let Ok(Ok(size)) = tokio::task::spawn_blocking(move || store.size_on_disk()).await {
+        let sized = store.clone();
+        if let Ok(Ok(size)) = tokio::task::spawn_blocking(move || sized.size_on_disk()).await {
             gauges
                 .db_size_bytes
                 .set(i64::try_from(size).unwrap_or(i64::MAX));
@@ -234,5 +237,15 @@ async fn sample_gauges(
         gauges
             .log_size_bytes
             .set(i64::try_from(raft.log_size_on_disk()).unwrap_or(i64::MAX));
+        if let Ok(state) = store.state() {
+            gauges
+                .memtable_bytes
+                .set(i64::try_from(state.memtable_bytes()).unwrap_or(i64::MAX));
+            let stalls = state.memtable_stalls();
+            let seen = gauges.memtable_stalls_total.get();
+            gauges
+                .memtable_stalls_total
+                .inc_by(stalls.saturating_sub(seen));
+        }
     }
 }

@@ -147,7 +147,10 @@ mod tests {
 
     #[test]
     fn undecodable_bytes_are_an_error_not_a_panic() {
-        let wire = codec::encode(&serde_bytes::ByteBuf::from(vec![codec::FORMAT_VERSION, 0xff]));
+        let wire = codec::encode(&serde_bytes::ByteBuf::from(vec![
+            codec::FORMAT_VERSION,
+            0xff,
+        ]));
         assert!(codec::decode::<Batch>("batch", &wire).is_err());
     }
 }

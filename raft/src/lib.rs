@@ -24,6 +24,6 @@ pub mod types;
 
 pub use error::{Error, Result};
 pub use membership::MembershipChange;
-pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
 pub use network::PeerTimeouts;
+pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
 pub use state_machine::{DiscardEvents, EventSink, SnapshotTrigger};

@@ -269,7 +269,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        Ok(self.lock().log_state().vote().map(|v| v.0.clone()))
+        Ok(self.lock().log_state().vote().map(|v| v.0))
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> io::Result<Vec<Entry>> {
@@ -295,7 +295,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
-        self.lock().save_vote(WalVote(vote.clone()))?;
+        self.lock().save_vote(WalVote(*vote))?;
         self.sync().await
     }
 

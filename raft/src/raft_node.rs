@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use openraft::async_runtime::watch::WatchReceiver;
 use openraft::error::{InitializeError, RaftError};
-use openraft::network::RaftNetworkFactory;
 use openraft::network::NetSnapshot;
+use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::keyspace::{Outcome, Proposal};

@@ -20,7 +20,7 @@ use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::keyspace::layout;
-use statestore_storage::keyspace::{KeyEvent, Keyspace, OrderedRead, Overlay, Txn};
+use statestore_storage::keyspace::{Carry, KeyEvent, Keyspace, OrderedRead, Overlay, Txn};
 use statestore_storage::sled::{StateTree, StateView, Store};
 
 use crate::metrics::RaftStorageMetrics;
@@ -72,6 +72,8 @@ pub struct StateMachine {
     trigger: SnapshotTrigger,
     proposals_since_snapshot: u64,
     entries_since_snapshot: u64,
+    /// What the last transaction learnt about the keyspace (reset by a snapshot install).
+    carry: Carry,
 }
 
 fn io_err(err: impl std::fmt::Display) -> io::Error {
@@ -95,6 +97,7 @@ impl StateMachine {
             trigger,
             proposals_since_snapshot: 0,
             entries_since_snapshot: 0,
+            carry: Carry::default(),
         })
     }
 
@@ -131,8 +134,9 @@ impl StateMachine {
         let mut events = Vec::new();
         let mut last_applied = None;
         let mut membership = None;
+        let carry;
         {
-            let mut keyspace = Keyspace::open(&mut txn).map_err(io_err)?;
+            let mut keyspace = Keyspace::open_carrying(&mut txn, &self.carry).map_err(io_err)?;
             for (entry, responder) in entries {
                 let log_id = entry.log_id;
                 last_applied = Some(log_id);
@@ -143,9 +147,9 @@ impl StateMachine {
                         self.proposals_since_snapshot += batch.len() as u64;
                         let mut outcomes = Vec::with_capacity(batch.len());
                         for proposal in batch.proposals() {
-                            let applied = keyspace.apply(proposal).map_err(|e| {
-                                io_err(format!("applying entry {log_id}: {e}"))
-                            })?;
+                            let applied = keyspace
+                                .apply(proposal)
+                                .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
                             events.extend(applied.events);
                             outcomes.push(applied.outcome);
                         }
@@ -160,6 +164,7 @@ impl StateMachine {
                     answers.push((responder, outcomes));
                 }
             }
+            carry = keyspace.carry();
             keyspace.finish();
         }
         if let Some(last) = &last_applied {
@@ -173,6 +178,7 @@ impl StateMachine {
             self.metrics.disk_errors_total.inc();
             io_err(e)
         })?;
+        self.carry = carry;
         self.metrics
             .apply_commit_seconds
             .observe(started.elapsed().as_secs_f64());
@@ -326,6 +332,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })?;
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
+        self.carry = Carry::default();
         self.metrics
             .snapshot_seconds
             .with_label_values(&["install"])

@@ -118,7 +118,10 @@ impl RaftNetworkV2<TypeConfig> for RouterClient {
             .reach(self.from, self.to)
             .map_err(StreamingError::Unreachable)?;
         // The receiver takes ownership of the file it installs: hand it a copy.
-        let copy = snapshot.snapshot.path.with_extension(format!("to-{}.tmp", self.to));
+        let copy = snapshot
+            .snapshot
+            .path
+            .with_extension(format!("to-{}.tmp", self.to));
         tokio::fs::copy(&snapshot.snapshot.path, &copy)
             .await
             .map_err(|e| StreamingError::Network(openraft::error::NetworkError::new(&e)))?;
@@ -191,11 +194,7 @@ async fn isolated_leader_never_passes_the_read_barrier() {
     let mut nodes = Vec::new();
     for id in ids {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&StoreConfig {
-            dir: dir.path().to_owned(),
-            cache_capacity_bytes: 16 << 20,
-        })
-        .expect("store");
+        let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
         let config = RaftConfig {
             id,
             heartbeat_interval: Duration::from_millis(50),

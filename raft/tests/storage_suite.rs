@@ -15,15 +15,11 @@ use statestore_storage::sled::{Store, StoreConfig};
 
 struct SledBuilder;
 
-
 impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let store = Store::open(&StoreConfig {
-            dir: dir.path().to_owned(),
-            cache_capacity_bytes: 16 << 20,
-        })
-        .expect("open store");
+        let store =
+            Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("open store");
         let metrics = Arc::new(RaftStorageMetrics::default());
         let log_config = LogConfig {
             dir: dir.path().join("raft-log"),

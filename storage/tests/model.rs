@@ -12,6 +12,12 @@
 //! - A BTreeMap replica applying proposals one transaction each and a sled replica applying
 //!   the same proposals in batches of random sizes report the same outcomes and the same
 //!   [`read::digest`] after every batch.
+//! - The same holds with hundreds of proposals per sled transaction while remembered replies
+//!   expire faster than one proposal may prune them (pruning does not depend on how proposals
+//!   are grouped into transactions), and a 5,000-reply memory is pruned exactly 32 per
+//!   proposal inside one batch.
+//! - The notification lookup's shortcut for stores without registrations gives the same
+//!   events as the full lookup.
 //! - A sled snapshot exported and installed into another store (even one that already held
 //!   other state) reproduces the digest.
 //!
@@ -26,7 +32,7 @@ use proptest::sample::Index;
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
     Applied, Change, KeyEvent, Keyspace, Limits, Mutation, OrderedRead, Outcome, Overlay, Proposal,
-    Record, Rejection, RequestId, SetCondition, read,
+    Record, Rejection, RequestId, SetCondition, layout, read,
 };
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
@@ -357,11 +363,7 @@ fn apply_batch_to_sled(
 }
 
 fn open_store(dir: &std::path::Path) -> Result<Store, TestCaseError> {
-    Store::open(&StoreConfig {
-        dir: dir.to_owned(),
-        cache_capacity_bytes: 4 << 20,
-    })
-    .map_err(fail)
+    Store::open(&StoreConfig::new(dir.to_owned(), 4 << 20)).map_err(fail)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1086,4 +1088,201 @@ proptest! {
             "digest after further proposals"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Large batches while remembered replies expire (the consensus layer applies up to 1,024
+// proposals per log entry, and several entries per transaction).
+// ---------------------------------------------------------------------------------------------
+
+/// Steps that keep the reply memory churning: mostly requests remembered for 0-8 ms, small
+/// clock steps, and now and then a jump that makes far more replies due at once than one
+/// proposal may prune.
+fn churn_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        16 => (0..CLIENTS.len(), 0..=8u64, cmd())
+            .prop_map(|(client, remember_ms, cmd)| Op::Request { client, remember_ms, cmd }),
+        3 => any::<Index>().prop_map(Op::Retry),
+        4 => (0..=3u64).prop_map(Op::Advance),
+        1 => (20..=200u64).prop_map(Op::Advance),
+        1 => (1..=4usize, prop::bool::weighted(0.25))
+            .prop_map(|(limit, stale)| Op::Sweep { limit, stale }),
+        1 => (1..=10u64).prop_map(Op::StepBack),
+        1 => (0..CLIENTS.len()).prop_map(Op::ForgetClient),
+    ]
+}
+
+fn large_batch_sizes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(prop_oneof![1 => 1..=8usize, 3 => 100..=1_100usize], 1..=4)
+}
+
+/// Applies a batch of proposals in one transaction to a BTreeMap replica.
+fn apply_batch_to_map(
+    map: &mut Map,
+    proposals: &[Proposal],
+) -> Result<Vec<Applied>, TestCaseError> {
+    let mut txn = Overlay::new(&*map);
+    let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
+    let mut applied = Vec::with_capacity(proposals.len());
+    for proposal in proposals {
+        applied.push(keyspace.apply(proposal).map_err(fail)?);
+    }
+    keyspace.finish();
+    for (key, write) in txn.into_writes() {
+        match write {
+            Some(value) => map.insert(key, value),
+            None => map.remove(&key),
+        };
+    }
+    Ok(applied)
+}
+
+/// Remembered replies stored (live or expired-but-unpruned).
+fn stored_replies(view: &impl OrderedRead) -> Result<usize, TestCaseError> {
+    read::count_prefix(view, &[layout::Table::Replies.prefix()], usize::MAX).map_err(fail)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    /// Invariant: with hundreds of proposals per transaction while replies expire faster than
+    /// one proposal may prune them, a sled replica applying atomic batches and a BTreeMap
+    /// replica applying one transaction per proposal give the same outcomes and events and
+    /// the same `read::digest` after every batch (reply pruning does not depend on how
+    /// proposals are grouped into transactions).
+    #[test]
+    fn large_batches_with_expiring_replies_reach_the_same_digest(
+        ops in prop::collection::vec(churn_op(), 300..=2_500),
+        sizes in large_batch_sizes(),
+    ) {
+        let dir = tempfile::tempdir().map_err(fail)?;
+        let store = open_store(dir.path())?;
+        let state = store.state().map_err(fail)?;
+        let map = std::cell::RefCell::new(Map::new());
+        let most_replies = std::cell::Cell::new(0usize);
+        drive(
+            &ops,
+            &sizes,
+            |leader, limit, stale| leader.sweep_candidates(&*map.borrow(), limit, stale),
+            |batch| {
+                let mut map = map.borrow_mut();
+                let mut expected = Vec::with_capacity(batch.len());
+                for proposal in &batch {
+                    expected.push(apply_to_map(&mut map, proposal)?);
+                }
+                let got = apply_batch_to_sled(&state, &batch)?;
+                prop_assert_eq!(got, expected, "outcomes of a batch of {}", batch.len());
+                prop_assert_eq!(
+                    read::digest(&state.view()).map_err(fail)?,
+                    read::digest(&*map).map_err(fail)?,
+                    "digest after a batch of {}",
+                    batch.len()
+                );
+                most_replies.set(most_replies.get().max(stored_replies(&*map)?));
+                Ok(())
+            },
+        )?;
+        // Replies were remembered at all (not a vacuous pass).
+        prop_assert!(most_replies.get() > 0);
+    }
+
+    /// Invariant: the notification lookup's shortcut for stores without registrations gives
+    /// the same outcomes and events as the full lookup. Replica B holds one extra registration
+    /// on a key nobody writes (so it always takes the full lookup); both apply the same
+    /// batches.
+    #[test]
+    fn observer_fast_path_gives_the_events_of_the_slow_path(
+        ops in prop::collection::vec(op(), 1..=200),
+        sizes in batch_sizes(),
+    ) {
+        let mut fast = Map::new();
+        let mut slow = Map::new();
+        let bystander = Proposal {
+            stamp: Hlc::new(BASE_MS - 1, 0, "n0"),
+            wall_ms: BASE_MS - 1,
+            request: None,
+            mutation: Mutation::Observe {
+                client: "bystander".into(),
+                key: b"never written".to_vec(),
+            },
+        };
+        prop_assert_eq!(apply_to_map(&mut slow, &bystander)?.outcome, Outcome::Observing);
+        // The same store time and meta on the other replica, without the registration.
+        let same_time = Proposal {
+            mutation: Mutation::SetLimits(Limits::default()),
+            ..bystander
+        };
+        apply_to_map(&mut fast, &same_time)?;
+        let fast = std::cell::RefCell::new(fast);
+        drive(
+            &ops,
+            &sizes,
+            |leader, limit, stale| leader.sweep_candidates(&*fast.borrow(), limit, stale),
+            |batch| {
+                let got = apply_batch_to_map(&mut fast.borrow_mut(), &batch)?;
+                let expected = apply_batch_to_map(&mut slow, &batch)?;
+                prop_assert_eq!(got, expected, "batch {:?}", batch);
+                Ok(())
+            },
+        )?;
+    }
+}
+
+/// A reply memory of 5,000 entries that all expire at once is emptied, 32 per proposal, by
+/// the proposals of two batches of 100, exactly as by the same proposals one transaction each.
+#[test]
+fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), TestCaseError> {
+    let mut leader = Leader::new();
+    let fill: Vec<Proposal> = (0..5_000u32)
+        .map(|i| {
+            let cmd = Cmd::Set {
+                key: (i % 4) as usize,
+                value: 1,
+                condition: SetCondition::Always,
+                px: None,
+                token: None,
+            };
+            leader.request((i % 3) as usize, 1_000, &cmd)
+        })
+        .collect();
+    let dir = tempfile::tempdir().map_err(fail)?;
+    let store = open_store(dir.path())?;
+    let state = store.state().map_err(fail)?;
+    apply_batch_to_sled(&state, &fill)?;
+    let mut map = Map::new();
+    apply_batch_to_map(&mut map, &fill)?;
+    prop_assert_eq!(stored_replies(&map)?, 5_000);
+
+    leader.advance(1_000); // every reply is due
+    let prune = statestore_storage::keyspace::REPLIES_PRUNED_PER_ENTRY;
+    let mut left = 5_000;
+    for round in 0..2u32 {
+        let batch: Vec<Proposal> = (0..100u32)
+            .map(|i| {
+                let cmd = Cmd::Del {
+                    key: (i % 4) as usize,
+                    token: None,
+                };
+                leader.request((i % 3) as usize, 60_000, &cmd)
+            })
+            .collect();
+        let got = apply_batch_to_sled(&state, &batch)?;
+        let mut expected = Vec::new();
+        for proposal in &batch {
+            expected.push(apply_to_map(&mut map, proposal)?);
+        }
+        prop_assert_eq!(got, expected);
+        left -= (100 * prune).min(left);
+        prop_assert_eq!(stored_replies(&map)?, left + 100 * (round as usize + 1));
+        prop_assert_eq!(
+            stored_replies(&state.view())?,
+            left + 100 * (round as usize + 1)
+        );
+        prop_assert_eq!(
+            read::digest(&state.view()).map_err(fail)?,
+            read::digest(&map).map_err(fail)?
+        );
+    }
+    prop_assert_eq!(left, 0, "the second batch has budget to spare");
+    Ok(())
 }

@@ -31,9 +31,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
-use crate::network::protocol::{
-    self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES,
-};
+use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
 use crate::snapshot::SnapshotData;
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
@@ -340,7 +338,10 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         &'s mut self,
         input: S,
         option: RPCOption,
-    ) -> BoxFuture<'s, Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcError>>, RpcError>>
+    ) -> BoxFuture<
+        's,
+        Result<BoxStream<'s, Result<StreamAppendResult<TypeConfig>, RpcError>>, RpcError>,
+    >
     where
         S: Stream<Item = AppendEntriesRequest<TypeConfig>> + OptionalSend + Unpin + 'static,
     {

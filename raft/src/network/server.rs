@@ -133,7 +133,9 @@ impl Connection {
 
     async fn read_requests(
         &self,
-        frames: &mut futures::stream::SplitStream<Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>>,
+        frames: &mut futures::stream::SplitStream<
+            Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+        >,
         pending: &mpsc::Sender<Pending>,
     ) -> Result<(), String> {
         let mut appends: Option<mpsc::Sender<_>> = None;
@@ -292,7 +294,9 @@ async fn refuse(pending: &mpsc::Sender<Pending>, reason: &str) {
 
 /// The next answer of the AppendEntries pipeline; closes the connection after a final one.
 async fn next_append(
-    pipeline: &mut Option<BoxStream<'static, Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>>>,
+    pipeline: &mut Option<
+        BoxStream<'static, Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>>,
+    >,
 ) -> (Response, bool) {
     let Some(stream) = pipeline.as_mut() else {
         return (Response::Refused("no AppendEntries pipeline".into()), true);

@@ -4,6 +4,41 @@
 //! registrations §7, versions §3) is made here from the entry and the stored state alone, so
 //! every replica reaches the same state and the same [`Outcome`]. No clock, no I/O beyond the
 //! transaction, no panics on stored data (corruption surfaces as an error).
+//!
+//! # Cost per proposal
+//!
+//! The consensus layer applies many proposals (a log entry holds up to 1,024, and one apply
+//! call may cover several entries) in one [`Keyspace`] over one overlay transaction. Work per
+//! proposal must not grow with the number of proposals already applied in that transaction,
+//! nor with the size of the store:
+//!
+//! - **Reply memory (§6).** Every proposal drops up to [`REPLIES_PRUNED_PER_ENTRY`] replies
+//!   that are expired at its (clamped, hence non-decreasing) time, earliest expiry first:
+//!   exactly what a scan of the reply-expiry index from its start would find. Instead of that
+//!   scan, which would walk again past every index entry earlier proposals of the transaction
+//!   removed (quadratic in the batch), [`Keyspace`] keeps a *cursor*: a lower bound of the
+//!   live index entries of this transaction. A prune scans from the cursor, then moves it past
+//!   what it removed (or to the due bound when it removed everything due); a reply remembered
+//!   below the cursor (a tiny expiry) moves the cursor back. So a prune reads the entries it
+//!   removes, plus, at most once each, index entries a retry replaced (hidden by the
+//!   overlay); when nothing is due it is one empty range scan, and none at all while the time
+//!   stays the same. It removes the same entries as the plain scan, so pruning does not
+//!   depend on how proposals are grouped into transactions: replicas that group them
+//!   differently (openraft hands each replica its own runs of committed entries) stay equal.
+//!   A pruned reply expired at the pruning proposal's time, so no later proposal, whose time is
+//!   at least as late, and no leader read (its time is at least the store's) could still get it.
+//!   A per-transaction budget instead would make the pruned set depend on the grouping.
+//! - **Notifications (§7).** Each change looks up the key's observers with a prefix scan only if
+//!   the registration table is non-empty; whether it is, is looked up once per transaction (at
+//!   its first change) and set when a registration is added (never cleared inside the
+//!   transaction, which is conservative). Same events either way; nothing persisted.
+//! - **Copies.** Stored records and replies are read through
+//!   [`crate::keyspace::OrderedRead::get_ref`] and decoded with borrowed values; records and
+//!   replies are encoded from borrowed parts, and a SET's value is copied once, into the
+//!   encoded record (plus once into the event if someone observes the key). The reply memory
+//!   is looked up once per proposal (the lookup also yields what the new reply replaces).
+//! - **Counters** (keys, bytes, versions, time floor) live in [`KeyspaceMeta`], read once at
+//!   [`Keyspace::open`] and written once at [`Keyspace::finish`].
 
 use crate::codec;
 use crate::error::Result;
@@ -12,30 +47,92 @@ use crate::keyspace::layout::{self, Table};
 use crate::keyspace::mutation::{Limits, Mutation, Proposal, RequestId, SetCondition};
 use crate::keyspace::outcome::{Applied, Change, KeyEvent, Outcome, Rejection};
 use crate::keyspace::read;
-use crate::keyspace::record::{KeyspaceMeta, Record, RememberedReply};
+use crate::keyspace::record::{
+    self, KeyspaceMeta, RecordOut, RecordView, RememberedReply, RememberedReplyOut,
+};
 use crate::keyspace::txn::Txn;
 
-/// At most this many expired remembered replies are dropped per applied entry. One entry adds
-/// at most one, so the memory shrinks as fast as it grows once replies expire.
-const REPLIES_PRUNED_PER_ENTRY: usize = 32;
+/// At most this many expired remembered replies are dropped per applied proposal. One proposal
+/// adds at most one, so the memory shrinks as fast as it grows once replies expire.
+pub const REPLIES_PRUNED_PER_ENTRY: usize = 32;
 
-/// The keyspace inside one transaction. Open it, apply entries in log order, then
+/// The keyspace inside one transaction. Open it, apply proposals in log order, then
 /// [`Keyspace::finish`] to write back the store-wide counters.
+///
+/// Everything in the keyspace tables must be written through it while it is open (the
+/// consensus layer may add its own [`Table::ConsensusState`] records through
+/// [`Keyspace::txn_mut`]): it caches facts about the transaction's contents.
 pub struct Keyspace<'t, T: Txn> {
     txn: &'t mut T,
     meta: KeyspaceMeta,
     meta_changed: bool,
+    /// No live [`Table::ReplyExpiry`] entry of the transaction sorts below this key.
+    reply_cursor: Vec<u8>,
+    /// Whether [`Table::ObserversByKey`] may hold a registration (`None`: not looked yet).
+    /// `Some(false)` only if it is empty.
+    observers_exist: Option<bool>,
+}
+
+/// What one transaction learnt about the store that stays true for the next one, provided
+/// every write to the keyspace tables goes through a [`Keyspace`]: the consensus layer carries
+/// it from one apply call to the next and drops it when a snapshot replaces the state. With a
+/// write-back layer in front of the store, removed reply-index entries linger as tombstones
+/// until they are written out; starting the reply scan at the carried cursor skips them.
+#[derive(Debug, Clone, Default)]
+pub struct Carry {
+    reply_cursor: Option<Vec<u8>>,
+}
+
+/// What apply needs of a stored record; its value stays in the store.
+struct Stored {
+    version: Hlc,
+    expires_at_ms: Option<u64>,
+    fencing_token: Option<Hlc>,
+    value_len: usize,
+    /// The stored value equals the value the caller asked to compare with.
+    value_matches: bool,
+}
+
+impl Stored {
+    /// True if the key no longer exists at `time_ms` (protocol §8).
+    fn is_expired_at(&self, time_ms: u64) -> bool {
+        self.expires_at_ms.is_some_and(|at| at <= time_ms)
+    }
+}
+
+/// Where a proposal's reply is remembered, and the expiry of the reply it replaces.
+struct ReplySlot<'p> {
+    request: &'p RequestId,
+    key: Vec<u8>,
+    replaced_expiry: Option<u64>,
 }
 
 impl<'t, T: Txn> Keyspace<'t, T> {
     /// Loads the store-wide state from `txn`.
     pub fn open(txn: &'t mut T) -> Result<Self> {
+        Self::open_carrying(txn, &Carry::default())
+    }
+
+    /// [`Keyspace::open`], starting from what the previous transaction learnt.
+    pub fn open_carrying(txn: &'t mut T, carry: &Carry) -> Result<Self> {
         let meta = read::meta(&*txn)?;
         Ok(Keyspace {
             txn,
             meta,
             meta_changed: false,
+            reply_cursor: carry
+                .reply_cursor
+                .clone()
+                .unwrap_or_else(|| Table::ReplyExpiry.bounds().0),
+            observers_exist: None,
         })
+    }
+
+    /// What the next transaction may start from (see [`Carry`]).
+    pub fn carry(&self) -> Carry {
+        Carry {
+            reply_cursor: Some(self.reply_cursor.clone()),
+        }
     }
 
     /// The transaction, for the consensus layer's own records in the same atomic batch.
@@ -59,7 +156,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.meta
     }
 
-    /// Applies one entry.
+    /// Applies one proposal.
     pub fn apply(&mut self, proposal: &Proposal) -> Result<Applied> {
         let time = proposal.wall_ms.max(self.meta.time_floor_ms);
         if time != self.meta.time_floor_ms {
@@ -68,14 +165,18 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.prune_replies(time)?;
 
-        if let Some(request) = &proposal.request
-            && let Some(outcome) = read::remembered_reply(&*self.txn, request, time)?
-        {
-            return Ok(Applied {
-                outcome,
-                events: Vec::new(),
-            });
-        }
+        let slot = match &proposal.request {
+            Some(request) => match self.reply_slot(request, time)? {
+                Ok(slot) => Some(slot),
+                Err(outcome) => {
+                    return Ok(Applied {
+                        outcome,
+                        events: Vec::new(),
+                    });
+                }
+            },
+            None => None,
+        };
 
         let mut events = Vec::new();
         let outcome = match &proposal.mutation {
@@ -111,7 +212,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 &proposal.stamp,
                 time,
                 key,
-                Some(value),
+                Some(value.as_slice()),
                 fencing_token.as_ref(),
                 &mut events,
             )?,
@@ -122,8 +223,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             Mutation::SetLimits(limits) => self.set_limits(*limits),
         };
 
-        if let Some(request) = &proposal.request {
-            self.remember(request, &outcome, time)?;
+        if let Some(slot) = slot {
+            self.remember(slot, &outcome, time);
         }
         Ok(Applied { outcome, events })
     }
@@ -139,6 +240,21 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         version
     }
 
+    /// The key's stored record, expired or not; `compare_with` is checked against its value.
+    fn stored(&self, key: &[u8], compare_with: Option<&[u8]>) -> Result<Option<Stored>> {
+        let Some(bytes) = self.txn.get_ref(&layout::record_key(key))? else {
+            return Ok(None);
+        };
+        let record: RecordView<'_> = record::decode_borrowed("record", &bytes)?;
+        Ok(Some(Stored {
+            value_len: record.value.len(),
+            value_matches: compare_with.is_some_and(|value| value == record.value),
+            version: record.version,
+            expires_at_ms: record.expires_at_ms,
+            fencing_token: record.fencing_token,
+        }))
+    }
+
     /// The key's record if it exists at `time`. A record past its expiry is removed here (with
     /// its DELETE notification) so that nothing can observe it any more.
     fn live_record(
@@ -146,17 +262,18 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         stamp: &Hlc,
         time: u64,
         key: &[u8],
+        compare_with: Option<&[u8]>,
         events: &mut Vec<KeyEvent>,
-    ) -> Result<Option<Record>> {
-        let Some(record) = read::record(&*self.txn, key)? else {
+    ) -> Result<Option<Stored>> {
+        let Some(stored) = self.stored(key, compare_with)? else {
             return Ok(None);
         };
-        if !record.is_expired_at(time) {
-            return Ok(Some(record));
+        if !stored.is_expired_at(time) {
+            return Ok(Some(stored));
         }
-        self.remove_record(key, &record);
+        self.remove_record(key, &stored);
         let version = self.issue_version(stamp);
-        self.notify(key, version, Change::Delete, events)?;
+        self.notify(key, version, None, events)?;
         Ok(None)
     }
 
@@ -174,7 +291,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             expire_after_ms,
             fencing_token,
         } = write;
-        let existing = self.live_record(stamp, time, key, events)?;
+        let compare_with = (condition == SetCondition::IfAbsentOrEqual).then_some(value);
+        let existing = self.live_record(stamp, time, key, compare_with, events)?;
         if let Some(rejection) = fencing_rejection(existing.as_ref(), fencing_token) {
             return Ok(Outcome::Rejected(rejection));
         }
@@ -182,7 +300,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             let holds = match condition {
                 SetCondition::Always => true,
                 SetCondition::IfAbsent => false,
-                SetCondition::IfAbsentOrEqual => record.value == *value,
+                SetCondition::IfAbsentOrEqual => record.value_matches,
             };
             if !holds {
                 return Ok(Outcome::NotStored {
@@ -191,8 +309,10 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             }
         }
 
-        let new_size = entry_size(key, value);
-        let old_size = existing.as_ref().map_or(0, |r| entry_size(key, &r.value));
+        let new_size = entry_size(key.len(), value.len());
+        let old_size = existing
+            .as_ref()
+            .map_or(0, |r| entry_size(key.len(), r.value_len));
         let limits = self.meta.limits;
         if existing.is_none() && self.meta.keys >= limits.max_keys {
             return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
@@ -207,10 +327,10 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
 
         let version = self.issue_version(stamp);
-        let stored_token = existing.as_ref().and_then(|r| r.fencing_token.clone());
+        let stored_token = existing.as_ref().and_then(|r| r.fencing_token.as_ref());
         let fencing_token = match (stored_token, fencing_token) {
-            (Some(stored), Some(request)) => Some(stored.max(request.clone())),
-            (stored, request) => stored.or_else(|| request.cloned()),
+            (Some(stored), Some(request)) => Some(stored.max(request)),
+            (stored, request) => stored.or(request),
         };
         let expires_at_ms = expire_after_ms.map(|px| time.saturating_add(px));
         if let Some(old) = existing.as_ref().and_then(|r| r.expires_at_ms)
@@ -221,9 +341,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if let Some(at) = expires_at_ms {
             self.txn.put(layout::expiry_key(at, key), Vec::new());
         }
-        let record = Record {
-            value: value.to_vec(),
-            version: version.clone(),
+        let record = RecordOut {
+            value,
+            version: &version,
             expires_at_ms,
             fencing_token,
         };
@@ -234,7 +354,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.meta.bytes = bytes_after;
         self.meta_changed = true;
-        self.notify(key, version.clone(), Change::Set(record.value), events)?;
+        self.notify(key, version.clone(), Some(value), events)?;
         Ok(Outcome::Stored { version })
     }
 
@@ -243,28 +363,28 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         stamp: &Hlc,
         time: u64,
         key: &[u8],
-        expected_value: Option<&Vec<u8>>,
+        expected_value: Option<&[u8]>,
         fencing_token: Option<&Hlc>,
         events: &mut Vec<KeyEvent>,
     ) -> Result<Outcome> {
-        let Some(record) = self.live_record(stamp, time, key, events)? else {
+        let Some(record) = self.live_record(stamp, time, key, expected_value, events)? else {
             return Ok(Outcome::Missing);
         };
         if let Some(rejection) = fencing_rejection(Some(&record), fencing_token) {
             return Ok(Outcome::Rejected(rejection));
         }
-        if expected_value.is_some_and(|expected| *expected != record.value) {
+        if expected_value.is_some() && !record.value_matches {
             return Ok(Outcome::ValueDiffers);
         }
         self.remove_record(key, &record);
         let version = self.issue_version(stamp);
-        self.notify(key, version.clone(), Change::Delete, events)?;
+        self.notify(key, version.clone(), None, events)?;
         Ok(Outcome::Deleted { version })
     }
 
     fn observe(&mut self, client: &str, key: &[u8]) -> Result<Outcome> {
         let by_key = layout::observer_key(key, client);
-        if self.txn.get(&by_key)?.is_some() {
+        if self.txn.get_ref(&by_key)?.is_some() {
             return Ok(Outcome::Observing);
         }
         let max =
@@ -274,12 +394,13 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.txn.put(by_key, Vec::new());
         self.txn.put(layout::observed_key(client, key), Vec::new());
+        self.observers_exist = Some(true);
         Ok(Outcome::Observing)
     }
 
     fn unobserve(&mut self, client: &str, key: &[u8]) -> Result<Outcome> {
         let by_key = layout::observer_key(key, client);
-        if self.txn.get(&by_key)?.is_none() {
+        if self.txn.get_ref(&by_key)?.is_none() {
             return Ok(Outcome::NotObserving);
         }
         self.txn.remove(by_key);
@@ -297,7 +418,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         let mut version = None;
         let mut removed = 0u32;
         for key in keys {
-            let Some(record) = read::record(&*self.txn, key)? else {
+            let Some(record) = self.stored(key, None)? else {
                 continue;
             };
             if !record.is_expired_at(time) {
@@ -308,7 +429,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 Some(v) => Hlc::clone(v),
                 None => version.insert(self.issue_version(stamp)).clone(),
             };
-            self.notify(key, version, Change::Delete, events)?;
+            self.notify(key, version, None, events)?;
             removed += 1;
         }
         Ok(Outcome::Expired { keys: removed })
@@ -333,7 +454,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         Outcome::LimitsSet
     }
 
-    fn remove_record(&mut self, key: &[u8], record: &Record) {
+    fn remove_record(&mut self, key: &[u8], record: &Stored) {
         self.txn.remove(layout::record_key(key));
         if let Some(at) = record.expires_at_ms {
             self.txn.remove(layout::expiry_key(at, key));
@@ -342,62 +463,119 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.meta.bytes = self
             .meta
             .bytes
-            .saturating_sub(entry_size(key, &record.value));
+            .saturating_sub(entry_size(key.len(), record.value_len));
         self.meta_changed = true;
     }
 
     /// Queues a notification for every client registered on `key` (none: no event).
+    /// `new_value` is the value a SET stored; `None` is a deletion.
     fn notify(
-        &self,
+        &mut self,
         key: &[u8],
         version: Hlc,
-        change: Change,
+        new_value: Option<&[u8]>,
         events: &mut Vec<KeyEvent>,
     ) -> Result<()> {
+        let observers_exist = match self.observers_exist {
+            Some(known) => known,
+            None => *self
+                .observers_exist
+                .insert(read::any_observers(&*self.txn)?),
+        };
+        if !observers_exist {
+            return Ok(());
+        }
         let observers = read::observers(&*self.txn, key)?;
         if !observers.is_empty() {
             events.push(KeyEvent {
                 key: key.to_vec(),
                 version,
-                change,
+                change: new_value.map_or(Change::Delete, |value| Change::Set(value.to_vec())),
                 observers,
             });
         }
         Ok(())
     }
 
-    fn remember(&mut self, request: &RequestId, outcome: &Outcome, time: u64) -> Result<()> {
-        let reply_key = layout::reply_key(&request.client, &request.correlation);
-        if let Some(bytes) = self.txn.get(&reply_key)? {
-            let old: RememberedReply = codec::decode("remembered reply", &bytes)?;
-            self.txn
-                .remove(layout::reply_expiry_key(old.expires_at_ms, &reply_key));
-        }
-        let expires_at_ms = time.saturating_add(request.remember_for_ms);
-        let remembered = RememberedReply {
-            expires_at_ms,
-            outcome: outcome.clone(),
+    /// Looks the request up in the reply memory (§6): `Err(outcome)` if a retry at `time` must
+    /// get the remembered outcome, otherwise where its reply will be remembered.
+    fn reply_slot<'p>(
+        &self,
+        request: &'p RequestId,
+        time: u64,
+    ) -> Result<Result<ReplySlot<'p>, Outcome>> {
+        let key = layout::reply_key(&request.client, &request.correlation);
+        let replaced_expiry = match self.txn.get_ref(&key)? {
+            Some(bytes) => {
+                let old: RememberedReply = codec::decode("remembered reply", &bytes)?;
+                if old.expires_at_ms > time {
+                    return Ok(Err(old.outcome));
+                }
+                Some(old.expires_at_ms)
+            }
+            None => None,
         };
-        self.txn.put(
-            layout::reply_expiry_key(expires_at_ms, &reply_key),
-            Vec::new(),
-        );
-        self.txn.put(reply_key, codec::encode(&remembered));
-        Ok(())
+        Ok(Ok(ReplySlot {
+            request,
+            key,
+            replaced_expiry,
+        }))
     }
 
+    fn remember(&mut self, slot: ReplySlot<'_>, outcome: &Outcome, time: u64) {
+        let ReplySlot {
+            request,
+            key,
+            replaced_expiry,
+        } = slot;
+        if let Some(old) = replaced_expiry {
+            self.txn.remove(layout::reply_expiry_key(old, &key));
+        }
+        let expires_at_ms = time.saturating_add(request.remember_for_ms);
+        let index_key = layout::reply_expiry_key(expires_at_ms, &key);
+        if index_key < self.reply_cursor {
+            self.reply_cursor.clone_from(&index_key);
+        }
+        self.txn.put(index_key, Vec::new());
+        let remembered = RememberedReplyOut {
+            expires_at_ms,
+            outcome,
+        };
+        self.txn.put(key, codec::encode(&remembered));
+    }
+
+    /// Drops up to [`REPLIES_PRUNED_PER_ENTRY`] replies expired at `time`, earliest first,
+    /// scanning from the cursor (see the module docs).
     fn prune_replies(&mut self, time: u64) -> Result<()> {
-        let (start, _) = Table::ReplyExpiry.bounds();
+        let due_bound = layout::reply_expiry_due_bound(time);
+        if self.reply_cursor >= due_bound {
+            return Ok(()); // everything due at `time` is already gone
+        }
         let due: Vec<Vec<u8>> = self
             .txn
-            .range(&start, &layout::reply_expiry_due_bound(time))
+            .range(&self.reply_cursor, &due_bound)
             .take(REPLIES_PRUNED_PER_ENTRY)
             .map(|entry| entry.map(|(k, _)| k))
             .collect::<Result<_>>()?;
-        for index_key in due {
-            if let Some((_, reply_key)) = layout::split_reply_expiry_key(&index_key) {
+        let exhausted = due.len() < REPLIES_PRUNED_PER_ENTRY;
+        for index_key in &due {
+            if let Some((_, reply_key)) = layout::split_reply_expiry_key(index_key) {
                 self.txn.remove(reply_key.to_vec());
             }
+        }
+        self.reply_cursor = match due.last() {
+            // Everything in [cursor, due_bound) was removed.
+            _ if exhausted => due_bound,
+            // Everything up to and including `last` was removed: start right after it.
+            Some(last) => {
+                let mut next = Vec::with_capacity(last.len() + 1);
+                next.extend_from_slice(last);
+                next.push(0);
+                next
+            }
+            None => due_bound,
+        };
+        for index_key in due {
             self.txn.remove(index_key);
         }
         Ok(())
@@ -414,7 +592,7 @@ struct SetWrite<'a> {
 }
 
 /// Protocol §4: a fenced key needs a token at least as high as the stored one.
-fn fencing_rejection(record: Option<&Record>, request_token: Option<&Hlc>) -> Option<Rejection> {
+fn fencing_rejection(record: Option<&Stored>, request_token: Option<&Hlc>) -> Option<Rejection> {
     let stored = record?.fencing_token.as_ref()?;
     match request_token {
         None => Some(Rejection::FencingTokenRequired),
@@ -423,7 +601,7 @@ fn fencing_rejection(record: Option<&Record>, request_token: Option<&Hlc>) -> Op
     }
 }
 
-/// Bytes a key counts against the byte quota.
-fn entry_size(key: &[u8], value: &[u8]) -> u64 {
-    u64::try_from(key.len().saturating_add(value.len())).unwrap_or(u64::MAX)
+/// Bytes a key counts against the byte quota (key length plus value length).
+fn entry_size(key_len: usize, value_len: usize) -> u64 {
+    u64::try_from(key_len.saturating_add(value_len)).unwrap_or(u64::MAX)
 }

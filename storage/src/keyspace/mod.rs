@@ -12,7 +12,7 @@ pub mod read;
 mod record;
 mod txn;
 
-pub use apply::Keyspace;
+pub use apply::{Carry, Keyspace, REPLIES_PRUNED_PER_ENTRY};
 pub use mutation::{Limits, Mutation, Proposal, RequestId, SetCondition};
 pub use outcome::{Applied, Change, KeyEvent, Outcome, Rejection};
 pub use record::{KeyspaceMeta, Record, RememberedReply};

@@ -13,7 +13,7 @@ use crate::keyspace::txn::OrderedRead;
 
 /// The store-wide record (defaults on an empty store).
 pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<KeyspaceMeta> {
-    match view.get(&layout::meta_key(layout::META_KEYSPACE))? {
+    match view.get_ref(&layout::meta_key(layout::META_KEYSPACE))? {
         Some(bytes) => codec::decode("keyspace meta", &bytes),
         None => Ok(KeyspaceMeta::default()),
     }
@@ -21,7 +21,7 @@ pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<KeyspaceMeta> {
 
 /// The stored record of `key`, expired or not.
 pub fn record(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<Option<Record>> {
-    view.get(&layout::record_key(key))?
+    view.get_ref(&layout::record_key(key))?
         .map(|bytes| codec::decode("record", &bytes))
         .transpose()
 }
@@ -46,7 +46,8 @@ pub fn remembered_reply(
     request: &RequestId,
     time_ms: u64,
 ) -> Result<Option<Outcome>> {
-    let Some(bytes) = view.get(&layout::reply_key(&request.client, &request.correlation))? else {
+    let Some(bytes) = view.get_ref(&layout::reply_key(&request.client, &request.correlation))?
+    else {
         return Ok(None);
     };
     let remembered: RememberedReply = codec::decode("remembered reply", &bytes)?;
@@ -83,6 +84,16 @@ pub fn observers(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<Vec<S
             Ok(String::from_utf8_lossy(client).into_owned())
         })
         .collect()
+}
+
+/// True if any client is registered for notifications on any key: when false,
+/// [`observers`] is empty for every key.
+pub fn any_observers(view: &(impl OrderedRead + ?Sized)) -> Result<bool> {
+    let (start, end) = Table::ObserversByKey.bounds();
+    view.range(&start, &end)
+        .next()
+        .transpose()
+        .map(|first| first.is_some())
 }
 
 /// Up to `limit` full keys starting with `prefix`.

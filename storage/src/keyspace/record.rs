@@ -1,7 +1,10 @@
-//! Records stored in the keyspace tables.
+//! Records stored in the keyspace tables, and the borrowed twins apply uses on its hot path to
+//! read and write them without copying values (same bytes on disk, pinned by the tests below).
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec;
+use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::mutation::Limits;
 use crate::keyspace::outcome::Outcome;
@@ -49,4 +52,143 @@ pub struct RememberedReply {
     pub expires_at_ms: u64,
     /// What the original request got.
     pub outcome: Outcome,
+}
+
+/// A [`Record`] as apply reads it: the value stays in the stored bytes (no copy of what can
+/// be a 4 MiB value just to compare or measure it). Decodes exactly the bytes of a `Record`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RecordView<'a> {
+    #[serde(borrow, with = "serde_bytes")]
+    pub value: &'a [u8],
+    pub version: Hlc,
+    pub expires_at_ms: Option<u64>,
+    pub fencing_token: Option<Hlc>,
+}
+
+/// A [`Record`] as apply writes it, borrowing its parts from the proposal. Encodes to exactly
+/// the bytes of the equal `Record`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RecordOut<'a> {
+    #[serde(with = "serde_bytes")]
+    pub value: &'a [u8],
+    pub version: &'a Hlc,
+    pub expires_at_ms: Option<u64>,
+    pub fencing_token: Option<&'a Hlc>,
+}
+
+/// A [`RememberedReply`] as apply writes it, borrowing the outcome. Encodes to exactly the
+/// bytes of the equal `RememberedReply`.
+#[derive(Debug, Serialize)]
+pub(crate) struct RememberedReplyOut<'a> {
+    pub expires_at_ms: u64,
+    pub outcome: &'a Outcome,
+}
+
+/// Decodes a record written by [`codec::encode`] without copying the byte strings it can
+/// borrow: the same version check and errors as [`codec::decode`].
+pub(crate) fn decode_borrowed<'a, T: Deserialize<'a>>(
+    what: &'static str,
+    bytes: &'a [u8],
+) -> Result<T> {
+    match bytes.split_first() {
+        Some((&codec::FORMAT_VERSION, body)) => {
+            postcard::from_bytes(body).map_err(|err| StorageError::Corrupt {
+                what,
+                reason: err.to_string(),
+            })
+        }
+        Some((&found, _)) => Err(StorageError::FormatVersion {
+            what,
+            found,
+            supported: codec::FORMAT_VERSION,
+        }),
+        None => Err(StorageError::Corrupt {
+            what,
+            reason: "empty record".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keyspace::outcome::Rejection;
+
+    fn records() -> Vec<Record> {
+        vec![
+            Record {
+                value: b"v\r\n\xff".to_vec(),
+                version: Hlc::new(1_700_000_000_000, 3, "n1"),
+                expires_at_ms: Some(1_700_000_000_100),
+                fencing_token: Some(Hlc::new(5, 0, "client")),
+            },
+            Record {
+                value: vec![7; 300], // a length that needs a two-byte varint
+                version: Hlc::new(0, 0, ""),
+                expires_at_ms: None,
+                fencing_token: None,
+            },
+            Record {
+                value: Vec::new(),
+                version: Hlc::new(u64::MAX, u64::MAX, "x"),
+                expires_at_ms: Some(u64::MAX),
+                fencing_token: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn borrowed_record_twins_use_the_record_encoding() {
+        for record in records() {
+            let bytes = codec::encode(&record);
+            let out = RecordOut {
+                value: &record.value,
+                version: &record.version,
+                expires_at_ms: record.expires_at_ms,
+                fencing_token: record.fencing_token.as_ref(),
+            };
+            assert_eq!(codec::encode(&out), bytes, "{record:?}");
+            let view: RecordView<'_> = decode_borrowed("record", &bytes).expect("decodes");
+            assert_eq!(view.value, record.value.as_slice());
+            assert_eq!(view.version, record.version);
+            assert_eq!(view.expires_at_ms, record.expires_at_ms);
+            assert_eq!(view.fencing_token, record.fencing_token);
+        }
+    }
+
+    #[test]
+    fn borrowed_reply_twin_uses_the_reply_encoding() {
+        for outcome in [
+            Outcome::Stored {
+                version: Hlc::new(9, 1, "n2"),
+            },
+            Outcome::Rejected(Rejection::QuotaExceeded),
+            Outcome::Missing,
+        ] {
+            let reply = RememberedReply {
+                expires_at_ms: 1_234_567,
+                outcome: outcome.clone(),
+            };
+            let out = RememberedReplyOut {
+                expires_at_ms: 1_234_567,
+                outcome: &outcome,
+            };
+            assert_eq!(codec::encode(&out), codec::encode(&reply));
+        }
+    }
+
+    #[test]
+    fn borrowed_decode_checks_the_format_version() {
+        let mut bytes = codec::encode(&records()[0]);
+        assert!(decode_borrowed::<RecordView<'_>>("record", &bytes[..3]).is_err());
+        assert!(matches!(
+            decode_borrowed::<RecordView<'_>>("record", &[]),
+            Err(StorageError::Corrupt { .. })
+        ));
+        bytes[0] = codec::FORMAT_VERSION + 1;
+        assert!(matches!(
+            decode_borrowed::<RecordView<'_>>("record", &bytes),
+            Err(StorageError::FormatVersion { .. })
+        ));
+    }
 }

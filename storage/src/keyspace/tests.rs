@@ -1,4 +1,5 @@
-//! Unit tests of the keyspace semantics, one per rule of the protocol, on an in-memory map.
+//! Unit tests of the keyspace semantics, one per rule of the protocol, on an in-memory map;
+//! then the cost rules of many proposals in one transaction (see the `apply` module docs).
 
 use std::collections::BTreeMap;
 
@@ -711,4 +712,300 @@ fn section_9_key_byte_and_registration_quotas() {
         Outcome::Observing,
         "the quota is per client"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many proposals in one transaction (the consensus layer applies up to 1,024 per log entry,
+// and several entries per transaction): same result as one transaction per proposal, and
+// work per proposal that does not grow with the batch.
+// ---------------------------------------------------------------------------------------------
+
+/// Counts what a base map is asked for: entries yielded by range scans, and scans per table.
+struct Counting<'m> {
+    map: &'m BTreeMap<Vec<u8>, Vec<u8>>,
+    yielded: std::cell::Cell<usize>,
+    scans: std::cell::RefCell<BTreeMap<u8, usize>>,
+}
+
+impl<'m> Counting<'m> {
+    fn new(map: &'m BTreeMap<Vec<u8>, Vec<u8>>) -> Self {
+        Counting {
+            map,
+            yielded: std::cell::Cell::new(0),
+            scans: std::cell::RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    fn scans_of(&self, table: layout::Table) -> usize {
+        self.scans
+            .borrow()
+            .get(&table.prefix())
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl OrderedRead for Counting<'_> {
+    fn get(&self, key: &[u8]) -> crate::Result<Option<Vec<u8>>> {
+        OrderedRead::get(self.map, key)
+    }
+
+    fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
+        if let Some(&table) = start.first() {
+            *self.scans.borrow_mut().entry(table).or_default() += 1;
+        }
+        let yielded = &self.yielded;
+        Box::new(
+            OrderedRead::range(self.map, start, end)
+                .inspect(move |_| yielded.set(yielded.get() + 1)),
+        )
+    }
+}
+
+impl Replica {
+    /// Applies `proposals` in one transaction.
+    fn apply_batch(&mut self, proposals: &[Proposal]) -> Vec<Applied> {
+        let mut txn = Overlay::new(&self.map);
+        let mut keyspace = Keyspace::open(&mut txn).expect("open");
+        let applied = proposals
+            .iter()
+            .map(|p| keyspace.apply(p).expect("apply"))
+            .collect();
+        keyspace.finish();
+        let writes = txn.into_writes();
+        commit(&mut self.map, writes);
+        applied
+    }
+
+    /// A request proposal from client `c` with correlation `n`.
+    fn request(&mut self, mutation: Mutation, n: u32, remember_for_ms: u64) -> Proposal {
+        let request = RequestId {
+            client: b"c".to_vec(),
+            correlation: n.to_be_bytes().to_vec(),
+            remember_for_ms,
+        };
+        self.proposal(mutation, Some(request))
+    }
+
+    fn replies(&self) -> usize {
+        read::count_prefix(&self.map, &[layout::Table::Replies.prefix()], usize::MAX)
+            .expect("count")
+    }
+}
+
+fn commit(map: &mut BTreeMap<Vec<u8>, Vec<u8>>, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+    for (k, w) in writes {
+        match w {
+            Some(v) => map.insert(k, v),
+            None => map.remove(&k),
+        };
+    }
+}
+
+/// Applies `proposals` to `batched` in one transaction and to `single` one transaction each;
+/// both must give the same outcomes and events and end in the same state.
+fn assert_batch_equals_singles(
+    batched: &mut Replica,
+    single: &mut Replica,
+    proposals: &[Proposal],
+) -> Vec<Applied> {
+    let got = batched.apply_batch(proposals);
+    let expected: Vec<Applied> = proposals.iter().map(|p| single.apply_proposal(p)).collect();
+    assert_eq!(got, expected, "outcomes and events");
+    assert!(batched.map == single.map, "stored state differs");
+    got
+}
+
+/// Two equal replicas holding `n` remembered replies, expiring 1 ms apart from `first` ms
+/// after the current wall time on.
+fn replicas_with_replies(n: u32, first: u64) -> (Replica, Replica) {
+    let mut r = Replica::new();
+    let proposals: Vec<Proposal> = (0..n)
+        .map(|i| r.request(set(b"k", &i.to_be_bytes()), i, first + u64::from(i)))
+        .collect();
+    r.apply_batch(&proposals);
+    assert_eq!(r.replies(), n as usize);
+    let copy = Replica {
+        map: r.map.clone(),
+        wall_ms: r.wall_ms,
+        counter: r.counter,
+    };
+    (r, copy)
+}
+
+#[test]
+fn section_6_one_transaction_prunes_exactly_the_budget_per_proposal_earliest_first() {
+    let (mut a, mut b) = replicas_with_replies(200, 1_000);
+    let oldest_expiry = a.wall_ms + 1_000;
+    a.wall_ms += 10_000; // everything remembered so far has expired
+    b.wall_ms = a.wall_ms;
+    let batch: Vec<Proposal> = (0..5u32)
+        .map(|i| a.request(set(b"other", b"x"), 1_000 + i, 60_000))
+        .collect();
+    b.counter = a.counter;
+    assert_batch_equals_singles(&mut a, &mut b, &batch);
+    assert_eq!(
+        a.replies(),
+        200 - 5 * REPLIES_PRUNED_PER_ENTRY + 5,
+        "32 per proposal, plus the 5 new replies"
+    );
+    // The 160 earliest expiries went; the next one is the first left.
+    let (start, end) = layout::Table::ReplyExpiry.bounds();
+    let (first_left, _) = a
+        .map
+        .range::<[u8], _>((
+            std::ops::Bound::Included(&start[..]),
+            std::ops::Bound::Excluded(&end[..]),
+        ))
+        .next()
+        .expect("an entry");
+    let (at, _) = layout::split_reply_expiry_key(first_left).expect("index key");
+    assert_eq!(at, oldest_expiry + 5 * REPLIES_PRUNED_PER_ENTRY as u64);
+}
+
+#[test]
+fn section_6_a_reply_a_later_proposal_of_the_transaction_needs_is_kept() {
+    let (mut a, mut b) = replicas_with_replies(300, 5);
+    let mut batch = Vec::new();
+    a.wall_ms += 400; // the 300 replies are all due: every proposal below prunes its budget
+    let nx = || set_with(b"lock", b"me", SetCondition::IfAbsent, None, None);
+    batch.push(a.request(nx(), 7_000, 10)); // remembered until t + 10
+    for i in 0..3 {
+        a.wall_ms += 3;
+        batch.push(a.request(set(b"filler", b""), 8_000 + i, 1));
+    }
+    batch.push(a.request(nx(), 7_000, 10)); // t + 9: retry, gets the original reply
+    a.wall_ms += 1;
+    batch.push(a.request(nx(), 7_000, 10)); // t + 10: a new request, the key exists
+    a.wall_ms -= 8; // a leader behind: the store's time stays at t + 10
+    batch.push(a.request(nx(), 7_000, 10));
+    b.counter = a.counter;
+    let applied = assert_batch_equals_singles(&mut a, &mut b, &batch);
+    let original = applied[0].outcome.clone();
+    assert!(matches!(original, Outcome::Stored { .. }));
+    assert_eq!(applied[4].outcome, original, "retry inside the window");
+    assert!(
+        matches!(applied[5].outcome, Outcome::NotStored { .. }),
+        "expired at t + 10: a new request"
+    );
+    assert!(
+        matches!(applied[6].outcome, Outcome::NotStored { .. }),
+        "the store's time does not go back with the leader's clock"
+    );
+}
+
+#[test]
+fn section_6_replies_remembered_for_0_ms_are_pruned_as_in_separate_transactions() {
+    // Below the prune cursor: the reply of a proposal that is already due when the next
+    // proposal of the same millisecond prunes.
+    let (mut a, mut b) = replicas_with_replies(40, 3);
+    a.wall_ms += 50;
+    let mut batch = Vec::new();
+    for i in 0..6u32 {
+        batch.push(a.request(set(b"z", b""), 9_000 + i, 0));
+    }
+    a.wall_ms += 1;
+    batch.push(a.request(set(b"z", b""), 9_100, 0));
+    b.counter = a.counter;
+    assert_batch_equals_singles(&mut a, &mut b, &batch);
+    assert_eq!(a.replies(), 1, "only the last proposal's reply is left");
+}
+
+#[test]
+fn section_6_pruning_walks_each_removed_reply_once() {
+    let (mut r, _) = replicas_with_replies(10_000, 1);
+    r.wall_ms += 20_000;
+    let batch: Vec<Proposal> = (0..200u32)
+        .map(|i| r.request(set(b"k", b"v"), 20_000 + i, 60_000))
+        .collect();
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    for proposal in &batch {
+        keyspace.apply(proposal).expect("apply");
+    }
+    keyspace.finish();
+    let pruned = 200 * REPLIES_PRUNED_PER_ENTRY;
+    // A scan from the start of the index would walk past everything earlier proposals
+    // removed: about 200 * 199 / 2 * 32 = 636,800 entries.
+    assert!(
+        base.yielded.get() <= pruned + 2 * 200,
+        "{} base entries read to prune {pruned}",
+        base.yielded.get()
+    );
+    assert_eq!(base.scans_of(layout::Table::ReplyExpiry), 200);
+    let writes = txn.into_writes();
+    commit(&mut r.map, writes);
+    assert_eq!(r.replies(), 10_000 - pruned + 200);
+}
+
+#[test]
+fn section_6_nothing_newly_due_means_no_reply_index_scan() {
+    let (mut r, _) = replicas_with_replies(100, 60_000);
+    let batch: Vec<Proposal> = (0..50u32)
+        .map(|i| r.request(set(b"k", b"v"), 30_000 + i, 60_000))
+        .collect(); // all at the same wall time
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    for proposal in &batch {
+        keyspace.apply(proposal).expect("apply");
+    }
+    assert_eq!(
+        base.scans_of(layout::Table::ReplyExpiry),
+        1,
+        "one scan finds nothing due; later proposals of the same ms skip it"
+    );
+}
+
+#[test]
+fn section_7_without_registrations_a_transaction_looks_for_observers_once() {
+    let mut r = Replica::new();
+    let batch: Vec<Proposal> = (0..100u32)
+        .map(|i| r.proposal(set(&i.to_be_bytes(), b"v"), None))
+        .collect();
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    for proposal in &batch {
+        assert!(keyspace.apply(proposal).expect("apply").events.is_empty());
+    }
+    assert_eq!(base.scans_of(layout::Table::ObserversByKey), 1);
+}
+
+#[test]
+fn section_7_observer_fast_path_gives_the_events_of_the_slow_path() {
+    let mut a = Replica::new();
+    let mut b = Replica::new();
+    let stop = |client: &str, key: &[u8]| Mutation::Unobserve {
+        client: client.into(),
+        key: key.to_vec(),
+    };
+    let steps = vec![
+        set(b"k", b"1"),     // no registrations yet: fast path
+        observe("c1", b"k"), // first registration inside the transaction
+        set(b"k", b"2"),     // must be notified
+        set(b"other", b"2"), // registrations exist, none on this key
+        observe("c2", b"k"),
+        del(b"k", None), // DELETE to both
+        stop("c1", b"k"),
+        stop("c2", b"k"), // the table is empty again
+        set(b"k", b"3"),  // no event
+        observe("c1", b"other"),
+        set_with(b"other", b"4", SetCondition::Always, Some(5), None),
+        Mutation::ForgetClient {
+            client: "c1".into(),
+        },
+        set(b"other", b"5"),
+    ];
+    let batch: Vec<Proposal> = steps.into_iter().map(|m| a.proposal(m, None)).collect();
+    b.counter = a.counter;
+    let applied = assert_batch_equals_singles(&mut a, &mut b, &batch);
+    let notified: Vec<usize> = applied
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| !a.events.is_empty())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(notified, vec![2, 5, 10]);
 }

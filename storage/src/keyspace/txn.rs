@@ -3,7 +3,12 @@
 //!
 //! The semantics never see sled or a BTreeMap; the backends only provide [`OrderedRead`]
 //! and take the overlay's writes as one atomic batch.
+//!
+//! Hot-path reads go through [`OrderedRead::get_ref`], which lends the value instead of
+//! copying it when the backend can (the overlay's own writes, a BTreeMap); backends that
+//! cannot lend (sled hands out its own buffers) keep the default, which wraps [`OrderedRead::get`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::collections::btree_map;
 use std::iter::Peekable;
@@ -21,6 +26,11 @@ pub type RangeIter<'a> = Box<dyn Iterator<Item = Result<KvPair>> + 'a>;
 pub trait OrderedRead {
     /// The value stored at `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// The value stored at `key`, borrowed when the backend can lend it (same answer as
+    /// [`OrderedRead::get`], without the copy). The default copies through `get`.
+    fn get_ref(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(self.get(key)?.map(Cow::Owned))
+    }
     /// Entries with `start <= key < end`, ascending.
     fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a>;
 }
@@ -36,6 +46,10 @@ pub trait Txn: OrderedRead {
 impl OrderedRead for BTreeMap<Vec<u8>, Vec<u8>> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(BTreeMap::get(self, key).cloned())
+    }
+
+    fn get_ref(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        Ok(BTreeMap::get(self, key).map(|v| Cow::Borrowed(v.as_slice())))
     }
 
     fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
@@ -83,6 +97,13 @@ impl<B: OrderedRead + ?Sized> OrderedRead for Overlay<'_, B> {
         match self.writes.get(key) {
             Some(write) => Ok(write.clone()),
             None => self.base.get(key),
+        }
+    }
+
+    fn get_ref(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        match self.writes.get(key) {
+            Some(write) => Ok(write.as_deref().map(Cow::Borrowed)),
+            None => self.base.get_ref(key),
         }
     }
 
@@ -168,6 +189,17 @@ mod tests {
         assert_eq!(txn.get(b"a").expect("read"), Some(b"one".to_vec()));
         assert_eq!(txn.get(b"b").expect("read"), None);
         assert_eq!(txn.get(b"d").expect("read"), Some(b"4".to_vec()));
+        for key in [&b"a"[..], b"b", b"c", b"d", b"zz", b"missing"] {
+            assert_eq!(
+                txn.get_ref(key).expect("read").map(|v| v.into_owned()),
+                txn.get(key).expect("read"),
+                "get_ref agrees with get on {key:?}"
+            );
+        }
+        assert!(
+            matches!(txn.get_ref(b"a").expect("read"), Some(Cow::Borrowed(_))),
+            "the overlay lends its own writes"
+        );
         let all: Vec<KvPair> = txn.range(b"a", b"z").collect::<Result<_>>().expect("scan");
         assert_eq!(
             all,
@@ -180,5 +212,32 @@ mod tests {
         let part: Vec<KvPair> = txn.range(b"b", b"d").collect::<Result<_>>().expect("scan");
         assert_eq!(part, vec![(b"c".to_vec(), b"3".to_vec())]);
         assert_eq!(txn.range(b"d", b"a").count(), 0);
+    }
+
+    /// A backend that only has the required methods (like sled's view).
+    struct Plain(BTreeMap<Vec<u8>, Vec<u8>>);
+
+    impl OrderedRead for Plain {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            OrderedRead::get(&self.0, key)
+        }
+
+        fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
+            OrderedRead::range(&self.0, start, end)
+        }
+    }
+
+    #[test]
+    fn get_ref_falls_back_to_get_on_plain_backends() {
+        let base = Plain(map(&[(b"a", b"1"), (b"b", b"2")]));
+        assert!(matches!(
+            base.get_ref(b"a").expect("read"),
+            Some(Cow::Owned(v)) if v == b"1"
+        ));
+        let mut txn = Overlay::new(&base);
+        txn.remove(b"a".to_vec());
+        assert_eq!(txn.get_ref(b"a").expect("read"), None);
+        assert_eq!(txn.get_ref(b"b").expect("read").as_deref(), Some(&b"2"[..]));
+        assert_eq!(txn.get_ref(b"c").expect("read"), None);
     }
 }

@@ -9,8 +9,10 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Result, StorageError};
+use crate::sled::memtable::MemtableConfig;
 use crate::sled::state::StateTree;
 
 /// Name of the marker file that records the data-directory layout.
@@ -26,6 +28,19 @@ pub struct StoreConfig {
     pub dir: PathBuf,
     /// sled page cache size in bytes (sled's own default is 1 GiB; set it explicitly).
     pub cache_capacity_bytes: u64,
+    /// The write-back layer in front of sled.
+    pub memtable: MemtableConfig,
+}
+
+impl StoreConfig {
+    /// A store in `dir` with a sled cache of `cache_capacity_bytes` and default memtable.
+    pub fn new(dir: impl Into<PathBuf>, cache_capacity_bytes: u64) -> StoreConfig {
+        StoreConfig {
+            dir: dir.into(),
+            cache_capacity_bytes,
+            memtable: MemtableConfig::default(),
+        }
+    }
 }
 
 /// The opened store: the state-machine database and the snapshot directory.
@@ -33,6 +48,8 @@ pub struct StoreConfig {
 pub struct Store {
     db: ::sled::Db,
     dir: PathBuf,
+    memtable: MemtableConfig,
+    state: Arc<OnceLock<StateTree>>,
 }
 
 impl Store {
@@ -52,18 +69,33 @@ impl Store {
         Ok(Store {
             db,
             dir: config.dir.clone(),
+            memtable: config.memtable,
+            state: Arc::default(),
         })
     }
 
-    /// The state machine tree and snapshot directory.
+    /// The state machine tree and snapshot directory (one per store: every call returns the
+    /// same tree).
     pub fn state(&self) -> Result<StateTree> {
-        StateTree::open(&self.db, &self.dir.join("state"), &self.dir.join("snapshots"))
+        if let Some(state) = self.state.get() {
+            return Ok(state.clone());
+        }
+        let opened = StateTree::open(
+            &self.db,
+            &self.dir.join("state"),
+            &self.dir.join("snapshots"),
+            self.memtable,
+        )?;
+        Ok(self.state.get_or_init(|| opened).clone())
     }
 
-    /// Writes every buffered change to disk and makes it durable (see [`sync`]).
-    pub async fn flush(&self) -> Result<()> {
-        self.db.flush_async().await?;
-        sync_files(&self.dir.join("state"))
+    /// Writes every buffered change (the memtable included) to disk and makes it durable
+    /// (see [`sync`]). Blocking.
+    pub fn flush(&self) -> Result<()> {
+        match self.state.get() {
+            Some(state) => state.sync(),
+            None => sync(&self.db, &self.dir.join("state")),
+        }
     }
 
     /// Bytes the state-machine database occupies on disk.

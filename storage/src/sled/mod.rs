@@ -8,9 +8,11 @@
 //! not enough).
 
 mod db;
+mod memtable;
 mod snapshot;
 mod state;
 
 pub use db::{Store, StoreConfig};
+pub use memtable::MemtableConfig;
 pub use snapshot::{SnapshotFile, SnapshotWriter};
 pub use state::{StateTree, StateView};

@@ -1,30 +1,40 @@
 //! The state machine tree: every keyspace table in one sled tree (see
-//! [`crate::keyspace::layout`]), written by atomic batches, plus snapshot export and install.
+//! [`crate::keyspace::layout`]) behind a write-back [`Memtable`], plus snapshot export and
+//! install.
 //!
 //! Installing a snapshot loads it into a fresh tree and then switches the "active tree"
 //! record, so a crash mid-install leaves the old state intact.
 
-use std::collections::BTreeMap;
+use std::iter::Peekable;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use crate::error::{Result, StorageError};
 use crate::keyspace::layout::Table;
-use crate::keyspace::{OrderedRead, RangeIter};
+use crate::keyspace::{KvPair, OrderedRead, RangeIter};
+use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes};
 use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
 const CURRENT_SNAPSHOT_RECORD: &str = "current_snapshot";
 const INSTALL_BATCH: usize = 10_000;
 
-/// Read access to one version of the state tree (cheap to clone, no locks held).
+/// Read access to the state (cheap to clone, no locks held between reads): the memtable's
+/// writes over the sled tree.
 #[derive(Clone)]
-pub struct StateView(::sled::Tree);
+pub struct StateView {
+    memtable: Arc<Memtable>,
+    tree: ::sled::Tree,
+}
 
 impl OrderedRead for StateView {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.0.get(key)?.map(|v| v.to_vec()))
+        match self.memtable.get(key) {
+            Lookup::Found(value) => Ok(value),
+            Lookup::Absent => Ok(self.tree.get(key)?.map(|v| v.to_vec())),
+        }
     }
 
     fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
@@ -35,11 +45,51 @@ impl OrderedRead for StateView {
             Bound::Included(start.to_vec()),
             Bound::Excluded(end.to_vec()),
         );
-        Box::new(self.0.range::<Vec<u8>, _>(bounds).map(|entry| {
+        let base: RangeIter<'a> = Box::new(self.tree.range::<Vec<u8>, _>(bounds).map(|entry| {
             entry
                 .map(|(k, v)| (k.to_vec(), v.to_vec()))
                 .map_err(StorageError::from)
-        }))
+        }));
+        Box::new(Layered {
+            base: base.peekable(),
+            memory: self.memtable.range(start, end).into_iter().peekable(),
+        })
+    }
+}
+
+/// Merges sled's entries with the memtable's writes; the memtable wins on equal keys and its
+/// removals hide sled's entries.
+struct Layered<'a> {
+    base: Peekable<RangeIter<'a>>,
+    memory: Peekable<std::vec::IntoIter<Write>>,
+}
+
+impl Iterator for Layered<'_> {
+    type Item = Result<KvPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let from_memory = match (self.base.peek(), self.memory.peek()) {
+                (None, None) => return None,
+                (Some(Err(_)), _) => return self.base.next(),
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (Some(Ok((base_key, _))), Some((memory_key, _))) => {
+                    if base_key == memory_key {
+                        self.base.next(); // shadowed by the newer write
+                        true
+                    } else {
+                        memory_key < base_key
+                    }
+                }
+            };
+            if !from_memory {
+                return self.base.next();
+            }
+            if let Some((key, Some(value))) = self.memory.next() {
+                return Some(Ok((key, value)));
+            }
+        }
     }
 }
 
@@ -53,12 +103,52 @@ struct Inner {
     db: ::sled::Db,
     db_path: PathBuf,
     records: ::sled::Tree,
-    active: RwLock<(String, ::sled::Tree)>,
+    active: Arc<RwLock<(String, ::sled::Tree)>>,
+    memtable: Arc<Memtable>,
     snapshot_dir: PathBuf,
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.memtable.stop();
+    }
+}
+
+/// Moves frozen memtable layers into the active sled tree, one atomic batch each. A failed
+/// write is retried (the layer stays readable and writers eventually wait): nothing is dropped.
+fn flush_loop(memtable: Arc<Memtable>, active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>) {
+    while let Some(frozen) = memtable.next_to_write() {
+        let Some(active) = active.upgrade() else {
+            return;
+        };
+        let tree = match active.read() {
+            Ok(guard) => guard.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
+        };
+        let mut batch = ::sled::Batch::default();
+        for (key, write) in frozen.iter() {
+            match write {
+                Some(value) => batch.insert(key.as_slice(), value.as_slice()),
+                None => batch.remove(key.as_slice()),
+            }
+        }
+        match tree.apply_batch(batch) {
+            Ok(()) => memtable.written(),
+            Err(err) => {
+                tracing::error!(error = %err, "writing the state machine's memtable to sled failed; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 impl StateTree {
-    pub(crate) fn open(db: &::sled::Db, db_path: &Path, snapshot_dir: &Path) -> Result<StateTree> {
+    pub(crate) fn open(
+        db: &::sled::Db,
+        db_path: &Path,
+        snapshot_dir: &Path,
+        memtable: MemtableConfig,
+    ) -> Result<StateTree> {
         let records = db.open_tree("store_records")?;
         let name = match records.get(ACTIVE_TREE_RECORD)? {
             Some(name) => String::from_utf8_lossy(&name).into_owned(),
@@ -66,12 +156,22 @@ impl StateTree {
         };
         let tree = db.open_tree(&name)?;
         remove_temporary_files(snapshot_dir)?;
+        let active = Arc::new(RwLock::new((name, tree)));
+        let memtable = Arc::new(Memtable::new(memtable));
+        {
+            let memtable = memtable.clone();
+            let active = Arc::downgrade(&active);
+            std::thread::Builder::new()
+                .name("state-flush".into())
+                .spawn(move || flush_loop(memtable, active))?;
+        }
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
                 db_path: db_path.to_owned(),
                 records,
-                active: RwLock::new((name, tree)),
+                active,
+                memtable,
                 snapshot_dir: snapshot_dir.to_owned(),
             }),
         })
@@ -86,26 +186,39 @@ impl StateTree {
 
     /// A read view of the current state.
     pub fn view(&self) -> StateView {
-        StateView(self.active().1)
+        StateView {
+            memtable: self.inner.memtable.clone(),
+            tree: self.active().1,
+        }
     }
 
-    /// Applies the writes of one transaction atomically (`None` removes).
-    pub fn commit(&self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
-        let mut batch = ::sled::Batch::default();
-        for (key, write) in writes {
-            match write {
-                Some(value) => batch.insert(key, value),
-                None => batch.remove(key),
-            }
-        }
-        self.active().1.apply_batch(batch)?;
+    /// Applies the writes of one transaction atomically (`None` removes): readers see all of
+    /// them or none; sled receives them with the rest of their memtable layer.
+    pub fn commit(&self, writes: Writes) -> Result<()> {
+        self.inner.memtable.commit(writes);
         Ok(())
+    }
+
+    /// Waits until every committed write is in sled (not yet fsynced: see [`Self::sync`]).
+    pub fn flush_memtable(&self) {
+        self.inner.memtable.flush_all();
+    }
+
+    /// Bytes of applied writes not yet in sled.
+    pub fn memtable_bytes(&self) -> usize {
+        self.inner.memtable.bytes()
+    }
+
+    /// Times apply waited for the memtable to make room.
+    pub fn memtable_stalls(&self) -> u64 {
+        self.inner.memtable.stalls()
     }
 
     /// Writes a snapshot of the whole keyspace (without the consensus records) named `id`,
     /// makes it the current snapshot and deletes older ones. Blocking; callers hold off
     /// applies while it runs so the dump is consistent.
     pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
+        self.flush_memtable();
         let view = self.view();
         let tmp = self
             .inner
@@ -149,6 +262,7 @@ impl StateTree {
     ) -> Result<SnapshotFile> {
         std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
         snapshot::read_entries(received, |_| Ok(()))?; // verify before touching anything
+        self.inner.memtable.discard(); // the snapshot replaces everything applied so far
 
         let (old_name, _) = self.active();
         let generation = old_name
@@ -197,8 +311,9 @@ impl StateTree {
         })
     }
 
-    /// Makes every write so far durable.
-    fn sync(&self) -> Result<()> {
+    /// Makes every write so far durable (memtable included).
+    pub fn sync(&self) -> Result<()> {
+        self.flush_memtable();
         crate::sled::db::sync(&self.inner.db, &self.inner.db_path)
     }
 
@@ -263,4 +378,70 @@ fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sled::{Store, StoreConfig};
+
+    fn writes(pairs: &[(&str, Option<&str>)]) -> Writes {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
+            .collect()
+    }
+
+    fn scan(view: &StateView) -> Vec<(String, String)> {
+        view.range(b"a", b"z")
+            .map(|entry| {
+                let (k, v) = entry.expect("read");
+                (
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Reads see the newest write whether it is in memory or in sled, across a flush.
+    #[test]
+    fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+        let state = store.state().expect("state");
+        state
+            .commit(writes(&[
+                ("a", Some("1")),
+                ("b", Some("2")),
+                ("c", Some("3")),
+            ]))
+            .expect("commit");
+        state.flush_memtable();
+        assert_eq!(state.memtable_bytes(), 0, "everything moved to sled");
+        // now in memory only: an overwrite, a removal and a new key between sled's keys
+        state
+            .commit(writes(&[
+                ("a", Some("one")),
+                ("b", None),
+                ("bb", Some("22")),
+            ]))
+            .expect("commit");
+        let view = state.view();
+        let expected = vec![
+            ("a".to_owned(), "one".to_owned()),
+            ("bb".to_owned(), "22".to_owned()),
+            ("c".to_owned(), "3".to_owned()),
+        ];
+        assert_eq!(scan(&view), expected);
+        assert_eq!(
+            view.get(b"b").expect("read"),
+            None,
+            "the removal hides sled's value"
+        );
+        assert!(state.memtable_bytes() > 0);
+        state.flush_memtable();
+        assert_eq!(state.memtable_bytes(), 0);
+        assert_eq!(scan(&state.view()), expected, "same state once in sled");
+    }
 }

@@ -1,0 +1,319 @@
+//! Apply cost per proposal of the keyspace state machine, printed as a table.
+//!
+//! Workload: plain SETs (32-byte values over 10,000 keys, nobody observing unless the row says
+//! so), each with a request id, so every proposal remembers its reply (protocol §6). The store
+//! starts with `remembered` replies whose expiry instants are 1 ms apart; proposal `j` of the
+//! run is stamped 1 ms after proposal `j - 1` and is remembered for `remembered` ms, so exactly
+//! one remembered reply falls due per proposal and as many expire as arrive: the reply memory
+//! stays at `remembered` entries and pruning runs on every proposal (steady state).
+//!
+//! `batch` proposals run in one [`Overlay`] transaction (one [`Keyspace::open`], `batch` x
+//! [`Keyspace::apply`], [`Keyspace::finish`]), then the transaction's writes are committed:
+//! into the `BTreeMap` for the in-memory backend, through `StateTree::commit` (one atomic sled
+//! batch, no fsync) for sled. The time per proposal includes that commit; building the
+//! proposals does not. After a warm-up, each row times [`ROUNDS`] consecutive rounds of
+//! `APPLY_COST_PROPOSALS` proposals and prints the median and the fastest round.
+//!
+//! Run: `cargo bench -p statestore-storage --bench apply_cost`. Environment:
+//! `APPLY_COST_PROPOSALS` (proposals per timed round, default 8192),
+//! `APPLY_COST_BACKENDS` (`btree`, `sled` or `btree,sled`, the default),
+//! `APPLY_COST_ROWS` (only rows whose `remembered/batch/observers` contains this, e.g.
+//! `200000/1024/0`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use statestore_storage::Result;
+use statestore_storage::hlc::Hlc;
+use statestore_storage::keyspace::{
+    Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, SetCondition, layout, read,
+};
+use statestore_storage::sled::{StateTree, Store, StoreConfig};
+
+/// Wall time of the first prefill proposal.
+const T0_MS: u64 = 1_700_000_000_000;
+/// Distinct keys written.
+const KEYS: u64 = 10_000;
+/// Value length.
+const VALUE_LEN: usize = 32;
+/// Proposals per transaction while prefilling the reply memory.
+const PREFILL_BATCH: usize = 4096;
+/// Timed rounds per row (the table shows the median and the fastest: the machine is shared).
+const ROUNDS: usize = 5;
+/// A row whose transactions make no progress for this long is reported and the run ends.
+const STALL: Duration = Duration::from_secs(120);
+
+/// Transactions committed so far (watched for stalls).
+static COMMITTED: AtomicU64 = AtomicU64::new(0);
+
+/// Ends the run if no transaction commits for [`STALL`]: sled 0.34.7 can deadlock under
+/// sustained batch writes (spacejam/sled#1412), which would otherwise hang the bench.
+fn watch_for_stalls() {
+    std::thread::spawn(|| {
+        let mut last = COMMITTED.load(Ordering::Relaxed);
+        let mut since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = COMMITTED.load(Ordering::Relaxed);
+            if now != last {
+                last = now;
+                since = Instant::now();
+            } else if since.elapsed() >= STALL {
+                eprintln!(
+                    "no transaction committed for {STALL:?}: the backend is stuck (sled 0.34.7 \
+                     deadlocks now and then under sustained batch writes); rerun"
+                );
+                std::process::exit(2);
+            }
+        }
+    });
+}
+
+/// One storage backend under the keyspace.
+trait Backend {
+    /// Applies `proposals` in one transaction and commits it.
+    fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()>;
+    /// Remembered replies currently stored.
+    fn remembered(&self) -> Result<usize>;
+}
+
+/// The in-memory backend of the unit tests.
+struct BTree(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl Backend for BTree {
+    fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()> {
+        let mut txn = Overlay::new(&self.0);
+        let mut keyspace = Keyspace::open(&mut txn)?;
+        for proposal in proposals {
+            check(keyspace.apply(proposal)?.outcome);
+        }
+        keyspace.finish();
+        for (key, write) in txn.into_writes() {
+            match write {
+                Some(value) => self.0.insert(key, value),
+                None => self.0.remove(&key),
+            };
+        }
+        COMMITTED.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn remembered(&self) -> Result<usize> {
+        read::count_prefix(&self.0, &[layout::Table::Replies.prefix()], usize::MAX)
+    }
+}
+
+/// The sled state tree the nodes run on (public `Store` API only).
+struct Sled {
+    state: StateTree,
+    _store: Store,
+    _dir: tempfile::TempDir,
+}
+
+impl Sled {
+    fn open() -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 256 << 20))?;
+        Ok(Sled {
+            state: store.state()?,
+            _store: store,
+            _dir: dir,
+        })
+    }
+}
+
+impl Backend for Sled {
+    fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()> {
+        let view = self.state.view();
+        let mut txn = Overlay::new(&view);
+        let mut keyspace = Keyspace::open(&mut txn)?;
+        for proposal in proposals {
+            check(keyspace.apply(proposal)?.outcome);
+        }
+        keyspace.finish();
+        self.state.commit(txn.into_writes())?;
+        COMMITTED.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn remembered(&self) -> Result<usize> {
+        read::count_prefix(
+            &self.state.view(),
+            &[layout::Table::Replies.prefix()],
+            usize::MAX,
+        )
+    }
+}
+
+fn check(outcome: Outcome) {
+    assert!(
+        matches!(outcome, Outcome::Stored { .. } | Outcome::Observing),
+        "unexpected outcome {outcome:?}"
+    );
+}
+
+/// The `i`-th SET of the workload, at `wall_ms`, remembered for `remember_ms`.
+fn set(i: u64, wall_ms: u64, remember_ms: u64, observed: bool) -> Proposal {
+    let key = format!("key-{:05}", i % KEYS).into_bytes();
+    let mut value = vec![b'v'; VALUE_LEN];
+    value[..8].copy_from_slice(&i.to_be_bytes());
+    let mutation = if observed && i == 0 {
+        Mutation::Observe {
+            client: "watcher".into(),
+            key: b"key-00000".to_vec(),
+        }
+    } else {
+        Mutation::Set {
+            key,
+            value,
+            condition: SetCondition::Always,
+            expire_after_ms: None,
+            fencing_token: None,
+        }
+    };
+    Proposal {
+        stamp: Hlc::new(wall_ms, 0, "bench-leader"),
+        wall_ms,
+        request: Some(RequestId {
+            client: format!("client-{}", i % 64).into_bytes(),
+            correlation: i.to_be_bytes().to_vec(),
+            remember_for_ms: remember_ms,
+        }),
+        mutation,
+    }
+}
+
+/// One row of the table.
+struct Row {
+    backend: &'static str,
+    remembered: usize,
+    batch: usize,
+    observed: bool,
+    /// Proposals per timed round.
+    proposals: usize,
+    /// Time of each round, fastest first.
+    rounds: Vec<Duration>,
+    remembered_after: usize,
+}
+
+fn run(
+    backend_name: &'static str,
+    backend: &mut dyn Backend,
+    remembered: usize,
+    batch: usize,
+    observed: bool,
+    measured: usize,
+) -> Result<Row> {
+    let n = remembered as u64;
+    // Prefill: proposal i at T0 + i, remembered for n ms -> expires at T0 + n + i.
+    let prefill: Vec<Proposal> = (0..n).map(|i| set(i, T0_MS + i, n, observed)).collect();
+    for chunk in prefill.chunks(PREFILL_BATCH) {
+        backend.apply_batch(chunk)?;
+    }
+    // Steady state: proposal j at T0 + n + j makes the reply of prefill proposal j due.
+    let warmup = batch.max(2048).div_ceil(batch) * batch;
+    let measured = measured.div_ceil(batch) * batch;
+    let total = (warmup + ROUNDS * measured) as u64;
+    let run: Vec<Proposal> = (0..total)
+        .map(|j| set(n + j, T0_MS + n + j, n, false))
+        .collect();
+    let (warm, timed) = run.split_at(warmup);
+    for chunk in warm.chunks(batch) {
+        backend.apply_batch(chunk)?;
+    }
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for round in timed.chunks(measured) {
+        let started = Instant::now();
+        for chunk in round.chunks(batch) {
+            backend.apply_batch(chunk)?;
+        }
+        rounds.push(started.elapsed());
+    }
+    rounds.sort();
+    Ok(Row {
+        backend: backend_name,
+        remembered,
+        batch,
+        observed,
+        proposals: measured,
+        rounds,
+        remembered_after: backend.remembered()?,
+    })
+}
+
+fn print_header() {
+    println!(
+        "| backend | remembered replies | batch | observers | µs/proposal median \
+         | µs/proposal best | proposals/s (median) | replies after |"
+    );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|");
+}
+
+fn print_row(row: &Row) {
+    let per = |d: Duration| d.as_secs_f64() / row.proposals as f64;
+    let median = row
+        .rounds
+        .get(row.rounds.len() / 2)
+        .map_or(f64::NAN, |d| per(*d));
+    let best = row.rounds.first().map_or(f64::NAN, |d| per(*d));
+    println!(
+        "| {} | {} | {} | {} | {:.2} | {:.2} | {:.0} | {} |",
+        row.backend,
+        row.remembered,
+        row.batch,
+        u8::from(row.observed),
+        median * 1e6,
+        best * 1e6,
+        1.0 / median,
+        row.remembered_after,
+    );
+}
+
+fn main() -> Result<()> {
+    watch_for_stalls();
+    let measured = std::env::var("APPLY_COST_PROPOSALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8192usize);
+    let backends = std::env::var("APPLY_COST_BACKENDS").unwrap_or_else(|_| "btree,sled".to_owned());
+    let cases: [(usize, usize, bool); 6] = [
+        (1_000, 1, false),
+        (1_000, 1024, false),
+        (200_000, 1, false),
+        (200_000, 1024, false),
+        (1_000, 1024, true),
+        (200_000, 1024, true),
+    ];
+    println!(
+        "apply cost, SET with request id, replies expiring as fast as they arrive; \
+         {ROUNDS} rounds of {measured} proposals per row"
+    );
+    println!("(observers 1: one registration on a written key exists, so notify looks it up)");
+    print_header();
+    let only = std::env::var("APPLY_COST_ROWS").unwrap_or_default();
+    for name in backends.split(',') {
+        for &(remembered, batch, observed) in &cases {
+            let label = format!("{remembered}/{batch}/{}", u8::from(observed));
+            if !label.contains(only.as_str()) {
+                continue;
+            }
+            let row = match name.trim() {
+                "btree" => {
+                    let mut backend = BTree(BTreeMap::new());
+                    run("btree", &mut backend, remembered, batch, observed, measured)?
+                }
+                "sled" => {
+                    let mut backend = Sled::open()?;
+                    run("sled", &mut backend, remembered, batch, observed, measured)?
+                }
+                other => {
+                    eprintln!("unknown backend {other:?}");
+                    continue;
+                }
+            };
+            print_row(&row);
+        }
+    }
+    Ok(())
+}
