@@ -272,7 +272,7 @@ impl Default for StorageConfig {
 impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
-            log: "info,openraft=warn".to_owned(),
+            log: "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
             otlp_endpoint: None,
         }
     }

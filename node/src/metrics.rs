@@ -156,6 +156,10 @@ pub struct StoreMetrics {
     pub memtable_bytes: IntGauge,
     /// `statestore_disk_memtable_stalls_total`
     pub memtable_stalls_total: IntCounter,
+    /// `statestore_keyspace_remembered_replies`
+    pub remembered_replies: IntGauge,
+    /// `statestore_keyspace_reply_memory_bytes`
+    pub reply_memory_bytes: IntGauge,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -227,6 +231,14 @@ impl StoreMetrics {
             memtable_stalls_total: metric!(IntCounter::new(
                 "statestore_disk_memtable_stalls_total",
                 "Times apply waited because the memtable was full while a flush ran."
+            )),
+            remembered_replies: metric!(IntGauge::new(
+                "statestore_keyspace_remembered_replies",
+                "Replies remembered for retried requests (protocol §6)."
+            )),
+            reply_memory_bytes: metric!(IntGauge::new(
+                "statestore_keyspace_reply_memory_bytes",
+                "Memory held by the reply memory and its expiry index."
             )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
@@ -392,6 +404,8 @@ impl NodeMetrics {
         register(&registry, &store.log_size_bytes)?;
         register(&registry, &store.memtable_bytes)?;
         register(&registry, &store.memtable_stalls_total)?;
+        register(&registry, &store.remembered_replies)?;
+        register(&registry, &store.reply_memory_bytes)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;

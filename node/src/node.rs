@@ -241,6 +241,13 @@ async fn sample_gauges(
             gauges
                 .memtable_bytes
                 .set(i64::try_from(state.memtable_bytes()).unwrap_or(i64::MAX));
+            let (replies, reply_bytes) = state.resident_size();
+            gauges
+                .remembered_replies
+                .set(i64::try_from(replies).unwrap_or(i64::MAX));
+            gauges
+                .reply_memory_bytes
+                .set(i64::try_from(reply_bytes).unwrap_or(i64::MAX));
             let stalls = state.memtable_stalls();
             let seen = gauges.memtable_stalls_total.get();
             gauges

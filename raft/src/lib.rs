@@ -9,6 +9,7 @@
 // helpers return the same type so `?` works, which clippy would flag everywhere.
 #![allow(clippy::result_large_err)]
 
+mod applier;
 pub mod batch;
 mod batcher;
 pub mod error;

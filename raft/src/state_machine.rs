@@ -16,19 +16,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use openraft::storage::{ApplyResponder, EntryResponder, RaftStateMachine};
+use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::keyspace::layout;
-use statestore_storage::keyspace::{Carry, KeyEvent, Keyspace, OrderedRead, Overlay, Txn};
-use statestore_storage::sled::{StateTree, StateView, Store};
+use statestore_storage::keyspace::{KeyEvent, OrderedRead};
+use statestore_storage::sled::{SnapshotExport, StateTree, StateView, Store, background};
 
+use crate::applier::Applier;
 use crate::metrics::RaftStorageMetrics;
 use crate::snapshot::SnapshotData;
 use crate::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
-const LAST_APPLIED: &[u8] = b"last_applied";
-const MEMBERSHIP: &[u8] = b"membership";
+/// Consensus record: the last applied log id.
+pub(crate) const LAST_APPLIED: &[u8] = b"last_applied";
+/// Consensus record: the last applied membership.
+pub(crate) const MEMBERSHIP: &[u8] = b"membership";
 /// Proposals applied in one sled batch at most.
 const MAX_PROPOSALS_PER_COMMIT: usize = 16_384;
 
@@ -54,11 +57,28 @@ pub struct SnapshotTrigger {
     pub after_entries: u64,
 }
 
+impl SnapshotTrigger {
+    /// The same trigger raised by a random 0–50 %: replicas reach a threshold at the same log
+    /// position, and building all their snapshots at once would load every node together.
+    fn jittered(self) -> SnapshotTrigger {
+        use std::hash::{BuildHasher, Hasher};
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let percent = random % 51;
+        let raise = |n: u64| n.saturating_add(n.saturating_mul(percent) / 100);
+        SnapshotTrigger {
+            after_proposals: raise(self.after_proposals),
+            after_entries: raise(self.after_entries),
+        }
+    }
+}
+
 impl Default for SnapshotTrigger {
     fn default() -> Self {
         SnapshotTrigger {
-            after_proposals: 100_000,
-            after_entries: 10_000,
+            after_proposals: 200_000,
+            after_entries: 50_000,
         }
     }
 }
@@ -67,13 +87,12 @@ impl Default for SnapshotTrigger {
 pub struct StateMachine {
     store: Store,
     state: StateTree,
-    sink: Arc<dyn EventSink>,
     metrics: Arc<RaftStorageMetrics>,
     trigger: SnapshotTrigger,
     proposals_since_snapshot: u64,
     entries_since_snapshot: u64,
-    /// What the last transaction learnt about the keyspace (reset by a snapshot install).
-    carry: Carry,
+    /// Applies entries on its own thread.
+    applier: Applier,
 }
 
 fn io_err(err: impl std::fmt::Display) -> io::Error {
@@ -89,15 +108,15 @@ impl StateMachine {
         trigger: SnapshotTrigger,
     ) -> io::Result<Self> {
         let state = store.state().map_err(io_err)?;
+        let applier = Applier::start(state.clone(), sink, metrics.clone())?;
         Ok(StateMachine {
             store,
             state,
-            sink,
             metrics,
-            trigger,
+            trigger: trigger.jittered(),
             proposals_since_snapshot: 0,
             entries_since_snapshot: 0,
-            carry: Carry::default(),
+            applier,
         })
     }
 
@@ -112,7 +131,7 @@ impl StateMachine {
     }
 
     fn consensus_record<T: serde::de::DeserializeOwned>(
-        view: &StateView,
+        view: &impl OrderedRead,
         name: &[u8],
     ) -> io::Result<Option<T>> {
         let bytes = view.get(&layout::consensus_key(name)).map_err(io_err)?;
@@ -122,105 +141,28 @@ impl StateMachine {
             .map_err(io_err)
     }
 
-    /// Applies `entries` in one transaction, commits it, then answers and notifies.
-    fn apply_chunk(
-        &mut self,
-        entries: Vec<(crate::types::Entry, Option<ApplyResponder<TypeConfig>>)>,
-    ) -> io::Result<()> {
+    /// Starts a snapshot of the state as applied so far; the builder writes it while apply
+    /// goes on.
+    fn snapshot_builder(&mut self) -> SnapshotBuilder {
         let started = Instant::now();
-        let view = self.state.view();
-        let mut txn = Overlay::new(&view);
-        let mut answers = Vec::with_capacity(entries.len());
-        let mut events = Vec::new();
-        let mut last_applied = None;
-        let mut membership = None;
-        let carry;
-        {
-            let mut keyspace = Keyspace::open_carrying(&mut txn, &self.carry).map_err(io_err)?;
-            for (entry, responder) in entries {
-                let log_id = entry.log_id;
-                last_applied = Some(log_id);
-                self.entries_since_snapshot += 1;
-                let outcomes = match entry.payload {
-                    EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Normal(batch) => {
-                        self.proposals_since_snapshot += batch.len() as u64;
-                        let mut outcomes = Vec::with_capacity(batch.len());
-                        for proposal in batch.proposals() {
-                            let applied = keyspace
-                                .apply(proposal)
-                                .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
-                            events.extend(applied.events);
-                            outcomes.push(applied.outcome);
-                        }
-                        outcomes
-                    }
-                    EntryPayload::Membership(m) => {
-                        membership = Some(StoredMembership::new(Some(log_id), m));
-                        Vec::new()
-                    }
-                };
-                if let Some(responder) = responder {
-                    answers.push((responder, outcomes));
-                }
-            }
-            carry = keyspace.carry();
-            keyspace.finish();
-        }
-        if let Some(last) = &last_applied {
-            txn.put(layout::consensus_key(LAST_APPLIED), codec::encode(last));
-        }
-        if let Some(m) = &membership {
-            txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
-        }
-        let writes = txn.into_writes();
-        self.state.commit(writes).map_err(|e| {
-            self.metrics.disk_errors_total.inc();
-            io_err(e)
-        })?;
-        self.carry = carry;
-        self.metrics
-            .apply_commit_seconds
-            .observe(started.elapsed().as_secs_f64());
-        for (responder, outcomes) in answers {
-            responder.send(outcomes);
-        }
-        if !events.is_empty() {
-            self.sink.deliver(events);
-        }
-        Ok(())
-    }
-
-    async fn export_snapshot(&mut self) -> io::Result<Snapshot> {
-        let started = Instant::now();
-        let view = self.state.view();
-        let last_applied: Option<LogId> = Self::consensus_record(&view, LAST_APPLIED)?;
-        let membership: StoredMembership =
-            Self::consensus_record(&view, MEMBERSHIP)?.unwrap_or_default();
-        let id = snapshot_id(last_applied.as_ref());
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-        };
-        let header = codec::encode(&meta);
         let state = self.state.clone();
-        let file = tokio::task::spawn_blocking(move || state.export_snapshot(&id, &header))
-            .await
-            .map_err(io_err)?
-            .map_err(io_err)?;
-        // The snapshot file is durable (fsynced, renamed, directory fsynced); the log it covers
-        // may be purged from now on.
+        let export = blocking(move || state.begin_export());
+        let meta = (|| {
+            let last_log_id: Option<LogId> = Self::consensus_record(export.view(), LAST_APPLIED)?;
+            let last_membership: StoredMembership =
+                Self::consensus_record(export.view(), MEMBERSHIP)?.unwrap_or_default();
+            Ok(SnapshotMeta {
+                last_log_id,
+                last_membership,
+            })
+        })();
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
-        self.metrics
-            .snapshot_seconds
-            .with_label_values(&["build"])
-            .observe(started.elapsed().as_secs_f64());
-        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
-        Ok(Snapshot {
-            meta,
-            snapshot: SnapshotData::open(file.path).await?,
-        })
+        SnapshotBuilder {
+            prepared: Some(meta.map(|meta| (export, meta))),
+            metrics: self.metrics.clone(),
+            started,
+        }
     }
 
     /// Where a snapshot received from a peer is written before it is installed.
@@ -240,18 +182,52 @@ fn snapshot_id(log_id: Option<&LogId>) -> String {
     }
 }
 
-/// Hands over a snapshot that was already exported while apply was held off.
+/// Writes a snapshot of the state as it was when the builder was made (apply goes on
+/// meanwhile: see `statestore_storage::sled::StateTree::begin_export`).
 pub struct SnapshotBuilder {
-    built: Option<io::Result<Snapshot>>,
+    prepared: Option<io::Result<(SnapshotExport, SnapshotMeta)>>,
+    metrics: Arc<RaftStorageMetrics>,
+    started: Instant,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        self.built
+        let (export, meta) = self
+            .prepared
             .take()
-            .unwrap_or_else(|| Err(io::Error::other("snapshot already taken")))
+            .unwrap_or_else(|| Err(io::Error::other("snapshot already built")))?;
+        let id = snapshot_id(meta.last_log_id.as_ref());
+        let header = codec::encode(&meta);
+        let (done, written) = tokio::sync::oneshot::channel();
+        background::spawn("snapshot-export", move || {
+            let _ = done.send(export.write(&id, &header));
+        })?;
+        let file = written
+            .await
+            .map_err(|_| io::Error::other("snapshot export thread ended"))?
+            .map_err(io_err)?;
+        // The snapshot file is durable (fsynced, renamed, directory fsynced); the log it covers
+        // may be purged from now on.
+        self.metrics
+            .snapshot_seconds
+            .with_label_values(&["build"])
+            .observe(self.started.elapsed().as_secs_f64());
+        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotData::open(file.path).await?,
+        })
+    }
+}
+
+/// Runs `work`, which may block on storage, without stalling the other tasks of a Tokio worker
+/// thread.
+fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 
@@ -274,17 +250,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut proposals = 0usize;
         while let Some(item) = entries.next().await {
             let (entry, responder) = item?;
+            self.entries_since_snapshot += 1;
             if let EntryPayload::Normal(batch) = &entry.payload {
                 proposals += batch.len();
+                self.proposals_since_snapshot += batch.len() as u64;
             }
             chunk.push((entry, responder));
             if proposals >= MAX_PROPOSALS_PER_COMMIT {
-                self.apply_chunk(std::mem::take(&mut chunk))?;
+                self.applier.apply(std::mem::take(&mut chunk)).await?;
                 proposals = 0;
             }
         }
         if !chunk.is_empty() {
-            self.apply_chunk(chunk)?;
+            self.applier.apply(chunk).await?;
         }
         Ok(())
     }
@@ -295,15 +273,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !force && !due {
             return None;
         }
-        Some(self.get_snapshot_builder().await)
+        Some(self.snapshot_builder())
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
-        // Exported here, while the state machine worker holds off applies, so the dump is
-        // consistent.
-        SnapshotBuilder {
-            built: Some(self.export_snapshot().await),
-        }
+        self.snapshot_builder()
     }
 
     async fn install_snapshot(
@@ -332,7 +306,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })?;
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
-        self.carry = Carry::default();
+        self.applier.reset();
         self.metrics
             .snapshot_seconds
             .with_label_values(&["install"])

@@ -86,7 +86,7 @@ impl StatestoreNode {
             "--raft".to_owned(),
             format!("127.0.0.1:{raft_port}"),
             "--log".to_owned(),
-            "info,openraft=warn".to_owned(),
+            "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
         ];
         for (peer, port) in &spec.peers {
             args.push("--peer".to_owned());

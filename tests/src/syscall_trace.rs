@@ -70,11 +70,18 @@ fn result(rest: &str) -> Option<i64> {
 
 /// One line: a complete call, or the second half of an interrupted one (the first half is
 /// kept in `open`).
-fn parse_line(line: &str, open: &mut std::collections::HashMap<u32, Unfinished>) -> Option<SyncCall> {
-    let mut fields = line.splitn(3, ' ');
-    let tid: u32 = fields.next()?.parse().ok()?;
-    let start_us = seconds_to_us(fields.next()?)?;
-    let rest = fields.next()?.trim();
+fn parse_line(
+    line: &str,
+    open: &mut std::collections::HashMap<u32, Unfinished>,
+) -> Option<SyncCall> {
+    // strace pads the thread id to the width of the widest one: fields are split by runs of
+    // spaces.
+    let line = line.trim_start();
+    let (tid, line) = line.split_once(' ')?;
+    let tid: u32 = tid.parse().ok()?;
+    let (time, rest) = line.trim_start().split_once(' ')?;
+    let start_us = seconds_to_us(time)?;
+    let rest = rest.trim();
     if let Some(resumed) = rest.strip_prefix("<... ") {
         let started = open.remove(&tid)?;
         let syscall = resumed.split_whitespace().next()?;
@@ -197,9 +204,27 @@ mod tests {
     fn complete_and_interrupted_calls_are_parsed_with_their_files() {
         let calls = parse(TRACE);
         let expected = [
-            ("fdatasync", "/d/raft-log/r-00_000.wal", 1_700_000_000_100_000, 345, 0),
-            ("sync_file_range", "/d/state/db", 1_700_000_000_200_000, 12, 0),
-            ("fdatasync", "/d/raft-log/r-00_000.wal", 1_700_000_000_300_000, 1_500, 0),
+            (
+                "fdatasync",
+                "/d/raft-log/r-00_000.wal",
+                1_700_000_000_100_000,
+                345,
+                0,
+            ),
+            (
+                "sync_file_range",
+                "/d/state/db",
+                1_700_000_000_200_000,
+                12,
+                0,
+            ),
+            (
+                "fdatasync",
+                "/d/raft-log/r-00_000.wal",
+                1_700_000_000_300_000,
+                1_500,
+                0,
+            ),
             ("fsync", "/d/snapshots", 1_700_000_000_400_000, 20, -1),
         ];
         assert_eq!(calls.len(), expected.len(), "{calls:?}");

@@ -121,7 +121,12 @@ fn sync_files(path: &Path) -> Result<()> {
     let blobs = path.join("blobs");
     if let Ok(entries) = std::fs::read_dir(&blobs) {
         for entry in entries {
-            File::open(entry?.path())?.sync_data()?;
+            // sled deletes blobs it no longer needs at any time: a vanished one needs no sync.
+            match File::open(entry?.path()) {
+                Ok(blob) => blob.sync_data()?,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+                Err(err) => return Err(err.into()),
+            }
         }
         File::open(&blobs)?.sync_all()?;
     }

@@ -3,20 +3,28 @@
 //! sled 0.34 copies a leaf and its page fragments on every insert: under sustained writes the
 //! state machine spent about half of a follower's CPU inside `Tree::apply_batch` (see
 //! BENCHMARKS.md). Applied writes now land here first, in an ordered map that later writes to
-//! the same key overwrite; a background thread moves the whole map into sled as one atomic
-//! batch once it holds [`MemtableConfig::flush_bytes`] or is [`MemtableConfig::flush_interval`]
-//! old. Keys written many times (hot keys, the keyspace counters) and records that are written
-//! and removed again within one interval (expired replies) reach sled once or never.
+//! the same key overwrite; once it holds [`MemtableConfig::flush_bytes`] or is
+//! [`MemtableConfig::flush_interval`] old it is frozen, and a background thread moves frozen maps
+//! into sled, oldest first, each as one atomic batch. Keys written many times (hot keys, the
+//! keyspace counters) reach sled once per interval.
 //!
 //! Every batch holds the consensus records of the entries it covers, so sled always holds the
-//! state after some prefix of the log: after a crash the node replays the log from there. While
-//! a batch is being written ("frozen"), reads see it; new writes go to the next ("active") map.
-//! If that one reaches [`MemtableConfig::max_bytes`] before the frozen one is written, the
-//! writer waits: memory stays bounded.
+//! state after some prefix of the log: after a crash the node replays the log from there.
+//! Readers see the active map, then the frozen ones newest first, then sled. If memory reaches
+//! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
+//!
+//! A snapshot export ([`Memtable::begin_export`]) freezes the active map and takes the frozen
+//! maps; until it ends, the flush thread writes only those, so the export reads exactly the
+//! state at its start (sled under the maps it took) while apply goes on.
+//!
+//! The [`resident`](crate::sled::resident) tables bypass the layers: their rows stay in memory
+//! and every frozen map carries all of them as one record.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use crate::sled::resident::{self, ResidentTables};
 
 /// Buffered writes: `None` removes the key.
 pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -30,20 +38,22 @@ const ENTRY_OVERHEAD: usize = 64;
 /// When the layer is written to sled, and how large it may grow.
 #[derive(Debug, Clone, Copy)]
 pub struct MemtableConfig {
-    /// Freeze and write the active map once it holds this many bytes.
+    /// Freeze the active map once it holds this many bytes.
     pub flush_bytes: usize,
     /// ... or once its oldest write is this old.
     pub flush_interval: Duration,
-    /// Writers wait while the active map holds this many bytes and a flush is still running.
+    /// Writers wait while the maps hold this many bytes in all.
     pub max_bytes: usize,
 }
 
 impl Default for MemtableConfig {
     fn default() -> Self {
         MemtableConfig {
-            flush_bytes: 32 << 20,
+            // A flush holds sled's process-wide batch lock while it writes (every sled read
+            // waits): keep batches near 20k keys.
+            flush_bytes: 4 << 20,
             flush_interval: Duration::from_secs(15),
-            max_bytes: 96 << 20,
+            max_bytes: 64 << 20,
         }
     }
 }
@@ -52,32 +62,51 @@ fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
     key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
 }
 
+/// A frozen map and its place in the sequence of maps.
+struct Frozen {
+    seq: u64,
+    writes: Arc<Writes>,
+    bytes: usize,
+}
+
 #[derive(Default)]
 struct Layers {
     active: Writes,
     active_bytes: usize,
     /// When the first write of `active` arrived.
     active_since: Option<Instant>,
-    frozen: Option<Arc<Writes>>,
+    /// Frozen maps not yet in sled, oldest first.
+    frozen: VecDeque<Frozen>,
     frozen_bytes: usize,
+    next_seq: u64,
+    /// While an export runs: the newest map the flush thread may write.
+    fence: Option<u64>,
     stopped: bool,
     /// Writers currently waiting for room.
     waiting: usize,
     /// Times a writer had to wait for room.
     stalls: u64,
+    /// The resident tables, current.
+    resident: ResidentTables,
 }
 
-/// The two layers and the hand-over between the writer, the readers and the flush thread.
+impl Layers {
+    fn bytes(&self) -> usize {
+        self.active_bytes + self.frozen_bytes
+    }
+}
+
+/// The maps and the hand-over between the writer, the readers and the flush thread.
 pub struct Memtable {
     layers: Mutex<Layers>,
-    /// Signalled when a frozen map was written (writers waiting for room, `flush_all`).
-    written: Condvar,
+    /// Signalled when a frozen map was written or an export ended.
+    changed: Condvar,
     /// Signalled when there is a frozen map to write, or on stop.
     to_write: Condvar,
     config: MemtableConfig,
 }
 
-/// What a reader found in the layers.
+/// What a reader found in the maps.
 pub enum Lookup {
     /// The key's newest write (`None`: removed).
     Found(Option<Vec<u8>>),
@@ -85,12 +114,24 @@ pub enum Lookup {
     Absent,
 }
 
+/// The state at the start of a snapshot export: sled (which receives only `layers` until the
+/// export ends) under `layers` (oldest first), and the resident tables of that moment.
+pub struct ExportLayers {
+    /// Frozen maps, oldest first.
+    pub layers: Vec<Arc<Writes>>,
+    /// The resident tables at the start of the export.
+    pub resident: ResidentTables,
+}
+
 impl Memtable {
-    /// An empty memtable.
-    pub fn new(config: MemtableConfig) -> Memtable {
+    /// An empty memtable over resident tables loaded from sled.
+    pub fn new(config: MemtableConfig, resident: ResidentTables) -> Memtable {
         Memtable {
-            layers: Mutex::default(),
-            written: Condvar::new(),
+            layers: Mutex::new(Layers {
+                resident,
+                ..Layers::default()
+            }),
+            changed: Condvar::new(),
             to_write: Condvar::new(),
             config,
         }
@@ -100,15 +141,26 @@ impl Memtable {
         self.layers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn wait_changed<'a>(&self, layers: MutexGuard<'a, Layers>) -> MutexGuard<'a, Layers> {
+        self.changed.wait(layers).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True if committing now would wait for room.
+    #[cfg(test)]
+    fn is_full(&self) -> bool {
+        let layers = self.lock();
+        layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty()
+    }
+
     /// Adds one transaction's writes. Freezes the active map when it is due, and waits while
-    /// memory is full and the previous flush still runs.
+    /// memory is full and flushes are pending.
     pub fn commit(&self, writes: Writes) {
         let mut layers = self.lock();
-        if layers.frozen.is_some() && layers.active_bytes >= self.config.max_bytes {
+        if layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
             layers.stalls += 1;
             layers.waiting += 1;
-            while layers.frozen.is_some() && layers.active_bytes >= self.config.max_bytes {
-                layers = self.written.wait(layers).unwrap_or_else(|p| p.into_inner());
+            while layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
+                layers = self.wait_changed(layers);
             }
             layers.waiting -= 1;
         }
@@ -116,6 +168,13 @@ impl Memtable {
             layers.active_since = Some(Instant::now());
         }
         for (key, value) in writes {
+            if resident::contains(&key) {
+                match value {
+                    Some(value) => layers.resident.put(key, value),
+                    None => layers.resident.remove(&key),
+                }
+                continue;
+            }
             let added = entry_bytes(&key, &value);
             let new_value = value.as_ref().map_or(0, Vec::len);
             match layers.active.insert(key, value) {
@@ -133,8 +192,7 @@ impl Memtable {
     }
 
     fn due(&self, layers: &Layers) -> bool {
-        layers.frozen.is_none()
-            && !layers.active.is_empty()
+        !layers.active.is_empty()
             && (layers.active_bytes >= self.config.flush_bytes
                 || layers
                     .active_since
@@ -142,56 +200,72 @@ impl Memtable {
     }
 
     fn freeze(&self, layers: &mut Layers) {
-        layers.frozen = Some(Arc::new(std::mem::take(&mut layers.active)));
-        layers.frozen_bytes = std::mem::take(&mut layers.active_bytes);
+        let mut writes = std::mem::take(&mut layers.active);
+        writes.insert(resident::record_key(), Some(layers.resident.encode()));
+        let bytes = std::mem::take(&mut layers.active_bytes);
+        let seq = layers.next_seq;
+        layers.next_seq += 1;
+        layers.frozen.push_back(Frozen {
+            seq,
+            writes: Arc::new(writes),
+            bytes,
+        });
+        layers.frozen_bytes += bytes;
         layers.active_since = None;
         self.to_write.notify_all();
     }
 
-    /// The newest write of `key` in memory.
+    /// The newest write of `key` in memory (a resident table's row, or its absence, is always
+    /// known here).
     pub fn get(&self, key: &[u8]) -> Lookup {
         let layers = self.lock();
+        if resident::contains(key) {
+            return Lookup::Found(layers.resident.get(key).cloned());
+        }
         if let Some(value) = layers.active.get(key) {
             return Lookup::Found(value.clone());
         }
-        if let Some(value) = layers.frozen.as_ref().and_then(|f| f.get(key)) {
-            return Lookup::Found(value.clone());
+        for frozen in layers.frozen.iter().rev() {
+            if let Some(value) = frozen.writes.get(key) {
+                return Lookup::Found(value.clone());
+            }
         }
         Lookup::Absent
     }
 
-    /// The writes in memory with `start <= key < end`, newest layer winning, ascending.
+    /// The writes in memory with `start <= key < end`, newest map winning, ascending.
     pub fn range(&self, start: &[u8], end: &[u8]) -> Vec<Write> {
-        use std::ops::Bound::{Excluded, Included};
         let layers = self.lock();
-        let bounds = (Included(start), Excluded(end));
-        let mut merged: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
-        if let Some(frozen) = &layers.frozen {
-            merged.extend(
-                frozen
-                    .range::<[u8], _>(bounds)
-                    .map(|(k, v)| (k.as_slice(), v)),
-            );
-        }
-        merged.extend(
-            layers
-                .active
-                .range::<[u8], _>(bounds)
-                .map(|(k, v)| (k.as_slice(), v)),
-        );
-        merged
-            .into_iter()
-            .map(|(k, v)| (k.to_vec(), v.clone()))
-            .collect()
+        let maps = layers
+            .frozen
+            .iter()
+            .map(|f| f.writes.as_ref())
+            .chain(std::iter::once(&layers.active));
+        merge_range(maps, start, end)
     }
 
-    /// Bytes held (both layers).
+    /// Up to `limit` resident rows with `start <= key < end`.
+    pub fn resident_range(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.lock().resident.range(start, end, limit)
+    }
+
+    /// Remembered replies and bytes of the resident tables.
+    pub fn resident_size(&self) -> (usize, usize) {
+        let layers = self.lock();
+        (layers.resident.replies(), layers.resident.bytes())
+    }
+
+    /// Bytes held (every map).
     pub fn bytes(&self) -> usize {
-        let layers = self.lock();
-        layers.active_bytes + layers.frozen_bytes
+        self.lock().bytes()
     }
 
-    /// Times a writer had to wait because memory was full while a flush ran.
+    /// Times a writer had to wait because memory was full while flushes were pending.
     pub fn stalls(&self) -> u64 {
         self.lock().stalls
     }
@@ -201,18 +275,38 @@ impl Memtable {
         self.lock().waiting
     }
 
-    /// For the flush thread: waits until a frozen map is due (freezing the active map itself
-    /// when it has aged past the interval) and returns it; `None` once stopped.
+    /// Frozen maps the flush thread may write now.
+    #[cfg(test)]
+    fn writable(&self) -> usize {
+        let layers = self.lock();
+        layers
+            .frozen
+            .iter()
+            .filter(|f| layers.fence.is_none_or(|fence| f.seq <= fence))
+            .count()
+    }
+
+    /// Freezes the active map now.
+    #[cfg(test)]
+    fn flush_now(&self) {
+        let mut layers = self.lock();
+        self.freeze(&mut layers);
+    }
+
+    /// For the flush thread: waits until a frozen map may be written (freezing the active map
+    /// itself when it has aged past the interval) and returns it; `None` once stopped.
     pub fn next_to_write(&self) -> Option<Arc<Writes>> {
         let mut layers = self.lock();
         loop {
-            if let Some(frozen) = &layers.frozen {
-                return Some(frozen.clone());
+            if let Some(oldest) = layers.frozen.front()
+                && layers.fence.is_none_or(|fence| oldest.seq <= fence)
+            {
+                return Some(oldest.writes.clone());
             }
             if layers.stopped {
                 return None;
             }
-            if self.due(&layers) {
+            if layers.fence.is_none() && self.due(&layers) {
                 self.freeze(&mut layers);
                 continue;
             }
@@ -232,37 +326,67 @@ impl Memtable {
         }
     }
 
-    /// For the flush thread: the frozen map is in sled now.
+    /// For the flush thread: the oldest frozen map is in sled now.
     pub fn written(&self) {
         let mut layers = self.lock();
-        layers.frozen = None;
-        layers.frozen_bytes = 0;
-        self.written.notify_all();
+        if let Some(done) = layers.frozen.pop_front() {
+            layers.frozen_bytes = layers.frozen_bytes.saturating_sub(done.bytes);
+        }
+        self.changed.notify_all();
     }
 
     /// Waits until every write committed so far is in sled (the flush thread must run).
     pub fn flush_all(&self) {
         let mut layers = self.lock();
-        loop {
-            if layers.frozen.is_none() {
-                if layers.active.is_empty() {
-                    return;
-                }
-                self.freeze(&mut layers);
-            }
-            layers = self.written.wait(layers).unwrap_or_else(|p| p.into_inner());
+        if !layers.active.is_empty() {
+            self.freeze(&mut layers);
+        }
+        let newest = layers.next_seq;
+        while layers.frozen.front().is_some_and(|f| f.seq < newest) {
+            layers = self.wait_changed(layers);
         }
     }
 
-    /// Drops everything in memory (a snapshot replaces the state), after any running flush.
+    /// Starts a snapshot export: freezes the active map and hands out the frozen maps; the
+    /// flush thread writes nothing newer until [`Memtable::end_export`]. One export at a time:
+    /// a second one waits for the first to end.
+    pub fn begin_export(&self) -> ExportLayers {
+        let mut layers = self.lock();
+        while layers.fence.is_some() {
+            layers = self.wait_changed(layers);
+        }
+        if !layers.active.is_empty() {
+            self.freeze(&mut layers);
+        }
+        layers.fence = Some(layers.next_seq.saturating_sub(1));
+        ExportLayers {
+            layers: layers.frozen.iter().map(|f| f.writes.clone()).collect(),
+            resident: layers.resident.clone(),
+        }
+    }
+
+    /// Ends the export begun last: the flush thread may write newer maps again.
+    pub fn end_export(&self) {
+        self.lock().fence = None;
+        self.changed.notify_all();
+        self.to_write.notify_all();
+    }
+
+    /// Drops everything in memory (a snapshot replaces the state), after pending flushes.
     pub fn discard(&self) {
         let mut layers = self.lock();
-        while layers.frozen.is_some() {
-            layers = self.written.wait(layers).unwrap_or_else(|p| p.into_inner());
+        while !layers.frozen.is_empty() || layers.fence.is_some() {
+            layers = self.wait_changed(layers);
         }
         layers.active.clear();
         layers.active_bytes = 0;
         layers.active_since = None;
+        layers.resident = ResidentTables::default();
+    }
+
+    /// Replaces the resident tables (after a snapshot install, which stored them in sled).
+    pub fn set_resident(&self, resident: ResidentTables) {
+        self.lock().resident = resident;
     }
 
     /// Stops the flush thread once nothing is frozen.
@@ -270,6 +394,27 @@ impl Memtable {
         self.lock().stopped = true;
         self.to_write.notify_all();
     }
+}
+
+/// The writes of `maps` (oldest first) with `start <= key < end`, the newest winning.
+pub fn merge_range<'m>(
+    maps: impl Iterator<Item = &'m Writes>,
+    start: &[u8],
+    end: &[u8],
+) -> Vec<Write> {
+    use std::ops::Bound::{Excluded, Included};
+    if start >= end {
+        return Vec::new();
+    }
+    let bounds = (Included(start), Excluded(end));
+    let mut merged: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
+    for map in maps {
+        merged.extend(map.range::<[u8], _>(bounds).map(|(k, v)| (k.as_slice(), v)));
+    }
+    merged
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.clone()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -292,11 +437,14 @@ mod tests {
 
     #[test]
     fn newest_write_wins_across_layers_and_removals_are_remembered() {
-        let table = Memtable::new(MemtableConfig {
-            flush_bytes: 1,
-            flush_interval: Duration::from_secs(3600),
-            max_bytes: 1 << 20,
-        });
+        let table = Memtable::new(
+            MemtableConfig {
+                flush_bytes: 1,
+                flush_interval: Duration::from_secs(3600),
+                max_bytes: 1 << 20,
+            },
+            ResidentTables::default(),
+        );
         table.commit(writes(&[("a", Some("1")), ("b", Some("2"))]));
         // flush_bytes 1: that commit froze the layer; the next goes to a fresh active map
         table.commit(writes(&[("a", Some("one")), ("b", None)]));
@@ -322,11 +470,14 @@ mod tests {
 
     #[test]
     fn overwrites_do_not_grow_the_accounted_bytes() {
-        let table = Memtable::new(MemtableConfig {
-            flush_bytes: usize::MAX,
-            flush_interval: Duration::from_secs(3600),
-            max_bytes: usize::MAX,
-        });
+        let table = Memtable::new(
+            MemtableConfig {
+                flush_bytes: usize::MAX,
+                flush_interval: Duration::from_secs(3600),
+                max_bytes: usize::MAX,
+            },
+            ResidentTables::default(),
+        );
         table.commit(writes(&[("k", Some("0123456789"))]));
         let once = table.bytes();
         for _ in 0..100 {
@@ -338,14 +489,18 @@ mod tests {
     }
 
     #[test]
-    fn a_writer_waits_for_room_while_a_flush_runs() {
-        let table = Arc::new(Memtable::new(MemtableConfig {
-            flush_bytes: 100,
-            flush_interval: Duration::from_secs(3600),
-            max_bytes: 200,
-        }));
+    fn a_writer_waits_for_room_until_flushes_free_it() {
+        let table = Arc::new(Memtable::new(
+            MemtableConfig {
+                flush_bytes: 100,
+                flush_interval: Duration::from_secs(3600),
+                max_bytes: 300,
+            },
+            ResidentTables::default(),
+        ));
         table.commit(writes(&[("first", Some(&"x".repeat(150)))])); // frozen at once
-        table.commit(writes(&[("second", Some(&"y".repeat(250)))])); // over max: next waits
+        table.commit(writes(&[("second", Some(&"y".repeat(250)))])); // frozen too: over max
+        assert!(table.is_full());
         let writer = {
             let table = table.clone();
             std::thread::spawn(move || table.commit(writes(&[("third", Some("z"))])))
@@ -355,15 +510,47 @@ mod tests {
             assert!(Instant::now() < deadline, "the writer never waited");
             std::thread::yield_now();
         }
-        assert!(
-            found(table.get(b"third")).is_none(),
-            "a waiting writer has not committed"
-        );
-        let frozen = table.next_to_write().expect("frozen");
-        assert!(frozen.contains_key(&b"first"[..]));
+        let oldest = table.next_to_write().expect("frozen");
+        assert!(oldest.contains_key(&b"first"[..]), "oldest map first");
+        table.written();
+        // still over max with the second map pending: the writer keeps waiting
+        assert_eq!(table.waiting(), 1);
+        assert!(found(table.get(b"third")).is_none(), "not committed yet");
+        let next = table.next_to_write().expect("frozen");
+        assert!(next.contains_key(&b"second"[..]));
         table.written();
         writer.join().expect("writer");
         assert_eq!(found(table.get(b"third")), Some(Some(b"z".to_vec())));
         assert_eq!(table.stalls(), 1);
+    }
+
+    #[test]
+    fn an_export_sees_its_start_and_holds_back_newer_maps() {
+        let table = Memtable::new(
+            MemtableConfig {
+                flush_bytes: usize::MAX,
+                flush_interval: Duration::from_secs(3600),
+                max_bytes: usize::MAX,
+            },
+            ResidentTables::default(),
+        );
+        table.commit(writes(&[("a", Some("1"))]));
+        let export = table.begin_export();
+        assert_eq!(export.layers.len(), 1);
+        assert_eq!(
+            merge_range(export.layers.iter().map(|m| m.as_ref()), b"a", b"z"),
+            vec![(b"a".to_vec(), Some(b"1".to_vec()))]
+        );
+        // apply goes on during the export
+        table.commit(writes(&[("a", Some("2")), ("b", Some("3"))]));
+        table.flush_now();
+        assert_eq!(found(table.get(b"a")), Some(Some(b"2".to_vec())));
+        assert_eq!(table.writable(), 1, "only the exported map may reach sled");
+        let exported = table.next_to_write().expect("the exported map");
+        assert_eq!(exported.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
+        table.written();
+        assert_eq!(table.writable(), 0, "the newer map waits for the export");
+        table.end_export();
+        assert_eq!(table.writable(), 1);
     }
 }

@@ -7,12 +7,14 @@
 //! explicit and really reach the disk ([`Store::flush`]; see `db` for why sled's own flush is
 //! not enough).
 
+pub mod background;
 mod db;
 mod memtable;
+mod resident;
 mod snapshot;
 mod state;
 
 pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
 pub use snapshot::{SnapshotFile, SnapshotWriter};
-pub use state::{StateTree, StateView};
+pub use state::{ExportView, SnapshotExport, StateTree, StateView};

@@ -14,7 +14,8 @@ use std::time::Duration;
 use crate::error::{Result, StorageError};
 use crate::keyspace::layout::Table;
 use crate::keyspace::{KvPair, OrderedRead, RangeIter};
-use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes};
+use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
+use crate::sled::resident::{self, ResidentTables};
 use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
@@ -38,6 +39,63 @@ impl OrderedRead for StateView {
     }
 
     fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
+        if start >= end {
+            return Box::new(std::iter::empty());
+        }
+        // Below, inside and above the resident tables, in key order.
+        let (resident_start, resident_end) = resident::bounds();
+        let below = self.layered(start, end.min(resident_start.as_slice()));
+        let inside = ResidentIter {
+            memtable: &self.memtable,
+            next: start.max(resident_start.as_slice()).to_vec(),
+            end: end.min(resident_end.as_slice()).to_vec(),
+            chunk: Vec::new().into_iter(),
+        };
+        let above = self.layered(start.max(resident_end.as_slice()), end);
+        Box::new(below.chain(inside).chain(above))
+    }
+}
+
+/// Resident rows read lazily, [`RESIDENT_CHUNK`] at a time (callers often take only a few).
+struct ResidentIter<'a> {
+    memtable: &'a Memtable,
+    next: Vec<u8>,
+    end: Vec<u8>,
+    chunk: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Rows copied out of the resident tables per lock.
+const RESIDENT_CHUNK: usize = 64;
+
+impl Iterator for ResidentIter<'_> {
+    type Item = Result<KvPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(row) = self.chunk.next() {
+            return Some(Ok(row));
+        }
+        if self.next >= self.end {
+            return None;
+        }
+        let rows = self
+            .memtable
+            .resident_range(&self.next, &self.end, RESIDENT_CHUNK);
+        match rows.last() {
+            // Continue right after the last row returned.
+            Some((last, _)) if rows.len() == RESIDENT_CHUNK => {
+                self.next.clone_from(last);
+                self.next.push(0);
+            }
+            _ => self.next.clone_from(&self.end),
+        }
+        self.chunk = rows.into_iter();
+        self.chunk.next().map(Ok)
+    }
+}
+
+impl StateView {
+    /// sled's entries in `[start, end)` under the memtable's writes.
+    fn layered<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
         if start >= end {
             return Box::new(std::iter::empty());
         }
@@ -156,14 +214,16 @@ impl StateTree {
         };
         let tree = db.open_tree(&name)?;
         remove_temporary_files(snapshot_dir)?;
+        let resident = match tree.get(resident::record_key())? {
+            Some(bytes) => ResidentTables::decode(&bytes)?,
+            None => ResidentTables::default(),
+        };
         let active = Arc::new(RwLock::new((name, tree)));
-        let memtable = Arc::new(Memtable::new(memtable));
+        let memtable = Arc::new(Memtable::new(memtable, resident));
         {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
-            std::thread::Builder::new()
-                .name("state-flush".into())
-                .spawn(move || flush_loop(memtable, active))?;
+            crate::sled::background::spawn("state-flush", move || flush_loop(memtable, active))?;
         }
         Ok(StateTree {
             inner: Arc::new(Inner {
@@ -209,6 +269,11 @@ impl StateTree {
         self.inner.memtable.bytes()
     }
 
+    /// Remembered replies, and bytes of the tables kept in memory (the reply memory).
+    pub fn resident_size(&self) -> (usize, usize) {
+        self.inner.memtable.resident_size()
+    }
+
     /// Times apply waited for the memtable to make room.
     pub fn memtable_stalls(&self) -> u64 {
         self.inner.memtable.stalls()
@@ -218,26 +283,23 @@ impl StateTree {
     /// makes it the current snapshot and deletes older ones. Blocking; callers hold off
     /// applies while it runs so the dump is consistent.
     pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
-        self.flush_memtable();
-        let view = self.view();
-        let tmp = self
-            .inner
-            .snapshot_dir
-            .join(format!("{}.tmp", sanitize(id)));
-        let final_path = self
-            .inner
-            .snapshot_dir
-            .join(format!("snapshot-{}.bin", sanitize(id)));
-        let mut writer = SnapshotWriter::create(&tmp, header)?;
-        let start = [0u8];
-        let end = [Table::ConsensusState.prefix()];
-        for entry in view.range(&start, &end) {
-            let (key, value) = entry?;
-            writer.push(&key, &value)?;
+        self.begin_export().write(id, header)
+    }
+
+    /// Starts a snapshot export of the state as it is now, without stopping apply: the export
+    /// reads sled under the memtable maps of this moment, and newer maps stay in memory until
+    /// it ends (see [`Memtable::begin_export`]). Read what the snapshot covers from
+    /// [`SnapshotExport::view`], then [`SnapshotExport::write`] it (from any thread).
+    pub fn begin_export(&self) -> SnapshotExport {
+        let layers = self.inner.memtable.begin_export();
+        SnapshotExport {
+            view: ExportView {
+                tree: self.active().1,
+                layers: layers.layers,
+                resident: layers.resident,
+            },
+            state: self.clone(),
         }
-        let file = writer.finish(&final_path, header)?;
-        self.set_current_snapshot(&file.path)?;
-        Ok(file)
     }
 
     /// A path to receive a snapshot from a peer into.
@@ -274,7 +336,12 @@ impl StateTree {
         let tree = self.inner.db.open_tree(&new_name)?;
         let mut batch = ::sled::Batch::default();
         let mut pending = 0;
+        let mut resident = ResidentTables::default();
         let file = snapshot::read_entries(received, |(key, value)| {
+            if resident::contains(&key) {
+                resident.put(key, value);
+                return Ok(());
+            }
             batch.insert(key, value);
             pending += 1;
             if pending >= INSTALL_BATCH {
@@ -286,6 +353,7 @@ impl StateTree {
         for (key, value) in consensus_records {
             batch.insert(key, value);
         }
+        batch.insert(resident::record_key(), resident.encode());
         tree.apply_batch(batch)?;
         self.sync()?;
         self.inner
@@ -296,6 +364,7 @@ impl StateTree {
             Ok(mut guard) => *guard = (new_name, tree),
             Err(poisoned) => *poisoned.into_inner() = (new_name, tree),
         }
+        self.inner.memtable.set_resident(resident);
         self.inner.db.drop_tree(&old_name)?;
 
         let final_path = self
@@ -340,7 +409,7 @@ impl StateTree {
         self.inner
             .records
             .insert(CURRENT_SNAPSHOT_RECORD, name.as_bytes())?;
-        self.sync()?;
+        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
         for entry in std::fs::read_dir(&self.inner.snapshot_dir)? {
             let entry = entry?;
             let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -351,6 +420,105 @@ impl StateTree {
             }
         }
         Ok(())
+    }
+}
+
+/// A snapshot export in progress (see [`StateTree::begin_export`]); dropping it ends the export.
+pub struct SnapshotExport {
+    view: ExportView,
+    state: StateTree,
+}
+
+impl SnapshotExport {
+    /// The state being exported (fixed: later applies do not show here).
+    pub fn view(&self) -> &ExportView {
+        &self.view
+    }
+
+    /// Writes the snapshot named `id` with `header`, makes it the current snapshot and deletes
+    /// older ones. Blocking.
+    pub fn write(self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
+        let dir = &self.state.inner.snapshot_dir;
+        let tmp = dir.join(format!("{}.tmp", sanitize(id)));
+        let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
+        let mut writer = SnapshotWriter::create(&tmp, header)?;
+        let start = [0u8];
+        let end = [Table::ConsensusState.prefix()];
+        for entry in self.view.range(&start, &end) {
+            let (key, value) = entry?;
+            writer.push(&key, &value)?;
+        }
+        let file = writer.finish(&final_path, header)?;
+        let state = self.state.clone();
+        drop(self); // the export is on disk: newer maps may reach sled again
+        state.set_current_snapshot(&file.path)?;
+        Ok(file)
+    }
+}
+
+impl Drop for SnapshotExport {
+    fn drop(&mut self) {
+        self.state.inner.memtable.end_export();
+    }
+}
+
+/// The state at the start of an export: sled under the memtable maps of that moment, and the
+/// resident tables of that moment.
+pub struct ExportView {
+    tree: ::sled::Tree,
+    layers: Vec<Arc<Writes>>,
+    resident: ResidentTables,
+}
+
+impl OrderedRead for ExportView {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if resident::contains(key) {
+            return Ok(self.resident.get(key).cloned());
+        }
+        for layer in self.layers.iter().rev() {
+            if let Some(write) = layer.get(key) {
+                return Ok(write.clone());
+            }
+        }
+        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+    }
+
+    fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
+        if start >= end {
+            return Box::new(std::iter::empty());
+        }
+        let (resident_start, resident_end) = resident::bounds();
+        let below = self.layered(start, end.min(resident_start.as_slice()));
+        let inside = self.resident.range(
+            start.max(resident_start.as_slice()),
+            end.min(resident_end.as_slice()),
+            usize::MAX,
+        );
+        let above = self.layered(start.max(resident_end.as_slice()), end);
+        Box::new(below.chain(inside.into_iter().map(Ok)).chain(above))
+    }
+}
+
+impl ExportView {
+    fn layered<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
+        if start >= end {
+            return Box::new(std::iter::empty());
+        }
+        let bounds = (
+            Bound::Included(start.to_vec()),
+            Bound::Excluded(end.to_vec()),
+        );
+        let base: RangeIter<'a> = Box::new(self.tree.range::<Vec<u8>, _>(bounds).map(|entry| {
+            entry
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(StorageError::from)
+        }));
+        Box::new(Layered {
+            base: base.peekable(),
+            memory: merge_range(self.layers.iter().map(|l| l.as_ref()), start, end)
+                .into_iter()
+                .peekable(),
+        })
     }
 }
 
@@ -443,5 +611,127 @@ mod tests {
         state.flush_memtable();
         assert_eq!(state.memtable_bytes(), 0);
         assert_eq!(scan(&state.view()), expected, "same state once in sled");
+    }
+
+    /// The reply memory lives in memory; a flush stores it with the layer and a reopened store
+    /// reads it back, while a write after the last flush is (like any unflushed write) not
+    /// there after the reopen: the log replays it.
+    #[test]
+    fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
+        use crate::keyspace::layout;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let reply = layout::reply_key(b"client", b"c1");
+        let late = layout::reply_key(b"client", b"c2");
+        {
+            let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+            let state = store.state().expect("state");
+            let mut first = Writes::new();
+            first.insert(reply.clone(), Some(b"remembered".to_vec()));
+            first.insert(b"k1".to_vec(), Some(b"v".to_vec()));
+            state.commit(first).expect("commit");
+            assert_eq!(state.resident_size().0, 1);
+            store.flush().expect("flush");
+            let mut second = Writes::new();
+            second.insert(late.clone(), Some(b"late".to_vec()));
+            state.commit(second).expect("commit");
+            assert_eq!(
+                state.view().get(&late).expect("read"),
+                Some(b"late".to_vec())
+            );
+        }
+        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
+        let view = store.state().expect("state").view();
+        assert_eq!(
+            view.get(&reply).expect("read"),
+            Some(b"remembered".to_vec())
+        );
+        assert_eq!(view.get(&late).expect("read"), None);
+        assert_eq!(view.get(b"k1").expect("read"), Some(b"v".to_vec()));
+    }
+
+    /// Resident rows come back complete and in order across read chunks, and a caller that
+    /// takes a few reads only a few.
+    #[test]
+    fn resident_ranges_cross_chunk_boundaries_in_order() {
+        use crate::keyspace::layout;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+        let state = store.state().expect("state");
+        let rows = 3 * RESIDENT_CHUNK + 5;
+        let mut writes = Writes::new();
+        for i in 0..rows {
+            writes.insert(layout::reply_expiry_key(i as u64, b"r"), Some(Vec::new()));
+        }
+        writes.insert(b"k".to_vec(), Some(b"v".to_vec()));
+        state.commit(writes).expect("commit");
+        let view = state.view();
+        let (start, end) = resident::bounds();
+        let keys: Vec<Vec<u8>> = view
+            .range(&start, &end)
+            .map(|e| e.expect("read").0)
+            .collect();
+        let expected: Vec<Vec<u8>> = (0..rows)
+            .map(|i| layout::reply_expiry_key(i as u64, b"r"))
+            .collect();
+        assert_eq!(keys, expected);
+        assert_eq!(view.range(&start, &end).take(3).count(), 3);
+        // a range spanning everything lists sled-side and resident rows in key order
+        let all: Vec<Vec<u8>> = view
+            .range(&[0], &[0xff])
+            .map(|e| e.expect("read").0)
+            .collect();
+        assert_eq!(all.len(), rows + 1);
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "ascending");
+    }
+
+    /// A snapshot holds the state at the start of its export, whatever is applied meanwhile,
+    /// including rows already flushed to sled and resident rows.
+    #[test]
+    fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
+        use crate::keyspace::layout;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+        let state = store.state().expect("state");
+        let reply = layout::reply_key(b"c", b"1");
+        let mut first = Writes::new();
+        first.insert(b"flushed".to_vec(), Some(b"old".to_vec()));
+        state.commit(first).expect("commit");
+        state.flush_memtable();
+        let mut second = Writes::new();
+        second.insert(b"memory".to_vec(), Some(b"old".to_vec()));
+        second.insert(reply.clone(), Some(b"old".to_vec()));
+        state.commit(second).expect("commit");
+
+        let export = state.begin_export();
+        let mut later = Writes::new();
+        later.insert(b"flushed".to_vec(), Some(b"new".to_vec()));
+        later.insert(b"memory".to_vec(), None);
+        later.insert(b"added".to_vec(), Some(b"new".to_vec()));
+        later.insert(reply.clone(), Some(b"new".to_vec()));
+        state.commit(later).expect("commit");
+        assert_eq!(
+            export.view().get(b"flushed").expect("read"),
+            Some(b"old".to_vec())
+        );
+        let file = export.write("test", b"header").expect("written");
+        let mut rows = Vec::new();
+        snapshot::read_entries(&file.path, |row| {
+            rows.push(row);
+            Ok(())
+        })
+        .expect("read back");
+        assert_eq!(
+            rows,
+            vec![
+                (b"flushed".to_vec(), b"old".to_vec()),
+                (b"memory".to_vec(), b"old".to_vec()),
+                (reply, b"old".to_vec()),
+            ]
+        );
+        // the later writes are all there for readers, and reach sled after the export
+        state.flush_memtable();
+        let view = state.view();
+        assert_eq!(view.get(b"flushed").expect("read"), Some(b"new".to_vec()));
+        assert_eq!(view.get(b"memory").expect("read"), None);
     }
 }

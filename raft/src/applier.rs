@@ -1,0 +1,165 @@
+//! The apply thread: runs committed entries through the keyspace semantics and commits them to
+//! the state tree, on a thread of its own.
+//!
+//! Applying reads the state tree, and a read that misses the memtable goes to sled, which
+//! blocks every reader while a memtable flush writes its batch (sled's atomic batches hold a
+//! process-wide lock). On a Tokio worker such a read would stall whatever else that worker runs
+//! — Raft heartbeats and replication among them — and a stalled leader gets deposed. Here it
+//! only delays apply.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use openraft::EntryPayload;
+use openraft::storage::ApplyResponder;
+use statestore_storage::codec;
+use statestore_storage::keyspace::layout;
+use statestore_storage::keyspace::{Carry, Keyspace, Overlay, Txn};
+use statestore_storage::sled::StateTree;
+use tokio::sync::oneshot;
+
+use crate::metrics::RaftStorageMetrics;
+use crate::state_machine::{EventSink, LAST_APPLIED, MEMBERSHIP};
+use crate::types::{Entry, StoredMembership, TypeConfig};
+
+/// Entries to apply, each with the responder of its client (leader only).
+pub(crate) type Chunk = Vec<(Entry, Option<ApplyResponder<TypeConfig>>)>;
+
+enum Job {
+    Apply {
+        chunk: Chunk,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    /// A snapshot replaced the state: forget what was learnt about the old one.
+    Reset,
+}
+
+/// Handle to the apply thread (the thread ends when the handle is dropped).
+pub(crate) struct Applier {
+    jobs: mpsc::Sender<Job>,
+}
+
+fn io_err(err: impl std::fmt::Display) -> io::Error {
+    io::Error::other(err.to_string())
+}
+
+impl Applier {
+    /// Starts the thread.
+    pub(crate) fn start(
+        state: StateTree,
+        sink: Arc<dyn EventSink>,
+        metrics: Arc<RaftStorageMetrics>,
+    ) -> io::Result<Applier> {
+        let (jobs, queue) = mpsc::channel();
+        let mut worker = Worker {
+            state,
+            sink,
+            metrics,
+            carry: Carry::default(),
+        };
+        std::thread::Builder::new()
+            .name("apply".into())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    match job {
+                        Job::Apply { chunk, done } => {
+                            let _ = done.send(worker.apply(chunk));
+                        }
+                        Job::Reset => worker.carry = Carry::default(),
+                    }
+                }
+            })?;
+        Ok(Applier { jobs })
+    }
+
+    /// Applies `chunk` and waits until it is committed to the state tree.
+    pub(crate) async fn apply(&self, chunk: Chunk) -> io::Result<()> {
+        let (done, applied) = oneshot::channel();
+        self.jobs
+            .send(Job::Apply { chunk, done })
+            .map_err(|_| io::Error::other("apply thread stopped"))?;
+        applied
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("apply thread stopped")))
+    }
+
+    /// Drops what apply learnt about the state (after a snapshot install).
+    pub(crate) fn reset(&self) {
+        let _ = self.jobs.send(Job::Reset);
+    }
+}
+
+struct Worker {
+    state: StateTree,
+    sink: Arc<dyn EventSink>,
+    metrics: Arc<RaftStorageMetrics>,
+    /// What the last transaction learnt about the keyspace.
+    carry: Carry,
+}
+
+impl Worker {
+    /// Applies `chunk` in one transaction, commits it, then answers and notifies.
+    fn apply(&mut self, chunk: Chunk) -> io::Result<()> {
+        let started = Instant::now();
+        let view = self.state.view();
+        let mut txn = Overlay::new(&view);
+        let mut answers = Vec::with_capacity(chunk.len());
+        let mut events = Vec::new();
+        let mut last_applied = None;
+        let mut membership = None;
+        let carry;
+        {
+            let mut keyspace = Keyspace::open_carrying(&mut txn, &self.carry).map_err(io_err)?;
+            for (entry, responder) in chunk {
+                let log_id = entry.log_id;
+                last_applied = Some(log_id);
+                let outcomes = match entry.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) => {
+                        let mut outcomes = Vec::with_capacity(batch.len());
+                        for proposal in batch.proposals() {
+                            let applied = keyspace
+                                .apply(proposal)
+                                .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
+                            events.extend(applied.events);
+                            outcomes.push(applied.outcome);
+                        }
+                        outcomes
+                    }
+                    EntryPayload::Membership(m) => {
+                        membership = Some(StoredMembership::new(Some(log_id), m));
+                        Vec::new()
+                    }
+                };
+                if let Some(responder) = responder {
+                    answers.push((responder, outcomes));
+                }
+            }
+            carry = keyspace.carry();
+            keyspace.finish();
+        }
+        if let Some(last) = &last_applied {
+            txn.put(layout::consensus_key(LAST_APPLIED), codec::encode(last));
+        }
+        if let Some(m) = &membership {
+            txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
+        }
+        self.state.commit(txn.into_writes()).map_err(|e| {
+            self.metrics.disk_errors_total.inc();
+            io_err(e)
+        })?;
+        self.carry = carry;
+        self.metrics
+            .apply_commit_seconds
+            .observe(started.elapsed().as_secs_f64());
+        for (responder, outcomes) in answers {
+            responder.send(outcomes);
+        }
+        if !events.is_empty() {
+            self.sink.deliver(events);
+        }
+        Ok(())
+    }
+}

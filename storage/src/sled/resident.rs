@@ -1,0 +1,166 @@
+//! Tables that live in memory and reach sled as one record per flush: the reply memory (§6).
+//!
+//! Every write request adds a remembered reply and an expiry-index entry, and removes both
+//! again once the reply expires (seconds later). In sled that was four tree operations per
+//! request, the largest share of the state machine's cost under load. These two tables are now
+//! kept in an ordered map; every memtable flush stores the whole map as one record next to the
+//! writes of the same layer (so sled still holds the state after a prefix of the log), and a
+//! restart loads it back. The keyspace semantics see no difference: reads and writes of these
+//! tables go through the same `OrderedRead`/`Txn` calls, served from here.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crate::codec;
+use crate::error::Result;
+use crate::keyspace::layout::{self, Table};
+
+/// Bytes an entry is accounted at beyond its key and value.
+const ENTRY_OVERHEAD: usize = 48;
+
+/// The first and the last table kept here (they are adjacent in key order).
+const FIRST: Table = Table::ReplyExpiry;
+const LAST: Table = Table::Replies;
+
+/// Key of the record that holds the resident tables in sled (consensus-layer records are not
+/// part of the keyspace digest or of snapshot dumps, which read the tables themselves).
+pub fn record_key() -> Vec<u8> {
+    layout::consensus_key(b"resident_tables")
+}
+
+/// `[start, end)` of the resident tables.
+pub fn bounds() -> (Vec<u8>, Vec<u8>) {
+    (FIRST.bounds().0, LAST.bounds().1)
+}
+
+/// True if `key` belongs to a resident table.
+pub fn contains(key: &[u8]) -> bool {
+    let (start, end) = bounds();
+    key >= start.as_slice() && key < end.as_slice()
+}
+
+/// The resident tables' rows.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ResidentTables {
+    rows: BTreeMap<Vec<u8>, Vec<u8>>,
+    bytes: usize,
+    /// Rows of [`Table::Replies`]: remembered replies.
+    replies: usize,
+}
+
+fn is_reply(key: &[u8]) -> bool {
+    key.first() == Some(&Table::Replies.prefix())
+}
+
+impl ResidentTables {
+    /// Rows from the record [`ResidentTables::encode`] wrote.
+    pub fn decode(bytes: &[u8]) -> Result<ResidentTables> {
+        let rows: Vec<(serde_bytes::ByteBuf, serde_bytes::ByteBuf)> =
+            codec::decode("resident tables", bytes)?;
+        let mut tables = ResidentTables::default();
+        for (key, value) in rows {
+            tables.put(key.into_vec(), value.into_vec());
+        }
+        Ok(tables)
+    }
+
+    /// The record that stores every row (sorted, so equal tables encode equally).
+    pub fn encode(&self) -> Vec<u8> {
+        let rows: Vec<(&serde_bytes::Bytes, &serde_bytes::Bytes)> = self
+            .rows
+            .iter()
+            .map(|(k, v)| (serde_bytes::Bytes::new(k), serde_bytes::Bytes::new(v)))
+            .collect();
+        codec::encode(&rows)
+    }
+
+    /// Sets a row.
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        let (key_len, value_len, reply) = (key.len(), value.len(), is_reply(&key));
+        match self.rows.insert(key, value) {
+            Some(old) => self.bytes = self.bytes.saturating_sub(old.len()) + value_len,
+            None => {
+                self.bytes += key_len + value_len + ENTRY_OVERHEAD;
+                self.replies += usize::from(reply);
+            }
+        }
+    }
+
+    /// Removes a row.
+    pub fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.rows.remove(key) {
+            self.bytes = self
+                .bytes
+                .saturating_sub(key.len() + old.len() + ENTRY_OVERHEAD);
+            self.replies -= usize::from(is_reply(key));
+        }
+    }
+
+    /// A row's value.
+    pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
+        self.rows.get(key)
+    }
+
+    /// Up to `limit` rows with `start <= key < end`, ascending (copied).
+    pub fn range(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        if start >= end {
+            return Vec::new();
+        }
+        self.rows
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Rows held.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Remembered replies held.
+    pub fn replies(&self) -> usize {
+        self.replies
+    }
+
+    /// Bytes held (keys, values and bookkeeping).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_reply_tables_are_resident() {
+        assert!(contains(&layout::reply_key(b"client", b"corr")));
+        assert!(contains(&layout::reply_expiry_key(7, b"x")));
+        assert!(!contains(&layout::record_key(b"k")));
+        assert!(!contains(&layout::meta_key(b"keyspace")));
+        assert!(!contains(&record_key()));
+    }
+
+    #[test]
+    fn encoding_round_trips_and_bytes_follow_the_rows() {
+        let mut tables = ResidentTables::default();
+        tables.put(b"r1".to_vec(), b"one".to_vec());
+        tables.put(b"q1".to_vec(), Vec::new());
+        assert_eq!(tables.replies(), 1, "only the r row is a reply");
+        let two_rows = tables.bytes();
+        tables.put(b"r1".to_vec(), b"uno".to_vec()); // same size: same bytes
+        assert_eq!(tables.bytes(), two_rows);
+        let back = ResidentTables::decode(&tables.encode()).expect("decodes");
+        assert_eq!(back, tables);
+        assert_eq!(
+            back.range(b"r", b"s", 10),
+            vec![(b"r1".to_vec(), b"uno".to_vec())]
+        );
+        assert_eq!(back.range(b"a", b"z", 1).len(), 1, "the limit holds");
+        tables.remove(b"r1");
+        tables.remove(b"q1");
+        assert_eq!((tables.len(), tables.bytes(), tables.replies()), (0, 0, 0));
+    }
+}
