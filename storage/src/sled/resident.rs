@@ -33,10 +33,11 @@ pub fn bounds() -> (Vec<u8>, Vec<u8>) {
     (FIRST.bounds().0, LAST.bounds().1)
 }
 
-/// True if `key` belongs to a resident table.
+/// True if `key` belongs to a resident table (called for every key read or written: no
+/// allocation, one byte compared).
 pub fn contains(key: &[u8]) -> bool {
-    let (start, end) = bounds();
-    key >= start.as_slice() && key < end.as_slice()
+    key.first()
+        .is_some_and(|&table| (FIRST.prefix()..=LAST.prefix()).contains(&table))
 }
 
 /// The resident tables' rows.
@@ -141,6 +142,18 @@ mod tests {
         assert!(!contains(&layout::record_key(b"k")));
         assert!(!contains(&layout::meta_key(b"keyspace")));
         assert!(!contains(&record_key()));
+    }
+
+    #[test]
+    fn contains_agrees_with_the_bounds_for_every_leading_byte() {
+        let (start, end) = bounds();
+        for first in 0..=u8::MAX {
+            for key in [vec![first], vec![first, 0], vec![first, 0xff, 7]] {
+                let in_bounds = key.as_slice() >= start.as_slice() && key < end;
+                assert_eq!(contains(&key), in_bounds, "key {key:?}");
+            }
+        }
+        assert!(!contains(b""));
     }
 
     #[test]
