@@ -2,8 +2,8 @@
 //! then postcard. Decoding checks the version so an old binary refuses new data loudly instead
 //! of misreading it.
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StorageError};
 
@@ -29,6 +29,11 @@ fn encode_into<T: Serialize>(value: &T, out: Vec<u8>) -> Vec<u8> {
 
 /// Decodes a record written by [`encode`]; `what` names the record kind in errors.
 pub fn decode<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<T> {
+    decode_borrowed(what, bytes)
+}
+
+/// [`decode`] for types that borrow byte strings from `bytes` instead of copying them.
+pub fn decode_borrowed<'a, T: Deserialize<'a>>(what: &'static str, bytes: &'a [u8]) -> Result<T> {
     match bytes.split_first() {
         Some((&FORMAT_VERSION, body)) => {
             postcard::from_bytes(body).map_err(|err| StorageError::Corrupt {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
-use crate::error::{Result, StorageError};
+
 use crate::hlc::Hlc;
 use crate::keyspace::mutation::Limits;
 use crate::keyspace::outcome::Outcome;
@@ -84,34 +84,12 @@ pub(crate) struct RememberedReplyOut<'a> {
     pub outcome: &'a Outcome,
 }
 
-/// Decodes a record written by [`codec::encode`] without copying the byte strings it can
-/// borrow: the same version check and errors as [`codec::decode`].
-pub(crate) fn decode_borrowed<'a, T: Deserialize<'a>>(
-    what: &'static str,
-    bytes: &'a [u8],
-) -> Result<T> {
-    match bytes.split_first() {
-        Some((&codec::FORMAT_VERSION, body)) => {
-            postcard::from_bytes(body).map_err(|err| StorageError::Corrupt {
-                what,
-                reason: err.to_string(),
-            })
-        }
-        Some((&found, _)) => Err(StorageError::FormatVersion {
-            what,
-            found,
-            supported: codec::FORMAT_VERSION,
-        }),
-        None => Err(StorageError::Corrupt {
-            what,
-            reason: "empty record".into(),
-        }),
-    }
-}
+pub(crate) use codec::decode_borrowed;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::StorageError;
     use crate::keyspace::outcome::Rejection;
 
     fn records() -> Vec<Record> {

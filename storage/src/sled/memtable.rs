@@ -418,14 +418,27 @@ pub fn merge_range<'m>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn writes(pairs: &[(&str, Option<&str>)]) -> Writes {
+    /// Writes from `(key, value)` pairs (`None`: a removal).
+    pub(crate) fn writes(pairs: &[(&str, Option<&str>)]) -> Writes {
         pairs
             .iter()
             .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
             .collect()
+    }
+
+    /// A memtable that never freezes or stalls on its own.
+    fn unbounded() -> Memtable {
+        Memtable::new(
+            MemtableConfig {
+                flush_bytes: usize::MAX,
+                flush_interval: Duration::from_secs(3600),
+                max_bytes: usize::MAX,
+            },
+            ResidentTables::default(),
+        )
     }
 
     fn found(lookup: Lookup) -> Option<Option<Vec<u8>>> {
@@ -470,14 +483,7 @@ mod tests {
 
     #[test]
     fn overwrites_do_not_grow_the_accounted_bytes() {
-        let table = Memtable::new(
-            MemtableConfig {
-                flush_bytes: usize::MAX,
-                flush_interval: Duration::from_secs(3600),
-                max_bytes: usize::MAX,
-            },
-            ResidentTables::default(),
-        );
+        let table = unbounded();
         table.commit(writes(&[("k", Some("0123456789"))]));
         let once = table.bytes();
         for _ in 0..100 {
@@ -526,14 +532,7 @@ mod tests {
 
     #[test]
     fn an_export_sees_its_start_and_holds_back_newer_maps() {
-        let table = Memtable::new(
-            MemtableConfig {
-                flush_bytes: usize::MAX,
-                flush_interval: Duration::from_secs(3600),
-                max_bytes: usize::MAX,
-            },
-            ResidentTables::default(),
-        );
+        let table = unbounded();
         table.commit(writes(&[("a", Some("1"))]));
         let export = table.begin_export();
         assert_eq!(export.layers.len(), 1);

@@ -99,19 +99,7 @@ impl StateView {
         if start >= end {
             return Box::new(std::iter::empty());
         }
-        let bounds = (
-            Bound::Included(start.to_vec()),
-            Bound::Excluded(end.to_vec()),
-        );
-        let base: RangeIter<'a> = Box::new(self.tree.range::<Vec<u8>, _>(bounds).map(|entry| {
-            entry
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(StorageError::from)
-        }));
-        Box::new(Layered {
-            base: base.peekable(),
-            memory: self.memtable.range(start, end).into_iter().peekable(),
-        })
+        Layered::over(&self.tree, start, end, self.memtable.range(start, end))
     }
 }
 
@@ -120,6 +108,26 @@ impl StateView {
 struct Layered<'a> {
     base: Peekable<RangeIter<'a>>,
     memory: Peekable<std::vec::IntoIter<Write>>,
+}
+
+impl<'a> Layered<'a> {
+    /// `tree`'s entries in `[start, end)` (`start < end`) under `memory`, the in-memory writes
+    /// of the same range in ascending order.
+    fn over(tree: &'a ::sled::Tree, start: &[u8], end: &[u8], memory: Vec<Write>) -> RangeIter<'a> {
+        let bounds = (
+            Bound::Included(start.to_vec()),
+            Bound::Excluded(end.to_vec()),
+        );
+        let base: RangeIter<'a> = Box::new(tree.range::<Vec<u8>, _>(bounds).map(|entry| {
+            entry
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .map_err(StorageError::from)
+        }));
+        Box::new(Layered {
+            base: base.peekable(),
+            memory: memory.into_iter().peekable(),
+        })
+    }
 }
 
 impl Iterator for Layered<'_> {
@@ -504,21 +512,8 @@ impl ExportView {
         if start >= end {
             return Box::new(std::iter::empty());
         }
-        let bounds = (
-            Bound::Included(start.to_vec()),
-            Bound::Excluded(end.to_vec()),
-        );
-        let base: RangeIter<'a> = Box::new(self.tree.range::<Vec<u8>, _>(bounds).map(|entry| {
-            entry
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(StorageError::from)
-        }));
-        Box::new(Layered {
-            base: base.peekable(),
-            memory: merge_range(self.layers.iter().map(|l| l.as_ref()), start, end)
-                .into_iter()
-                .peekable(),
-        })
+        let memory = merge_range(self.layers.iter().map(|l| l.as_ref()), start, end);
+        Layered::over(&self.tree, start, end, memory)
     }
 }
 
@@ -551,14 +546,8 @@ fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sled::memtable::tests::writes;
     use crate::sled::{Store, StoreConfig};
-
-    fn writes(pairs: &[(&str, Option<&str>)]) -> Writes {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
-            .collect()
-    }
 
     fn scan(view: &StateView) -> Vec<(String, String)> {
         view.range(b"a", b"z")
