@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients), the
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
-# for the benchmark), etcd (the benchmark's baseline) and strace (the durability test).
+# for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
+# iproute2 and nftables (the fault tests put each node in its own network namespace).
 set -euo pipefail
 
 missing=()
@@ -13,6 +14,8 @@ command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
+[ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"

@@ -15,6 +15,7 @@ use crate::error::NodeError;
 use crate::mqtt::SessionConfig;
 use crate::protocol::ProtocolLimits;
 use crate::service::ServiceConfig;
+use crate::service::leader::LeaderTiming;
 
 /// Everything a node needs to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -126,6 +127,12 @@ pub struct LimitsConfig {
     pub max_bytes: u64,
     /// KEYNOTIFY registrations per client.
     pub max_registrations_per_client: u32,
+    /// Bytes of requests held at once (payload plus 1 KiB each), MiB. When it is spent,
+    /// PUBACKs wait and the broker holds further requests.
+    pub request_budget_mb: u64,
+    /// Longest a request may take before it is given up without a reply, ms (less when its
+    /// Message Expiry is sooner).
+    pub request_timeout_ms: u64,
 }
 
 /// Expiry sweeper.
@@ -239,6 +246,8 @@ impl Default for LimitsConfig {
             max_keys: quota.max_keys,
             max_bytes: quota.max_bytes,
             max_registrations_per_client: quota.max_registrations_per_client,
+            request_budget_mb: 64,
+            request_timeout_ms: 10_000,
         }
     }
 }
@@ -380,6 +389,11 @@ impl Config {
         {
             return Err(invalid("limits must be positive"));
         }
+        if l.request_budget_mb == 0 || l.request_timeout_ms == 0 {
+            return Err(invalid(
+                "limits.request_budget_mb and limits.request_timeout_ms must be positive",
+            ));
+        }
         if l.max_array_len < 6 {
             return Err(invalid(
                 "limits.max_array_len must be at least 6 (SET key value NX PX ms)",
@@ -467,6 +481,24 @@ impl Config {
             default_dedup_window: Duration::from_millis(self.dedup.default_window_ms),
             max_dedup_window: Duration::from_millis(self.dedup.max_window_ms),
             node_client_id: self.mqtt_client_id(),
+            request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
+        }
+    }
+
+    /// Bytes of requests a node holds at once.
+    pub fn request_budget_bytes(&self) -> usize {
+        usize::try_from(self.limits.request_budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+
+    /// Leadership checks: a serving leader gives up after the longest election timeout
+    /// without a quorum acknowledgement.
+    pub fn leader_timing(&self) -> LeaderTiming {
+        let election_max = Duration::from_millis(self.cluster.election_timeout_max_ms);
+        LeaderTiming {
+            quorum_timeout: election_max,
+            check_interval: Duration::from_millis(self.cluster.heartbeat_ms / 2)
+                .clamp(Duration::from_millis(10), Duration::from_millis(100)),
+            take_over_timeout: election_max * 2,
         }
     }
 

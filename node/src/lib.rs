@@ -7,6 +7,7 @@
 //! them observable.
 
 pub mod admin;
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod error;

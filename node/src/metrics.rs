@@ -29,17 +29,31 @@ fn latency_buckets() -> Vec<f64> {
 }
 
 /// Every `result` label value of the request metrics.
-pub const RESULTS: [&str; 5] = ["ok", "not_found", "not_applied", "not_leader", "internal"];
+pub const RESULTS: [&str; 7] = [
+    "ok",
+    "not_found",
+    "not_applied",
+    "not_leader",
+    "overloaded",
+    "timed_out",
+    "internal",
+];
 
 /// Why a request got no reply (§1, §5.2).
-pub const DROP_REASONS: [&str; 6] = [
+pub const DROP_REASONS: [&str; 9] = [
     "qos0",
     "no_response_topic",
     "no_correlation_data",
     "forbidden_response_topic",
     "expired",
     "not_leader",
+    "timed_out",
+    "overloaded",
+    "internal",
 ];
+
+/// Why a leader gave up its duties (`statestore_leader_releases_total{reason}`).
+pub const RELEASE_REASONS: [&str; 3] = ["not_leader", "new_term", "quorum_lost"];
 
 /// Request-path metrics.
 pub struct ServiceMetrics {
@@ -57,6 +71,14 @@ pub struct ServiceMetrics {
     pub unsupported_version_total: IntCounter,
     /// `statestore_process_stalls_total`
     pub stalls_total: IntCounter,
+    /// `statestore_server_request_budget_used_bytes`
+    pub request_budget_used_bytes: IntGauge,
+    /// `statestore_leader_takeovers_total`
+    pub leader_takeovers_total: IntCounter,
+    /// `statestore_leader_releases_total{reason}`
+    pub leader_releases_total: IntCounterVec,
+    /// `statestore_leader_quorum_ack_age_seconds`
+    pub leader_quorum_ack_age_seconds: prometheus::Gauge,
 }
 
 impl ServiceMetrics {
@@ -95,6 +117,16 @@ impl ServiceMetrics {
         for reason in DROP_REASONS {
             requests_dropped_total.with_label_values(&[reason]);
         }
+        let leader_releases_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_leader_releases_total",
+                "Times this node gave up the request subscription and leader duties, by reason."
+            ),
+            &["reason"]
+        ));
+        for reason in RELEASE_REASONS {
+            leader_releases_total.with_label_values(&[reason]);
+        }
         ServiceMetrics {
             requests_total,
             request_duration_seconds,
@@ -114,6 +146,19 @@ impl ServiceMetrics {
             unsupported_version_total: metric!(IntCounter::new(
                 "statestore_server_unsupported_protocol_version_total",
                 "Requests refused with __stat 505."
+            )),
+            request_budget_used_bytes: metric!(IntGauge::new(
+                "statestore_server_request_budget_used_bytes",
+                "Bytes of admitted requests not finished yet (bounded by limits.request_budget_mb)."
+            )),
+            leader_takeovers_total: metric!(IntCounter::new(
+                "statestore_leader_takeovers_total",
+                "Quorum-confirmed take-overs of the request subscription."
+            )),
+            leader_releases_total,
+            leader_quorum_ack_age_seconds: metric!(prometheus::Gauge::new(
+                "statestore_leader_quorum_ack_age_seconds",
+                "On the serving leader: time since a quorum last acknowledged it (0 elsewhere)."
             )),
         }
     }
@@ -395,6 +440,10 @@ impl NodeMetrics {
         register(&registry, &service.dedup_hits_total)?;
         register(&registry, &service.unsupported_version_total)?;
         register(&registry, &service.stalls_total)?;
+        register(&registry, &service.request_budget_used_bytes)?;
+        register(&registry, &service.leader_takeovers_total)?;
+        register(&registry, &service.leader_releases_total)?;
+        register(&registry, &service.leader_quorum_ack_age_seconds)?;
         register(&registry, &store.keys)?;
         register(&registry, &store.size_bytes)?;
         register(&registry, &store.quota_limit_keys)?;

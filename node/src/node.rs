@@ -13,6 +13,7 @@ use statestore_storage::sled::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::admission::{Intake, RequestBudget};
 use crate::config::Config;
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
@@ -21,8 +22,10 @@ use crate::mqtt::MqttHandle;
 use crate::service::notify::{self, NotifySink};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
+use crate::transport::Admitted;
 
-/// Requests queued between the MQTT session and the service.
+/// Admitted requests queued between the MQTT session and the dispatcher (the request budget
+/// bounds them; this only sizes the channel).
 const REQUEST_QUEUE: usize = 4_096;
 /// Key events queued for the notifier; beyond this they are dropped (and counted).
 const NOTIFY_QUEUE: usize = 65_536;
@@ -56,9 +59,16 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     }
 
     let (request_tx, mut request_rx) = mpsc::channel(REQUEST_QUEUE);
+    let intake = Intake {
+        queue: request_tx,
+        budget: RequestBudget::new(
+            config.request_budget_bytes(),
+            metrics.service.request_budget_used_bytes.clone(),
+        ),
+    };
     let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
     let (mqtt, session_events) =
-        MqttHandle::start(config.session()?, request_tx, metrics.mqtt.clone(), stalls)?;
+        MqttHandle::start(config.session()?, intake, metrics.mqtt.clone(), stalls)?;
     let service = Arc::new(Service::new(
         raft.clone(),
         &config.node_name(),
@@ -86,6 +96,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         mqtt.clone(),
         serving.clone(),
         config.quota(),
+        config.leader_timing(),
         stop.clone(),
     ));
     tokio::spawn(expiry::run(
@@ -109,10 +120,14 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     let dispatcher = {
         let service = service.clone();
         tokio::spawn(async move {
-            while let Some(message) = request_rx.recv().await {
+            while let Some(Admitted { message, admission }) = request_rx.recv().await {
                 // Boxed: the request future is large, and tokio would otherwise copy it by
                 // value several times on its way into the task (2 % of the leader's CPU).
-                tokio::spawn(Box::pin(service.clone().handle(message)));
+                let handled = Box::pin(service.clone().handle(message));
+                tokio::spawn(async move {
+                    handled.await;
+                    drop(admission);
+                });
             }
         })
     };

@@ -44,6 +44,14 @@ impl InboundMessage {
     }
 }
 
+/// A request admitted into the node's request budget, with the share it holds until it is done.
+pub struct Admitted {
+    /// The request.
+    pub message: InboundMessage,
+    /// Its share of the request budget (returned when dropped).
+    pub admission: crate::admission::Admission,
+}
+
 /// Why a message is published; decides how its PUBACK is handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutboundKind {

@@ -24,19 +24,23 @@ const MAX_BATCHES_IN_FLIGHT: usize = 4;
 const MAX_BATCH_PROPOSALS: usize = 1_024;
 /// Approximate key+value bytes per batch (one large value still goes alone).
 const MAX_BATCH_BYTES: usize = 4 << 20;
+/// Proposals queued for the next batches; beyond this, submissions are refused with
+/// [`Error::Overloaded`]. The node's request budget admits far fewer, so only a runaway
+/// internal producer can reach it.
+pub(crate) const MAX_QUEUED_PROPOSALS: usize = 65_536;
 
 type Waiter = oneshot::Sender<Result<Outcome>>;
 
 /// Handle used by [`crate::RaftNode::submit`].
 #[derive(Clone)]
 pub(crate) struct Batcher {
-    queue: mpsc::UnboundedSender<(Proposal, Waiter)>,
+    queue: mpsc::Sender<(Proposal, Waiter)>,
 }
 
 impl Batcher {
     /// Starts the batching task for `raft`.
     pub(crate) fn start(raft: Raft) -> Batcher {
-        let (queue, pending) = mpsc::unbounded_channel();
+        let (queue, pending) = mpsc::channel(MAX_QUEUED_PROPOSALS);
         tokio::spawn(run(raft, pending));
         Batcher { queue }
     }
@@ -45,13 +49,18 @@ impl Batcher {
     pub(crate) fn submit(&self, proposal: Proposal) -> Result<oneshot::Receiver<Result<Outcome>>> {
         let (tx, rx) = oneshot::channel();
         self.queue
-            .send((proposal, tx))
-            .map_err(|_| Error::Stopped("proposal batcher stopped".into()))?;
+            .try_send((proposal, tx))
+            .map_err(|err| match err {
+                mpsc::error::TrySendError::Full(_) => Error::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => {
+                    Error::Stopped("proposal batcher stopped".into())
+                }
+            })?;
         Ok(rx)
     }
 }
 
-async fn run(raft: Raft, mut pending: mpsc::UnboundedReceiver<(Proposal, Waiter)>) {
+async fn run(raft: Raft, mut pending: mpsc::Receiver<(Proposal, Waiter)>) {
     let slots = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
     while let Some(first) = pending.recv().await {
         // Wait for pipeline room; proposals arriving meanwhile join this batch.

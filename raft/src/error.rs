@@ -14,6 +14,9 @@ pub enum Error {
     /// The leader could not confirm its leadership with a quorum (partitioned or deposed).
     #[error("leadership not confirmed by a quorum")]
     QuorumNotReached,
+    /// The proposal queue is full: the leader is not keeping up (the request gets no reply).
+    #[error("proposal queue full")]
+    Overloaded,
     /// Raft has stopped (shutdown or a fatal storage error).
     #[error("raft stopped: {0}")]
     Stopped(String),

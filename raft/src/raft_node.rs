@@ -339,6 +339,14 @@ impl RaftNode {
             .map_err(|e| Error::Stopped(e.to_string()))
     }
 
+    /// For a leader: time since a quorum last acknowledged it (a heartbeat or replication
+    /// reply). `None` on a follower, or on a leader no quorum has acknowledged yet.
+    pub fn quorum_ack_age(&self) -> Option<Duration> {
+        use openraft::Instant as _;
+        let acked = self.metrics.borrow().last_quorum_acked.clone()?;
+        Some(acked.elapsed())
+    }
+
     /// Current role.
     pub fn server_state(&self) -> ServerState {
         self.metrics.borrow().state

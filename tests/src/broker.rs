@@ -17,15 +17,21 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Starts Mosquitto and waits until it accepts connections.
+    /// Starts Mosquitto on 127.0.0.1 and waits until it accepts connections.
     pub fn start() -> Broker {
+        Broker::start_on("127.0.0.1")
+    }
+
+    /// Starts Mosquitto listening on `address` (`0.0.0.0`: every interface, so nodes in
+    /// network namespaces reach it too) and waits until it accepts connections on 127.0.0.1.
+    pub fn start_on(address: &str) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let config = dir.path().join("mosquitto.conf");
         std::fs::write(
             &config,
             format!(
-                "listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\nmax_inflight_messages 1000\n\
+                "listener {port} {address}\nallow_anonymous true\nset_tcp_nodelay true\nmax_inflight_messages 1000\n\
                  max_queued_messages 100000\npersistence false\nmessage_size_limit 0\n"
             ),
         )

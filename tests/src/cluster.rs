@@ -4,7 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::broker::Broker;
-use crate::node::{NodeSpec, StatestoreNode};
+use crate::netlab::NetLab;
+use crate::node::{NodeSpec, Placement, StatestoreNode};
 use crate::{free_port, wait_for};
 
 /// Raft timing used by cluster tests, spelled out (equal to the shipped defaults) so the
@@ -31,16 +32,17 @@ impl Cluster {
     pub fn start(size: usize, extra: &[&str]) -> Cluster {
         let broker = Broker::start();
         let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let peers: Vec<(u64, u16)> = ports
+        let peers: Vec<(u64, String)> = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| (i as u64 + 1, *p))
+            .map(|(i, p)| (i as u64 + 1, format!("127.0.0.1:{p}")))
             .collect();
         let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
         args.extend(extra.iter().map(|s| s.to_string()));
         let nodes = peers
             .iter()
-            .map(|(id, port)| {
+            .zip(&ports)
+            .map(|((id, _), port)| {
                 StatestoreNode::start(
                     &broker,
                     NodeSpec {
@@ -48,6 +50,41 @@ impl Cluster {
                         peers: peers.clone(),
                         raft_port: Some(*port),
                         extra_args: args.clone(),
+                        placement: None,
+                    },
+                )
+            })
+            .collect();
+        Cluster { broker, nodes }
+    }
+
+    /// Starts `size` nodes, node i in namespace i of `lab`, with a broker every namespace
+    /// reaches; `extra` flags go to every node.
+    pub fn start_in(lab: &NetLab, size: usize, extra: &[&str]) -> Cluster {
+        let broker = Broker::start_on("0.0.0.0");
+        let ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
+        let peers: Vec<(u64, String)> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i as u64 + 1, format!("{}:{p}", lab.raft_ip(i))))
+            .collect();
+        let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let nodes = (0..size)
+            .map(|i| {
+                StatestoreNode::start(
+                    &broker,
+                    NodeSpec {
+                        id: i as u64 + 1,
+                        peers: peers.clone(),
+                        raft_port: Some(ports[i]),
+                        extra_args: args.clone(),
+                        placement: Some(Placement {
+                            netns: lab.netns(i),
+                            http_ip: lab.broker_net_ip(i),
+                            raft_ip: lab.raft_ip(i),
+                            broker: format!("{}:{}", lab.broker_ip(), broker.port),
+                        }),
                     },
                 )
             })
@@ -174,6 +211,7 @@ impl Cluster {
                 peers: vec![],
                 raft_port: Some(raft_port),
                 extra_args: args,
+                placement: None,
             },
         );
         self.nodes.push(node);

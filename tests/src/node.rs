@@ -39,6 +39,9 @@ pub struct StatestoreNode {
     pub raft_port: u16,
     /// Data directory (kept across restarts).
     pub data_dir: PathBuf,
+    /// Address of the HTTP listener (127.0.0.1, or the node's namespace address).
+    pub http_host: String,
+    netns: Option<String>,
     args: Vec<String>,
     child: Option<Child>,
     log: PathBuf,
@@ -50,12 +53,27 @@ pub struct StatestoreNode {
 pub struct NodeSpec {
     /// Node id (default 1).
     pub id: u64,
-    /// Initial members `(id, raft port)`; empty: single node.
-    pub peers: Vec<(u64, u16)>,
+    /// Initial members `(id, raft address)`; empty: single node.
+    pub peers: Vec<(u64, String)>,
     /// Raft port to use (default: a fresh one).
     pub raft_port: Option<u16>,
     /// More flags for `statestore run`.
     pub extra_args: Vec<String>,
+    /// Run inside a network namespace (default: the test's own, on 127.0.0.1).
+    pub placement: Option<Placement>,
+}
+
+/// Where a node runs when it has its own network namespace.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// The namespace (`ip netns exec <netns>`).
+    pub netns: String,
+    /// Address for the HTTP listener (reachable from the test).
+    pub http_ip: String,
+    /// Address for the Raft listener.
+    pub raft_ip: String,
+    /// Broker address as seen from the namespace.
+    pub broker: String,
 }
 
 impl StatestoreNode {
@@ -73,6 +91,14 @@ impl StatestoreNode {
         let id = if spec.id == 0 { 1 } else { spec.id };
         let http_port = free_port();
         let raft_port = spec.raft_port.unwrap_or_else(free_port);
+        let (http_host, raft_host, broker_address) = match &spec.placement {
+            Some(p) => (p.http_ip.clone(), p.raft_ip.clone(), p.broker.clone()),
+            None => (
+                "127.0.0.1".to_owned(),
+                "127.0.0.1".to_owned(),
+                broker.address(),
+            ),
+        };
         let mut args = vec![
             "run".to_owned(),
             "--id".to_owned(),
@@ -80,17 +106,17 @@ impl StatestoreNode {
             "--data-dir".to_owned(),
             data_dir.display().to_string(),
             "--broker".to_owned(),
-            broker.address(),
+            broker_address,
             "--http".to_owned(),
-            format!("127.0.0.1:{http_port}"),
+            format!("{http_host}:{http_port}"),
             "--raft".to_owned(),
-            format!("127.0.0.1:{raft_port}"),
+            format!("{raft_host}:{raft_port}"),
             "--log".to_owned(),
             "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
         ];
-        for (peer, port) in &spec.peers {
+        for (peer, address) in &spec.peers {
             args.push("--peer".to_owned());
-            args.push(format!("{peer}=127.0.0.1:{port}"));
+            args.push(format!("{peer}={address}"));
         }
         args.extend(spec.extra_args);
         StatestoreNode {
@@ -98,6 +124,8 @@ impl StatestoreNode {
             http_port,
             raft_port,
             data_dir,
+            http_host,
+            netns: spec.placement.map(|p| p.netns),
             args,
             child: None,
             log,
@@ -113,7 +141,16 @@ impl StatestoreNode {
             .append(true)
             .open(&self.log)
             .expect("node log");
-        let child = Command::new(statestore_bin())
+        // `ip netns exec` enters the namespace and execs the node: the child is the node.
+        let mut command = match &self.netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns]).arg(statestore_bin());
+                command
+            }
+            None => Command::new(statestore_bin()),
+        };
+        let child = command
             .args(&self.args)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
@@ -183,9 +220,9 @@ impl StatestoreNode {
         self.signal("CONT");
     }
 
-    /// `http://127.0.0.1:<http port>`.
+    /// `http://<http host>:<http port>`.
     pub fn http_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http_port)
+        format!("http://{}:{}", self.http_host, self.http_port)
     }
 
     /// HTTP GET of `path` on the node's admin listener: status and body.

@@ -123,3 +123,26 @@ pub fn median_and_max(mut values: Vec<Duration>) -> (Duration, Duration) {
     let max = values.last().copied().unwrap_or_default();
     (median, max)
 }
+
+/// Reads back every acknowledged write of `reports` through the broker on `port` and panics on
+/// the first one that is not there with its value; returns how many were checked.
+pub async fn verify_acked(port: u16, reports: &[WriterReport]) -> usize {
+    let reader = SdkClient::connect(port, "ack-verifier").await;
+    let mut checked = 0;
+    for ack in reports.iter().flat_map(|r| r.acks.iter()) {
+        let got = reader
+            .client
+            .get(ack.key.clone(), crate::sdk::TIMEOUT)
+            .await
+            .expect("get");
+        assert_eq!(
+            got.response.as_deref(),
+            Some(&ack.value[..]),
+            "acknowledged write to {:?} lost",
+            String::from_utf8_lossy(&ack.key)
+        );
+        checked += 1;
+    }
+    reader.shutdown().await;
+    checked
+}

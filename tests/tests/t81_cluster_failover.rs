@@ -5,31 +5,9 @@ use std::time::{Duration, Instant};
 
 use statestore_tests::cluster::Cluster;
 use statestore_tests::raw::{RawClient, resp};
-use statestore_tests::sdk::{SdkClient, TIMEOUT};
 use statestore_tests::workload::{
-    KeyPattern, Writer, WriterReport, first_ack_after, median_and_max,
+    KeyPattern, Writer, first_ack_after, median_and_max, verify_acked,
 };
-
-async fn verify_acked(port: u16, reports: &[WriterReport]) -> usize {
-    let reader = SdkClient::connect(port, "ack-verifier").await;
-    let mut checked = 0;
-    for ack in reports.iter().flat_map(|r| r.acks.iter()) {
-        let got = reader
-            .client
-            .get(ack.key.clone(), TIMEOUT)
-            .await
-            .expect("get");
-        assert_eq!(
-            got.response.as_deref(),
-            Some(&ack.value[..]),
-            "acknowledged write to {:?} lost",
-            String::from_utf8_lossy(&ack.key)
-        );
-        checked += 1;
-    }
-    reader.shutdown().await;
-    checked
-}
 
 /// `kill -9` of the leader while four SDK clients write: a new leader takes over, every write
 /// acknowledged before, during and after the crash is readable afterwards, and the restarted

@@ -2,10 +2,10 @@
 //!
 //! ntex is single-threaded and `!Send`, so the session runs on its own OS thread inside an
 //! ntex `System` and talks to the Tokio side through channels: requests flow out as
-//! [`InboundMessage`]s, publishes and subscription changes flow in as commands, connection
-//! state is a watch, and notification PUBACKs with reason 0x10 come back as
-//! [`SessionEvent`]s. It reconnects with exponential backoff and restores the request
-//! subscription whenever the service wants it.
+//! [`crate::transport::InboundMessage`]s admitted into the request budget, publishes and
+//! subscription changes flow in as commands, connection state is a watch, and notification
+//! PUBACKs with reason 0x10 come back as [`SessionEvent`]s. It reconnects with exponential
+//! backoff and restores the request subscription whenever the service wants it.
 
 mod session;
 
@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::admission::Intake;
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
-use crate::transport::{InboundMessage, OutboundMessage, Outbox};
+use crate::transport::{OutboundMessage, Outbox};
 
 /// Connection settings.
 #[derive(Debug, Clone)]
@@ -80,7 +81,7 @@ impl MqttHandle {
     /// Starts the session thread. Requests are forwarded to `requests`.
     pub fn start(
         config: SessionConfig,
-        requests: mpsc::Sender<InboundMessage>,
+        requests: Intake,
         metrics: Arc<MqttMetrics>,
         stalls: Arc<StallDetector>,
     ) -> std::io::Result<(MqttHandle, mpsc::UnboundedReceiver<SessionEvent>)> {

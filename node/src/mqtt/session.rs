@@ -24,6 +24,7 @@ use ntex_util::time::Seconds;
 use tokio::sync::{mpsc, watch};
 
 use super::{Command, SessionConfig, SessionEvent, SessionState};
+use crate::admission::Intake;
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, REQUEST_TOPIC};
@@ -37,7 +38,7 @@ enum Ended {
 pub(super) async fn run(
     config: SessionConfig,
     mut commands: mpsc::Receiver<Command>,
-    requests: mpsc::Sender<InboundMessage>,
+    requests: Intake,
     state: watch::Sender<SessionState>,
     events: mpsc::UnboundedSender<SessionEvent>,
     metrics: Arc<MqttMetrics>,
@@ -168,7 +169,7 @@ impl Connected<'_> {
         client: Client,
         commands: &mut mpsc::Receiver<Command>,
         want_subscription: &mut bool,
-        requests: mpsc::Sender<InboundMessage>,
+        requests: Intake,
         events: mpsc::UnboundedSender<SessionEvent>,
     ) -> Ended {
         let in_flight: Rc<RefCell<VecDeque<OutboundKind>>> = Rc::default();
@@ -206,9 +207,10 @@ impl Connected<'_> {
                         let payload = publish.read_all().await.unwrap_or_default();
                         let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();
-                        // Bounded: when the service is saturated the PUBACK waits, and the
-                        // broker stops sending once our receive maximum is reached.
-                        if requests.send(inbound).await.is_err() {
+                        // Bounded: the request is admitted into the request budget before its
+                        // PUBACK; when the budget is spent the PUBACK waits, and the broker
+                        // stops sending once our receive maximum is reached.
+                        if !requests.deliver(inbound).await {
                             tracing::debug!("request dropped: service stopped");
                         }
                         Ok::<_, Infallible>(publish.ack(PublishAckReason::Success))

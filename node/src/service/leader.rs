@@ -1,17 +1,108 @@
-//! Leadership lifecycle: when this node becomes leader it confirms leadership with a quorum,
-//! catches up on every committed entry, raises its HLC above the stored versions, brings the
-//! replicated quota limits in line with its configuration and only then takes the request
-//! subscription. When it stops being leader it releases the subscription at once.
+//! Leadership lifecycle, keyed by term. When Raft makes this node leader of term `t`, it
+//! confirms leadership with a quorum, catches up on every committed entry, raises its HLC above
+//! the stored versions, brings the replicated quota limits in line with its configuration and
+//! only then takes the request subscription and runs leader duties (sweeps, notifications) for
+//! term `t`. It gives them up at once when it is no longer leader, when the term changes, or
+//! when no quorum has acknowledged it for longer than the quorum timeout (a leader cut off
+//! from its peers: openraft keeps it leader until it hears a higher term, but it could commit
+//! nothing). Duties come back only after a fresh quorum-confirmed take-over.
+//!
+//! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use statestore_raft::Leadership;
 use statestore_storage::keyspace::{Limits, Mutation, read};
 use tokio::sync::watch;
 
 use crate::mqtt::MqttHandle;
 use crate::service::Service;
+use crate::transport::Outbox;
+
+/// Timing of the leadership checks.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaderTiming {
+    /// A serving leader with no quorum acknowledgement for longer than this gives up.
+    pub quorum_timeout: Duration,
+    /// How often the quorum age is checked.
+    pub check_interval: Duration,
+    /// Longest a take-over may take before it is abandoned and retried.
+    pub take_over_timeout: Duration,
+}
+
+/// Which duties this node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duty {
+    /// None: requests are not taken.
+    Idle,
+    /// Serving as the quorum-confirmed leader of `term`.
+    Serving {
+        /// The term the take-over confirmed.
+        term: u64,
+    },
+}
+
+/// Why duties were given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// Raft says another node leads (or none).
+    NotLeader,
+    /// Still leader, but of a later term than the one taken over (a new take-over is due).
+    NewTerm,
+    /// No quorum acknowledged this leader for longer than the quorum timeout.
+    QuorumLost,
+}
+
+impl ReleaseReason {
+    /// Metric label (one of [`crate::metrics::RELEASE_REASONS`]).
+    pub fn label(self) -> &'static str {
+        match self {
+            ReleaseReason::NotLeader => "not_leader",
+            ReleaseReason::NewTerm => "new_term",
+            ReleaseReason::QuorumLost => "quorum_lost",
+        }
+    }
+}
+
+/// What to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing changes.
+    Stay,
+    /// Confirm leadership of `term` with a quorum, then serve.
+    TakeOver {
+        /// The term to take over.
+        term: u64,
+    },
+    /// Give up the subscription and duties.
+    Release(ReleaseReason),
+}
+
+/// The rule. `quorum_age` is the time since a quorum last acknowledged this leader (`None`
+/// when Raft has no acknowledgement to report); `serving_for` is the time since the
+/// take-over, which stands in for the age when Raft reports none.
+pub fn decide(
+    duty: Duty,
+    leadership: Leadership,
+    quorum_age: Option<Duration>,
+    serving_for: Duration,
+    quorum_timeout: Duration,
+) -> Step {
+    match duty {
+        Duty::Idle if leadership.is_leader => Step::TakeOver {
+            term: leadership.term,
+        },
+        Duty::Idle => Step::Stay,
+        Duty::Serving { .. } if !leadership.is_leader => Step::Release(ReleaseReason::NotLeader),
+        Duty::Serving { term } if term != leadership.term => Step::Release(ReleaseReason::NewTerm),
+        Duty::Serving { .. } if quorum_age.unwrap_or(serving_for) > quorum_timeout => {
+            Step::Release(ReleaseReason::QuorumLost)
+        }
+        Duty::Serving { .. } => Step::Stay,
+    }
+}
 
 /// Runs until the leadership watch closes or `stop` flips to true.
 pub async fn run(
@@ -19,45 +110,108 @@ pub async fn run(
     mqtt: MqttHandle,
     serving: Arc<AtomicBool>,
     limits: Limits,
+    timing: LeaderTiming,
     mut stop: watch::Receiver<bool>,
 ) {
+    let metrics = service.metrics().clone();
     let mut leadership = service.raft().leadership();
+    let mut ticker = tokio::time::interval(timing.check_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut duty = Duty::Idle;
+    let mut serving_since = Instant::now();
     loop {
         if *stop.borrow() {
             return;
         }
         let current = *leadership.borrow_and_update();
-        let serving_now = serving.load(Ordering::SeqCst);
-        if current.is_leader && !serving_now {
-            match take_over(&service, limits).await {
-                Ok(()) => {
-                    serving.store(true, Ordering::SeqCst);
-                    mqtt.set_request_subscription(true).await;
-                    tracing::info!(term = current.term, "leader: serving requests");
+        let quorum_age = service.raft().quorum_ack_age();
+        let serving_for = serving_since.elapsed();
+        metrics
+            .service
+            .leader_quorum_ack_age_seconds
+            .set(match duty {
+                Duty::Serving { .. } => quorum_age.unwrap_or(serving_for).as_secs_f64(),
+                Duty::Idle => 0.0,
+            });
+        match decide(
+            duty,
+            current,
+            quorum_age,
+            serving_for,
+            timing.quorum_timeout,
+        ) {
+            Step::Stay => {}
+            Step::Release(reason) => {
+                serving.store(false, Ordering::SeqCst);
+                duty = Duty::Idle;
+                metrics
+                    .service
+                    .leader_releases_total
+                    .with_label_values(&[reason.label()])
+                    .inc();
+                mqtt.set_request_subscription(false).await;
+                match reason {
+                    ReleaseReason::QuorumLost => tracing::warn!(
+                        term = current.term,
+                        quorum_ack_age_ms = quorum_age.unwrap_or(serving_for).as_millis(),
+                        "no quorum acknowledged this leader in time: released the request subscription"
+                    ),
+                    _ => tracing::info!(
+                        leader = ?current.leader,
+                        term = current.term,
+                        reason = reason.label(),
+                        "released the request subscription"
+                    ),
                 }
-                Err(err) => {
-                    tracing::info!(error = %err, "leadership not established yet; retrying");
-                    tokio::select! {
-                        _ = leadership.changed() => {}
-                        _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                        _ = stop.changed() => {}
-                    }
-                    continue;
-                }
+                continue;
             }
-        } else if !current.is_leader && serving_now {
-            serving.store(false, Ordering::SeqCst);
-            mqtt.set_request_subscription(false).await;
-            tracing::info!(leader = ?current.leader, term = current.term, "no longer leader: released the request subscription");
+            Step::TakeOver { term } => {
+                match tokio::time::timeout(timing.take_over_timeout, take_over(&service, limits))
+                    .await
+                {
+                    Ok(Ok(())) if still_leader_of(&leadership, term) => {
+                        serving.store(true, Ordering::SeqCst);
+                        duty = Duty::Serving { term };
+                        serving_since = Instant::now();
+                        metrics.service.leader_takeovers_total.inc();
+                        mqtt.set_request_subscription(true).await;
+                        tracing::info!(term, "leader: serving requests");
+                        continue;
+                    }
+                    Ok(Ok(())) => continue,
+                    Ok(Err(err)) => {
+                        tracing::info!(term, error = %err, "leadership not confirmed yet; retrying");
+                    }
+                    Err(_) => {
+                        tracing::info!(
+                            term,
+                            "leadership not confirmed within {:?}; retrying",
+                            timing.take_over_timeout
+                        );
+                    }
+                }
+                tokio::select! {
+                    _ = leadership.changed() => {}
+                    _ = tokio::time::sleep(timing.check_interval) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
         }
         tokio::select! {
             changed = leadership.changed() => if changed.is_err() { return },
+            _ = ticker.tick() => {}
             _ = stop.changed() => {}
         }
     }
 }
 
-async fn take_over(service: &Service<MqttHandle>, limits: Limits) -> Result<(), String> {
+fn still_leader_of(leadership: &watch::Receiver<Leadership>, term: u64) -> bool {
+    let now = *leadership.borrow();
+    now.is_leader && now.term == term
+}
+
+async fn take_over<O: Outbox>(service: &Service<O>, limits: Limits) -> Result<(), String> {
     service
         .raft()
         .ensure_linearizable()
@@ -77,4 +231,97 @@ async fn take_over(service: &Service<MqttHandle>, limits: Limits) -> Result<(), 
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUT: Duration = Duration::from_millis(1_000);
+
+    fn leader(term: u64) -> Leadership {
+        Leadership {
+            leader: Some(1),
+            is_leader: true,
+            term,
+        }
+    }
+
+    fn follower(term: u64) -> Leadership {
+        Leadership {
+            leader: Some(2),
+            is_leader: false,
+            term,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn an_idle_leader_takes_over_its_term_and_an_idle_follower_stays() {
+        assert_eq!(
+            decide(Duty::Idle, leader(5), None, ms(0), TIMEOUT),
+            Step::TakeOver { term: 5 }
+        );
+        assert_eq!(
+            decide(Duty::Idle, follower(5), None, ms(0), TIMEOUT),
+            Step::Stay
+        );
+    }
+
+    #[test]
+    fn leader_then_follower_then_leader_again_is_two_take_overs_not_one() {
+        // leader(t5) -> follower(t6) -> leader(t7) between two checks: the term decides.
+        let serving = Duty::Serving { term: 5 };
+        assert_eq!(
+            decide(serving, leader(7), Some(ms(10)), ms(10), TIMEOUT),
+            Step::Release(ReleaseReason::NewTerm)
+        );
+        assert_eq!(
+            decide(Duty::Idle, leader(7), Some(ms(10)), ms(10), TIMEOUT),
+            Step::TakeOver { term: 7 }
+        );
+    }
+
+    #[test]
+    fn a_serving_node_that_is_no_longer_leader_releases() {
+        assert_eq!(
+            decide(
+                Duty::Serving { term: 5 },
+                follower(5),
+                None,
+                ms(10),
+                TIMEOUT
+            ),
+            Step::Release(ReleaseReason::NotLeader)
+        );
+    }
+
+    #[test]
+    fn quorum_age_beyond_the_timeout_releases_and_within_it_stays() {
+        let serving = Duty::Serving { term: 3 };
+        assert_eq!(
+            decide(serving, leader(3), Some(ms(999)), ms(60_000), TIMEOUT),
+            Step::Stay
+        );
+        assert_eq!(
+            decide(serving, leader(3), Some(ms(1_001)), ms(60_000), TIMEOUT),
+            Step::Release(ReleaseReason::QuorumLost)
+        );
+    }
+
+    #[test]
+    fn without_a_reported_ack_the_time_since_take_over_counts() {
+        let serving = Duty::Serving { term: 3 };
+        assert_eq!(
+            decide(serving, leader(3), None, ms(200), TIMEOUT),
+            Step::Stay
+        );
+        assert_eq!(
+            decide(serving, leader(3), None, ms(1_200), TIMEOUT),
+            Step::Release(ReleaseReason::QuorumLost)
+        );
+    }
 }

@@ -40,13 +40,33 @@ pub struct ServiceConfig {
     pub max_dedup_window: Duration,
     /// This node's MQTT client id (sent as `__srcId` on replies).
     pub node_client_id: String,
+    /// Longest a request may take (less when its Message Expiry is sooner); past it the
+    /// request gets no reply and the client's retry finds the remembered reply, if any.
+    pub request_timeout: Duration,
 }
 
 /// Why a request could not be served here (it gets no reply; the client retries).
 #[derive(Debug)]
 enum Unavailable {
+    /// Not the serving leader (or no longer).
     NotLeader,
+    /// The proposal queue is full.
+    Overloaded,
+    /// The request's deadline passed before its outcome was known.
+    TimedOut,
     Internal(String),
+}
+
+impl Unavailable {
+    /// Label for `requests_total{result}` and `requests_dropped_total{reason}`.
+    fn label(&self) -> &'static str {
+        match self {
+            Unavailable::NotLeader => "not_leader",
+            Unavailable::Overloaded => "overloaded",
+            Unavailable::TimedOut => "timed_out",
+            Unavailable::Internal(_) => "internal",
+        }
+    }
 }
 
 impl From<statestore_raft::Error> for Unavailable {
@@ -55,6 +75,7 @@ impl From<statestore_raft::Error> for Unavailable {
             statestore_raft::Error::NotLeader { .. } | statestore_raft::Error::QuorumNotReached => {
                 Unavailable::NotLeader
             }
+            statestore_raft::Error::Overloaded => Unavailable::Overloaded,
             other => Unavailable::Internal(other.to_string()),
         }
     }
@@ -192,12 +213,21 @@ impl<O: Outbox> Service<O> {
             command = verb.label(),
             result = tracing::field::Empty
         );
+        // Past this instant nobody waits for the reply: give up (the proposal, if already
+        // submitted, still commits, and a retry finds its remembered reply).
+        let give_up = envelope
+            .deadline
+            .map_or(started + self.config.request_timeout, |deadline| {
+                deadline.min(started + self.config.request_timeout)
+            });
         let result = match parsed {
-            Ok(command) => {
+            Ok(command) => tokio::time::timeout_at(
+                give_up.into(),
                 self.execute(command, &message, &envelope)
-                    .instrument(span.clone())
-                    .await
-            }
+                    .instrument(span.clone()),
+            )
+            .await
+            .unwrap_or(Err(Unavailable::TimedOut)),
             Err(err) => Ok(Answer::error(err.into())),
         };
         let elapsed = started.elapsed().as_secs_f64();
@@ -223,15 +253,17 @@ impl<O: Outbox> Service<O> {
                 self.outbox.publish(reply).await;
                 self.metrics.service.observe(verb, label, elapsed);
             }
-            Err(Unavailable::NotLeader) => {
-                span.record("result", "not_leader");
-                self.metrics.service.observe(verb, "not_leader", elapsed);
-                tracing::debug!("request not served: not the leader");
-            }
-            Err(Unavailable::Internal(err)) => {
-                span.record("result", "internal");
-                self.metrics.service.observe(verb, "internal", elapsed);
-                tracing::warn!(error = %err, command = verb.label(), "request failed; no reply sent");
+            Err(unavailable) => {
+                let label = unavailable.label();
+                span.record("result", label);
+                self.metrics.service.observe(verb, label, elapsed);
+                self.metrics.service.dropped(label);
+                match unavailable {
+                    Unavailable::Internal(err) => {
+                        tracing::warn!(error = %err, command = verb.label(), "request failed; no reply sent");
+                    }
+                    other => tracing::debug!(reason = other.label(), "request not served"),
+                }
             }
         }
     }
@@ -243,6 +275,11 @@ impl<O: Outbox> Service<O> {
         message: &InboundMessage,
         envelope: &Envelope,
     ) -> Result<Answer, Unavailable> {
+        if !self.is_serving() {
+            // Arrived before this node released the subscription (or while it lost its
+            // quorum): another node may be leading; the client retries there.
+            return Err(Unavailable::NotLeader);
+        }
         let request_ts = match message.user_property("__ts").map(Hlc::parse) {
             None => None,
             Some(Ok(ts)) => Some(ts),
