@@ -56,9 +56,11 @@ impl Default for RaftConfig {
     fn default() -> Self {
         RaftConfig {
             id: 1,
-            heartbeat_interval: Duration::from_millis(200),
-            election_timeout_min: Duration::from_millis(500),
-            election_timeout_max: Duration::from_millis(1_000),
+            // Followers elect after the old leader's lease (= election_timeout_max) plus a
+            // random election timeout: 0.9–1.2 s of silence with these values.
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout_min: Duration::from_millis(300),
+            election_timeout_max: Duration::from_millis(600),
             snapshot_after_proposals: 200_000,
             snapshot_after_entries: 50_000,
             entries_kept_after_snapshot: 1_000,

@@ -12,11 +12,11 @@ use crate::{free_port, wait_for};
 /// failover figures the tests print are the ones users get.
 pub const TEST_TIMING: [&str; 6] = [
     "--heartbeat-ms",
-    "200",
+    "100",
     "--election-timeout-min-ms",
-    "500",
+    "300",
     "--election-timeout-max-ms",
-    "1000",
+    "600",
 ];
 
 /// Broker plus nodes.
