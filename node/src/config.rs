@@ -499,6 +499,7 @@ impl Config {
             check_interval: Duration::from_millis(self.cluster.heartbeat_ms / 2)
                 .clamp(Duration::from_millis(10), Duration::from_millis(100)),
             take_over_timeout: election_max * 2,
+            quorum_probe_timeout: Duration::from_millis(self.cluster.heartbeat_ms * 2),
         }
     }
 

@@ -260,6 +260,18 @@ async fn isolated_leader_never_passes_the_read_barrier() {
         );
     }
     assert!(nodes[new].ensure_linearizable().await.is_ok());
+    // The isolated leader still calls itself leader, but it can see that no quorum has
+    // acknowledged it for longer than the election timeout (the node steps down on that),
+    // while the new leader's acknowledgements are fresh.
+    assert!(nodes[old].leadership().borrow().is_leader);
+    let stale = nodes[old]
+        .quorum_ack_age()
+        .expect("a leader that was acknowledged once");
+    assert!(stale > Duration::from_millis(600), "{stale:?}");
+    let fresh = nodes[new]
+        .quorum_ack_age()
+        .expect("the new leader was acknowledged");
+    assert!(fresh < Duration::from_millis(600), "{fresh:?}");
 
     router.heal();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -270,9 +282,26 @@ async fn isolated_leader_never_passes_the_read_barrier() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(
-        !nodes[old].leadership().borrow().is_leader
-            || nodes[old].ensure_linearizable().await.is_ok()
+    // Healed, the old leader has heard the new term: it follows the new leader and refuses
+    // to serve reads itself.
+    let new_id = ids[new];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while nodes[old].leadership().borrow().leader != Some(new_id) {
+        assert!(
+            Instant::now() < deadline,
+            "old leader does not follow the new one"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!nodes[old].leadership().borrow().is_leader);
+    assert!(matches!(
+        nodes[old].ensure_linearizable().await,
+        Err(statestore_raft::Error::NotLeader { leader: Some(l) }) if l == new_id
+    ));
+    assert_eq!(
+        nodes[old].quorum_ack_age(),
+        None,
+        "a follower has no quorum age"
     );
     for node in &nodes {
         let _ = node.shutdown().await;

@@ -30,6 +30,8 @@ pub struct LeaderTiming {
     pub check_interval: Duration,
     /// Longest a take-over may take before it is abandoned and retried.
     pub take_over_timeout: Duration,
+    /// Before giving up, one quorum round may confirm the leader after all; this long.
+    pub quorum_probe_timeout: Duration,
 }
 
 /// Which duties this node runs.
@@ -80,14 +82,12 @@ pub enum Step {
     Release(ReleaseReason),
 }
 
-/// The rule. `quorum_age` is the time since a quorum last acknowledged this leader (`None`
-/// when Raft has no acknowledgement to report); `serving_for` is the time since the
-/// take-over, which stands in for the age when Raft reports none.
+/// The rule. `quorum_age` is the time since a quorum last acknowledged this leader, as far
+/// as this node knows (see [`QuorumAge`]).
 pub fn decide(
     duty: Duty,
     leadership: Leadership,
-    quorum_age: Option<Duration>,
-    serving_for: Duration,
+    quorum_age: Duration,
     quorum_timeout: Duration,
 ) -> Step {
     match duty {
@@ -97,10 +97,38 @@ pub fn decide(
         Duty::Idle => Step::Stay,
         Duty::Serving { .. } if !leadership.is_leader => Step::Release(ReleaseReason::NotLeader),
         Duty::Serving { term } if term != leadership.term => Step::Release(ReleaseReason::NewTerm),
-        Duty::Serving { .. } if quorum_age.unwrap_or(serving_for) > quorum_timeout => {
+        Duty::Serving { .. } if quorum_age > quorum_timeout => {
             Step::Release(ReleaseReason::QuorumLost)
         }
         Duty::Serving { .. } => Step::Stay,
+    }
+}
+
+/// The freshest evidence that a quorum follows this leader: openraft's last quorum
+/// acknowledgement (reported with its metrics, which can lag when nothing else changes) or this
+/// module's own confirmations (the take-over, and probes made before giving up).
+#[derive(Debug, Clone, Copy)]
+pub struct QuorumAge {
+    confirmed_at: Instant,
+}
+
+impl QuorumAge {
+    /// Starts from a confirmation made now.
+    pub fn confirmed_now() -> Self {
+        QuorumAge {
+            confirmed_at: Instant::now(),
+        }
+    }
+
+    /// Records a confirmation made now.
+    pub fn confirm(&mut self) {
+        self.confirmed_at = Instant::now();
+    }
+
+    /// The age given openraft's report (`None`: nothing reported).
+    pub fn age(&self, reported: Option<Duration>) -> Duration {
+        let ours = self.confirmed_at.elapsed();
+        reported.map_or(ours, |reported| reported.min(ours))
     }
 }
 
@@ -118,28 +146,30 @@ pub async fn run(
     let mut ticker = tokio::time::interval(timing.check_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut duty = Duty::Idle;
-    let mut serving_since = Instant::now();
+    let mut quorum = QuorumAge::confirmed_now();
     loop {
         if *stop.borrow() {
             return;
         }
         let current = *leadership.borrow_and_update();
-        let quorum_age = service.raft().quorum_ack_age();
-        let serving_for = serving_since.elapsed();
+        let age = quorum.age(service.raft().quorum_ack_age());
         metrics
             .service
             .leader_quorum_ack_age_seconds
             .set(match duty {
-                Duty::Serving { .. } => quorum_age.unwrap_or(serving_for).as_secs_f64(),
+                Duty::Serving { .. } => age.as_secs_f64(),
                 Duty::Idle => 0.0,
             });
-        match decide(
-            duty,
-            current,
-            quorum_age,
-            serving_for,
-            timing.quorum_timeout,
-        ) {
+        let mut step = decide(duty, current, age, timing.quorum_timeout);
+        if step == Step::Release(ReleaseReason::QuorumLost)
+            && quorum_still_follows(&service, timing.quorum_probe_timeout).await
+        {
+            // openraft's report was stale (a single voter, or nothing else changed): a fresh
+            // round just confirmed the quorum.
+            quorum.confirm();
+            step = Step::Stay;
+        }
+        match step {
             Step::Stay => {}
             Step::Release(reason) => {
                 serving.store(false, Ordering::SeqCst);
@@ -153,7 +183,7 @@ pub async fn run(
                 match reason {
                     ReleaseReason::QuorumLost => tracing::warn!(
                         term = current.term,
-                        quorum_ack_age_ms = quorum_age.unwrap_or(serving_for).as_millis(),
+                        quorum_ack_age_ms = age.as_millis(),
                         "no quorum acknowledged this leader in time: released the request subscription"
                     ),
                     _ => tracing::info!(
@@ -172,7 +202,7 @@ pub async fn run(
                     Ok(Ok(())) if still_leader_of(&leadership, term) => {
                         serving.store(true, Ordering::SeqCst);
                         duty = Duty::Serving { term };
-                        serving_since = Instant::now();
+                        quorum.confirm();
                         metrics.service.leader_takeovers_total.inc();
                         mqtt.set_request_subscription(true).await;
                         tracing::info!(term, "leader: serving requests");
@@ -204,6 +234,18 @@ pub async fn run(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// One read-barrier round with a deadline: true if a quorum confirmed this leader now. A
+/// single-voter cluster is its own quorum.
+async fn quorum_still_follows<O: Outbox>(service: &Service<O>, deadline: Duration) -> bool {
+    if service.raft().voters().len() <= 1 {
+        return true;
+    }
+    matches!(
+        tokio::time::timeout(deadline, service.raft().ensure_linearizable()).await,
+        Ok(Ok(()))
+    )
 }
 
 fn still_leader_of(leadership: &watch::Receiver<Leadership>, term: u64) -> bool {
@@ -262,13 +304,10 @@ mod tests {
     #[test]
     fn an_idle_leader_takes_over_its_term_and_an_idle_follower_stays() {
         assert_eq!(
-            decide(Duty::Idle, leader(5), None, ms(0), TIMEOUT),
+            decide(Duty::Idle, leader(5), ms(0), TIMEOUT),
             Step::TakeOver { term: 5 }
         );
-        assert_eq!(
-            decide(Duty::Idle, follower(5), None, ms(0), TIMEOUT),
-            Step::Stay
-        );
+        assert_eq!(decide(Duty::Idle, follower(5), ms(0), TIMEOUT), Step::Stay);
     }
 
     #[test]
@@ -276,11 +315,11 @@ mod tests {
         // leader(t5) -> follower(t6) -> leader(t7) between two checks: the term decides.
         let serving = Duty::Serving { term: 5 };
         assert_eq!(
-            decide(serving, leader(7), Some(ms(10)), ms(10), TIMEOUT),
+            decide(serving, leader(7), ms(10), TIMEOUT),
             Step::Release(ReleaseReason::NewTerm)
         );
         assert_eq!(
-            decide(Duty::Idle, leader(7), Some(ms(10)), ms(10), TIMEOUT),
+            decide(Duty::Idle, leader(7), ms(10), TIMEOUT),
             Step::TakeOver { term: 7 }
         );
     }
@@ -288,13 +327,7 @@ mod tests {
     #[test]
     fn a_serving_node_that_is_no_longer_leader_releases() {
         assert_eq!(
-            decide(
-                Duty::Serving { term: 5 },
-                follower(5),
-                None,
-                ms(10),
-                TIMEOUT
-            ),
+            decide(Duty::Serving { term: 5 }, follower(5), ms(10), TIMEOUT),
             Step::Release(ReleaseReason::NotLeader)
         );
     }
@@ -302,26 +335,24 @@ mod tests {
     #[test]
     fn quorum_age_beyond_the_timeout_releases_and_within_it_stays() {
         let serving = Duty::Serving { term: 3 };
+        assert_eq!(decide(serving, leader(3), ms(999), TIMEOUT), Step::Stay);
         assert_eq!(
-            decide(serving, leader(3), Some(ms(999)), ms(60_000), TIMEOUT),
-            Step::Stay
-        );
-        assert_eq!(
-            decide(serving, leader(3), Some(ms(1_001)), ms(60_000), TIMEOUT),
+            decide(serving, leader(3), ms(1_001), TIMEOUT),
             Step::Release(ReleaseReason::QuorumLost)
         );
     }
 
     #[test]
-    fn without_a_reported_ack_the_time_since_take_over_counts() {
-        let serving = Duty::Serving { term: 3 };
-        assert_eq!(
-            decide(serving, leader(3), None, ms(200), TIMEOUT),
-            Step::Stay
-        );
-        assert_eq!(
-            decide(serving, leader(3), None, ms(1_200), TIMEOUT),
-            Step::Release(ReleaseReason::QuorumLost)
-        );
+    fn the_age_is_the_fresher_of_openraft_report_and_our_own_confirmation() {
+        let quorum = QuorumAge::confirmed_now();
+        // A stale report does not outweigh a confirmation made just now...
+        assert!(quorum.age(Some(ms(60_000))) < ms(1_000));
+        // ...and a fresh report counts even when our own confirmation is older.
+        assert_eq!(quorum.age(Some(ms(0))), ms(0));
+        let old = QuorumAge {
+            confirmed_at: Instant::now() - ms(5_000),
+        };
+        assert!(old.age(None) >= ms(5_000));
+        assert_eq!(old.age(Some(ms(20))), ms(20));
     }
 }

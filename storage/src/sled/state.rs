@@ -561,6 +561,30 @@ mod tests {
             .collect()
     }
 
+    /// A snapshot transfer or export cut short by a crash leaves a `*.tmp` file; opening the
+    /// store removes it and keeps everything else in the snapshot directory.
+    #[test]
+    fn unfinished_snapshot_files_are_removed_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let snapshot_dir = {
+            let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+            let state = store.state().expect("state");
+            let incoming = state.incoming_snapshot_path();
+            std::fs::write(&incoming, b"half a transfer").expect("write partial file");
+            incoming.parent().expect("snapshot dir").to_path_buf()
+        };
+        std::fs::write(snapshot_dir.join("export-7.tmp"), b"half an export").expect("write");
+        std::fs::write(snapshot_dir.join("keep.bin"), b"not ours to judge").expect("write");
+        let reopened = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
+        let _state = reopened.state().expect("state opens (and cleans up)");
+        let mut left: Vec<String> = std::fs::read_dir(&snapshot_dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["keep.bin".to_owned()]);
+    }
+
     /// Reads see the newest write whether it is in memory or in sled, across a flush.
     #[test]
     fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
