@@ -451,7 +451,7 @@ impl Model {
 
     /// Time a read (GET, sweep scan) of a leader with wall clock `wall_ms` judges expiry at.
     fn read_time(&self, wall_ms: u64) -> u64 {
-        self.now.max(wall_ms)
+        capped_floor(self.now, wall_ms)
     }
 
     /// True if a request with this id arriving now (at the latest store time) would get a
@@ -540,7 +540,7 @@ impl Model {
     }
 
     fn apply(&mut self, p: &Proposal) -> (Outcome, Vec<KeyEvent>) {
-        self.now = self.now.max(p.wall_ms);
+        self.now = capped_floor(self.now, p.wall_ms);
         let memory = p
             .request
             .as_ref()
@@ -1285,4 +1285,15 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
     }
     prop_assert_eq!(left, 0, "the second batch has budget to spare");
     Ok(())
+}
+
+/// The model's store time: the later of the leader's clock and the floor, where the floor
+/// counts for at most 60 s (the HLC drift bound) beyond the leader's clock.
+fn capped_floor(floor: u64, wall_ms: u64) -> u64 {
+    const LEAD_MS: u64 = 60_000;
+    if floor > wall_ms + LEAD_MS {
+        wall_ms + LEAD_MS
+    } else {
+        floor.max(wall_ms)
+    }
 }

@@ -396,11 +396,13 @@ impl<O: Outbox> Service<O> {
     async fn get(&self, key: &[u8]) -> Result<Answer, Unavailable> {
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
-        let time = read::read_time(&read::meta(&view)?, self.wall.now_ms());
-        let time = self
-            .read_floor_ms
-            .fetch_max(time, Ordering::SeqCst)
-            .max(time);
+        // Never behind an earlier GET on this node (a key seen expired stays expired), within
+        // the same bound the replicated floor has (read::store_time).
+        let floor = read::meta(&view)?
+            .time_floor_ms
+            .max(self.read_floor_ms.load(Ordering::SeqCst));
+        let time = read::store_time(floor, self.wall.now_ms());
+        self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
         Ok(match read::live_record(&view, key, time)? {
             Some(record) => Answer {
                 reply: Reply::Bulk(record.value),

@@ -158,7 +158,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
 
     /// Applies one proposal.
     pub fn apply(&mut self, proposal: &Proposal) -> Result<Applied> {
-        let time = proposal.wall_ms.max(self.meta.time_floor_ms);
+        let time = read::store_time(self.meta.time_floor_ms, proposal.wall_ms);
         if time != self.meta.time_floor_ms {
             self.meta.time_floor_ms = time;
             self.meta_changed = true;

@@ -35,9 +35,22 @@ pub fn live_record(
     Ok(record(view, key)?.filter(|r| !r.is_expired_at(time_ms)))
 }
 
-/// The time a leader read must use: its wall clock, but never behind entries already applied.
+/// How far the store's time may run ahead of the wall clock of the leader judging by it: the
+/// HLC's drift bound (§4). Leaders' clocks differ a little, and the floor keeps time monotonic
+/// across them; one leader whose clock jumped far ahead must not expire keys early for good.
+pub const MAX_FLOOR_LEAD_MS: u64 = crate::hlc::MAX_CLOCK_DRIFT_MS;
+
+/// The store time at a leader whose wall clock reads `wall_ms`, given the time floor reached by
+/// entries already applied: never behind the floor, except that the floor counts only up to
+/// [`MAX_FLOOR_LEAD_MS`] ahead of this wall clock.
+pub fn store_time(time_floor_ms: u64, wall_ms: u64) -> u64 {
+    wall_ms.max(time_floor_ms.min(wall_ms.saturating_add(MAX_FLOOR_LEAD_MS)))
+}
+
+/// The time a leader read must use: its wall clock, but never behind entries already applied
+/// (within [`MAX_FLOOR_LEAD_MS`], see [`store_time`]).
 pub fn read_time(meta: &KeyspaceMeta, wall_ms: u64) -> u64 {
-    wall_ms.max(meta.time_floor_ms)
+    store_time(meta.time_floor_ms, wall_ms)
 }
 
 /// The remembered reply of `request` if a retry at `time_ms` must still get it (§6).

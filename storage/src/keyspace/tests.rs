@@ -206,6 +206,29 @@ fn section_2_set_conditions_are_decided_on_live_keys_only() {
     );
 }
 
+/// One leader whose clock ran an hour ahead raised the time floor; the next leader, with a
+/// right clock, judges expiry at most `MAX_FLOOR_LEAD_MS` ahead of its own clock, so a key it
+/// sets with PX 120 s is not born expired.
+#[test]
+fn section_8_a_leader_clock_jump_does_not_expire_keys_early_for_good() {
+    let mut r = Replica::new();
+    let right = r.wall_ms;
+    r.wall_ms = right + 3_600_000; // the skewed leader
+    r.apply(set(b"during-skew", b"1"));
+    assert_eq!(r.meta().time_floor_ms, right + 3_600_000);
+    r.wall_ms = right + 1_000; // a leader with a right clock
+    r.apply(set_with(b"k", b"v", SetCondition::Always, Some(120_000), None));
+    assert_eq!(
+        r.meta().time_floor_ms,
+        right + 1_000 + read::MAX_FLOOR_LEAD_MS,
+        "the floor is pulled back to the leader's clock plus the drift bound"
+    );
+    assert_eq!(r.get(b"k").expect("alive").value, b"v");
+    // PX counts from the store time, which is at most the drift bound ahead.
+    r.wall_ms = right + 1_000 + read::MAX_FLOOR_LEAD_MS + 120_000;
+    assert!(r.get(b"k").is_none(), "and it expires within the drift bound");
+}
+
 #[test]
 fn section_2_plain_set_clears_an_earlier_expiry() {
     let mut r = Replica::new();
