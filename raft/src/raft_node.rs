@@ -345,7 +345,7 @@ impl RaftNode {
     /// reply). `None` on a follower, or on a leader no quorum has acknowledged yet.
     pub fn quorum_ack_age(&self) -> Option<Duration> {
         use openraft::Instant as _;
-        let acked = self.metrics.borrow().last_quorum_acked.clone()?;
+        let acked = self.metrics.borrow().last_quorum_acked?;
         Some(acked.elapsed())
     }
 

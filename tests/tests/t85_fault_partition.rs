@@ -3,11 +3,14 @@
 //! stays. The cut-off leader must give up the request subscription and report not ready, the
 //! majority must elect a leader that serves, and after the heal exactly one node serves and no
 //! acknowledged write is lost. Prints how long the old leader held on and how long two nodes
-//! held the subscription at once.
+//! held the subscription at once. A history recorder runs alongside the writers throughout, and
+//! its client history (SET / NX / NEX, GET, DEL, VDEL on five keys) must be linearizable.
 
 use std::time::{Duration, Instant};
 
 use statestore_tests::cluster::Cluster;
+use statestore_tests::history::{Recorder, RecorderConfig};
+use statestore_tests::linearizability::{Budget, Operation, Verdict, check_with_stats};
 use statestore_tests::netlab::{Faults, NetLab};
 use statestore_tests::workload::{KeyPattern, Writer, verify_acked};
 
@@ -90,9 +93,30 @@ async fn partition_leader(
     (released, overlap)
 }
 
-/// Three partitions of the serving leader under four writers (both ways, inbound only,
-/// outbound only): each time the cut-off leader lets go, another node takes over, and every
-/// acknowledged write is there at the end.
+/// Writes `history` in the text format to a temporary file (kept) and returns its path, for
+/// offline analysis of a failed check.
+fn dump_history(history: &[Operation]) -> String {
+    use std::io::Write;
+    let file = tempfile::Builder::new()
+        .prefix("t85-history-")
+        .suffix(".txt")
+        .tempfile()
+        .and_then(|f| f.keep().map_err(|e| e.error));
+    match file {
+        Ok((mut file, path)) => {
+            let text: String = history.iter().map(|op| format!("{op}\n")).collect();
+            match file.write_all(text.as_bytes()) {
+                Ok(()) => path.display().to_string(),
+                Err(e) => format!("(not written: {e})"),
+            }
+        }
+        Err(e) => format!("(not written: {e})"),
+    }
+}
+
+/// Three partitions of the serving leader under four writers and a history recorder (both ways,
+/// inbound only, outbound only): each time the cut-off leader lets go, another node takes over,
+/// every acknowledged write is there at the end, and the recorded history is linearizable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lost() {
     let lab = NetLab::create(3);
@@ -112,6 +136,8 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
             .await,
         );
     }
+    // Four more clients on five keys, 1 s per request: every reply goes into the history.
+    let recorder = Recorder::start(port, RecorderConfig::new("lin")).await;
 
     let one_way_in = Faults {
         raft_in: true,
@@ -133,10 +159,38 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
         figures.push((released, overlap));
     }
 
+    let (history, recording) = recorder.finish_with_report().await;
     let mut reports = Vec::new();
     for writer in writers {
         reports.push(writer.finish().await);
     }
+
+    // Check the history now and say what was found; assert it after the writers' checks.
+    let checked = Instant::now();
+    let (verdict, stats) =
+        check_with_stats(&history, Budget::default()).expect("a well-formed recorded history");
+    println!(
+        "history: {} operations recorded, {} unknown outcomes, {} keys, {} search steps, \
+         {} memo entries, checked in {} ms: {}",
+        history.len(),
+        recording.summary.unknown(),
+        stats.keys,
+        stats.steps,
+        stats.cache_entries,
+        checked.elapsed().as_millis(),
+        match &verdict {
+            Verdict::Ok => "linearizable",
+            Verdict::Violation { .. } => "NOT LINEARIZABLE",
+            Verdict::Unknown { .. } => "UNDECIDED (search budget ran out)",
+        },
+    );
+    println!("history detail: {recording}");
+    let failure = (!verdict.is_ok()).then(|| {
+        let explanation = verdict.explain(&history);
+        let path = dump_history(&history);
+        println!("{explanation}\nwhole history: {path}");
+        format!("{explanation}\nwhole history: {path}")
+    });
     let acked: usize = reports.iter().map(|r| r.acks.len()).sum();
     assert!(acked > 0, "no write was acknowledged at all");
     assert_eq!(verify_acked(port, &reports).await, acked);
@@ -147,5 +201,12 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
             *released < Duration::from_secs(3),
             "a cut-off leader held the subscription for {released:?}"
         );
+    }
+    assert!(
+        recording.summary.total() > recording.summary.unknown(),
+        "the recorder got no reply at all: {recording}"
+    );
+    if let Some(failure) = failure {
+        panic!("the recorded history is not linearizable:\n{failure}");
     }
 }
