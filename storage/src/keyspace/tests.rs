@@ -217,7 +217,13 @@ fn section_8_a_leader_clock_jump_does_not_expire_keys_early_for_good() {
     r.apply(set(b"during-skew", b"1"));
     assert_eq!(r.meta().time_floor_ms, right + 3_600_000);
     r.wall_ms = right + 1_000; // a leader with a right clock
-    r.apply(set_with(b"k", b"v", SetCondition::Always, Some(120_000), None));
+    r.apply(set_with(
+        b"k",
+        b"v",
+        SetCondition::Always,
+        Some(120_000),
+        None,
+    ));
     assert_eq!(
         r.meta().time_floor_ms,
         right + 1_000 + read::MAX_FLOOR_LEAD_MS,
@@ -226,7 +232,10 @@ fn section_8_a_leader_clock_jump_does_not_expire_keys_early_for_good() {
     assert_eq!(r.get(b"k").expect("alive").value, b"v");
     // PX counts from the store time, which is at most the drift bound ahead.
     r.wall_ms = right + 1_000 + read::MAX_FLOOR_LEAD_MS + 120_000;
-    assert!(r.get(b"k").is_none(), "and it expires within the drift bound");
+    assert!(
+        r.get(b"k").is_none(),
+        "and it expires within the drift bound"
+    );
 }
 
 #[test]
