@@ -1,10 +1,11 @@
 //! Raft partitions with real processes, each node in its own network namespace: the leader's
 //! Raft links are cut (both ways, inbound only, outbound only) while its broker connection
 //! stays. The cut-off leader must give up the request subscription and report not ready, the
-//! majority must elect a leader that serves, and after the heal exactly one node serves and no
-//! acknowledged write is lost. Prints how long the old leader held on and how long two nodes
-//! held the subscription at once. A history recorder runs alongside the writers throughout, and
-//! its client history (SET / NX / NEX, GET, DEL, VDEL on five keys) must be linearizable.
+//! majority must elect a leader that serves, and after the heal exactly one node serves and
+//! every node catches up; at the end all digests agree and no acknowledged write is lost.
+//! Prints how long the old leader held on and how long two nodes held the subscription at
+//! once. A history recorder runs alongside the writers throughout, and its client history
+//! (SET / NX / NEX, GET, DEL, VDEL on five keys) must be linearizable.
 
 use std::time::{Duration, Instant};
 
@@ -12,17 +13,53 @@ use statestore_tests::cluster::Cluster;
 use statestore_tests::history::{Recorder, RecorderConfig};
 use statestore_tests::linearizability::{Budget, Operation, Verdict, check_with_stats};
 use statestore_tests::netlab::{Faults, NetLab};
-use statestore_tests::workload::{KeyPattern, Writer, verify_acked};
+use statestore_tests::workload::{KeyPattern, Writer, median_and_max, verify_acked};
 
 const SUBSCRIBED: &str = "statestore_mqtt_request_subscription_active";
 const QUORUM_LOST: &str = "statestore_leader_releases_total{reason=\"quorum_lost\"}";
 
-/// One partition of the serving leader with `faults`; returns (release time, overlap).
+/// Waits until every node has applied what the serving leader had committed when called (the
+/// healed node caught up), while clients keep writing; returns how long that took. Digests
+/// are compared once the clients have stopped: under a steady write load the three nodes are
+/// rarely at one applied index at the instant they are asked, so comparing them here fails
+/// for want of a quiet moment, not for divergence.
+async fn wait_caught_up(cluster: &mut Cluster, timeout: Duration) -> Duration {
+    let start = Instant::now();
+    let leader = cluster.wait_serving_leader(timeout).await;
+    let status = cluster.nodes[leader].status().await;
+    let target = status
+        .as_ref()
+        .and_then(|s| s["committed_index"].as_u64())
+        .unwrap_or_else(|| panic!("no committed index from the serving leader: {status:?}"));
+    loop {
+        let mut behind = Vec::new();
+        for node in &cluster.nodes {
+            let applied = node
+                .status()
+                .await
+                .and_then(|s| s["applied_index"].as_u64());
+            if applied.is_none_or(|a| a < target) {
+                behind.push((node.id, applied));
+            }
+        }
+        if behind.is_empty() {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "not caught up to index {target} within {timeout:?}: (node, applied) {behind:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One partition of the serving leader with `faults`; returns (release time, overlap, catch-up
+/// time after the heal).
 async fn partition_leader(
     lab: &NetLab,
     cluster: &mut Cluster,
     faults: Faults,
-) -> (Duration, Duration) {
+) -> (Duration, Duration, Duration) {
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let released_before = cluster.nodes[leader]
         .metric(QUORUM_LOST)
@@ -89,8 +126,8 @@ async fn partition_leader(
             .await,
         "{faults:?}: more than one subscription holder after the heal"
     );
-    cluster.wait_converged(Duration::from_secs(30)).await;
-    (released, overlap)
+    let caught_up = wait_caught_up(cluster, Duration::from_secs(30)).await;
+    (released, overlap, caught_up)
 }
 
 /// Writes `history` in the text format to a temporary file (kept) and returns its path, for
@@ -149,12 +186,13 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
     };
     let mut figures = Vec::new();
     for faults in [Faults::RAFT_CUT, one_way_in, one_way_out] {
-        let (released, overlap) = partition_leader(&lab, &mut cluster, faults).await;
+        let (released, overlap, caught_up) = partition_leader(&lab, &mut cluster, faults).await;
         println!(
             "{faults:?}: old leader released the subscription {} ms after the cut; \
-             two holders for {} ms",
+             two holders for {} ms; all nodes caught up {} ms after the heal",
             released.as_millis(),
-            overlap.as_millis()
+            overlap.as_millis(),
+            caught_up.as_millis()
         );
         figures.push((released, overlap));
     }
@@ -164,6 +202,8 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
     for writer in writers {
         reports.push(writer.finish().await);
     }
+    // No client is writing any more: every replica holds the same keyspace.
+    cluster.wait_converged(Duration::from_secs(30)).await;
 
     // Check the history now and say what was found; assert it after the writers' checks.
     let checked = Instant::now();
@@ -192,10 +232,24 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
         format!("{explanation}\nwhole history: {path}")
     });
     let acked: usize = reports.iter().map(|r| r.acks.len()).sum();
+    let (median, max) = median_and_max(
+        reports
+            .iter()
+            .flat_map(|r| r.acks.iter())
+            .map(|a| a.acked - a.sent)
+            .collect(),
+    );
+    println!(
+        "writers: {acked} acknowledged writes (latency median {} ms, max {} ms), {} failed",
+        median.as_millis(),
+        max.as_millis(),
+        reports.iter().map(|r| r.failures.len()).sum::<usize>()
+    );
     assert!(acked > 0, "no write was acknowledged at all");
     assert_eq!(verify_acked(port, &reports).await, acked);
-    // The bound of the design (quorum timeout = election timeout max = 1 s, checked every
-    // 100 ms) is 1.1 s plus the unsubscribe; twice that leaves room for a loaded machine.
+    // The bound of the design (quorum timeout = election timeout max = 600 ms, checked every
+    // 50 ms, then a quorum probe of at most 200 ms) is 0.85 s plus the unsubscribe; the
+    // assertion leaves room for a loaded machine (the figures are printed above).
     for (released, _) in &figures {
         assert!(
             *released < Duration::from_secs(3),
