@@ -107,6 +107,10 @@ pub struct MqttConfig {
     pub keep_alive_secs: u64,
     /// QoS 1 requests the broker may have in flight to this node.
     pub receive_maximum: u16,
+    /// The broker must acknowledge a publish or (un)subscribe within this, ms, or the
+    /// connection is presumed dead and re-established (when idle, a probe is published every
+    /// second to find out).
+    pub ack_timeout_ms: u64,
 }
 
 /// Limits of protocol §9.
@@ -230,6 +234,7 @@ impl Default for MqttConfig {
             password_file: None,
             keep_alive_secs: 10,
             receive_maximum: 1024,
+            ack_timeout_ms: 5_000,
         }
     }
 }
@@ -500,6 +505,7 @@ impl Config {
                 .clamp(Duration::from_millis(10), Duration::from_millis(100)),
             take_over_timeout: election_max * 2,
             quorum_probe_timeout: Duration::from_millis(self.cluster.heartbeat_ms * 2),
+            broker_loss_timeout: election_max * 2,
         }
     }
 
@@ -518,6 +524,7 @@ impl Config {
             keep_alive: Duration::from_secs(self.mqtt.keep_alive_secs),
             receive_maximum: self.mqtt.receive_maximum,
             max_packet_size: u32::try_from(max_packet).unwrap_or(u32::MAX),
+            ack_timeout: Duration::from_millis(self.mqtt.ack_timeout_ms.max(1)),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
         })

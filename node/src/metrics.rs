@@ -404,12 +404,8 @@ impl MqttMetrics {
 
     /// Counts a publish that could not be sent.
     pub fn publish_dropped(&self, kind: &OutboundKind) {
-        let label = match kind {
-            OutboundKind::Response => "response",
-            OutboundKind::Notification { .. } => "notification",
-        };
         self.publish_failures_total
-            .with_label_values(&[label])
+            .with_label_values(&[kind.label()])
             .inc();
     }
 }

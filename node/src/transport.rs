@@ -62,7 +62,24 @@ pub enum OutboundKind {
         /// Client the notification is addressed to.
         client_id: String,
     },
+    /// A liveness probe of the broker connection (nobody subscribes to it; only its PUBACK
+    /// matters).
+    Probe,
 }
+
+impl OutboundKind {
+    /// Metric label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            OutboundKind::Response => "response",
+            OutboundKind::Notification { .. } => "notification",
+            OutboundKind::Probe => "probe",
+        }
+    }
+}
+
+/// Topic of the liveness probes (inside the store's namespace; nobody subscribes to it).
+pub const PROBE_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/probe";
 
 /// A QoS 1 PUBLISH to send.
 #[derive(Debug, Clone)]

@@ -349,6 +349,33 @@ impl RaftNode {
         Some(acked.elapsed())
     }
 
+    /// On the leader: asks the most up-to-date other voter to take over leadership (it
+    /// elects itself at once, without waiting out this leader's lease). Returns the node
+    /// asked, or `None` when there is no other voter (or this node does not lead).
+    pub async fn transfer_leadership(&self) -> Result<Option<NodeId>> {
+        let target = {
+            let metrics = self.metrics.borrow();
+            let Some(replication) = metrics.replication.as_ref() else {
+                return Ok(None);
+            };
+            metrics
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter(|id| *id != self.id)
+                .max_by_key(|id| replication.get(id).cloned().flatten().map(|l| l.index))
+        };
+        let Some(target) = target else {
+            return Ok(None);
+        };
+        self.raft
+            .trigger()
+            .transfer_leader(target)
+            .await
+            .map_err(|e| Error::Stopped(e.to_string()))?;
+        Ok(Some(target))
+    }
+
     /// Current role.
     pub fn server_state(&self) -> ServerState {
         self.metrics.borrow().state

@@ -264,3 +264,64 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
         panic!("the recorded history is not linearizable:\n{failure}");
     }
 }
+
+/// The leader's broker link is cut (its Raft links stay): it cannot receive requests, so it
+/// hands leadership to another voter, which takes the subscription; writes go on, and after the
+/// heal exactly one node holds the subscription. Prints the time from the cut to the first
+/// acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_from_the_broker_hands_leadership_over() {
+    let lab = NetLab::create(3);
+    let mut cluster = Cluster::start_in(&lab, 3, &[]);
+    cluster.wait_ready(Duration::from_secs(60)).await;
+    let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
+    let port = cluster.broker.port;
+    let probe = statestore_tests::sdk::SdkClient::connect(port, "broker-cut-probe").await;
+
+    lab.set_faults(leader, Faults::BROKER_CUT);
+    let cut = Instant::now();
+    let mut attempt = 0u32;
+    let served = loop {
+        attempt += 1;
+        let value = format!("v{attempt}");
+        let reply = probe
+            .client
+            .set(
+                b"broker-cut".to_vec(),
+                value.clone().into_bytes(),
+                Duration::from_secs(1),
+                None,
+                azure_iot_operations_services::state_store::SetOptions::default(),
+            )
+            .await;
+        if reply.is_ok_and(|r| r.response) {
+            break (cut.elapsed(), value);
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(90),
+            "no write acknowledged within 90 s of cutting the leader from the broker"
+        );
+    };
+    println!(
+        "leader cut from the broker: first acknowledged write {} ms after the cut",
+        served.0.as_millis()
+    );
+    let new_leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
+    assert_ne!(new_leader, leader, "the cut-off node still serves");
+
+    lab.heal(leader);
+    assert!(
+        cluster
+            .wait_single_subscription_holder(Duration::from_secs(30))
+            .await,
+        "more than one subscription holder after the heal"
+    );
+    let got = probe
+        .client
+        .get(b"broker-cut".to_vec(), Duration::from_secs(5))
+        .await
+        .expect("GET after the heal");
+    assert_eq!(got.response, Some(served.1.into_bytes()));
+    probe.shutdown().await;
+    cluster.wait_converged(Duration::from_secs(30)).await;
+}

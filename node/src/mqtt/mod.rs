@@ -36,6 +36,9 @@ pub struct SessionConfig {
     pub receive_maximum: u16,
     /// Largest packet we accept.
     pub max_packet_size: u32,
+    /// The broker must acknowledge a publish or (un)subscribe within this, or the connection
+    /// is presumed dead, dropped and re-established.
+    pub ack_timeout: Duration,
     /// First reconnect delay; doubles up to `reconnect_max`.
     pub reconnect_min: Duration,
     /// Longest reconnect delay.

@@ -27,7 +27,7 @@ use super::{Command, SessionConfig, SessionEvent, SessionState};
 use crate::admission::Intake;
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
-use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, REQUEST_TOPIC};
+use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, PROBE_TOPIC, REQUEST_TOPIC};
 
 enum Ended {
     Shutdown,
@@ -60,6 +60,7 @@ pub(super) async fn run(
                 });
                 let session = Connected {
                     sink: client.sink(),
+                    ack_timeout: config.ack_timeout,
                     state: &state,
                     metrics: &metrics,
                     stalls: stalls.clone(),
@@ -155,8 +156,25 @@ async fn wait_offline(
     }
 }
 
+/// How often the broker connection's liveness is checked.
+const LIVENESS_CHECK: Duration = Duration::from_secs(1);
+
+/// A probe publish (QoS 1; only its PUBACK matters).
+fn probe() -> OutboundMessage {
+    OutboundMessage {
+        topic: PROBE_TOPIC.to_owned(),
+        payload: bytes::Bytes::new(),
+        correlation_data: None,
+        message_expiry_secs: Some(1),
+        content_type: None,
+        user_properties: Vec::new(),
+        kind: OutboundKind::Probe,
+    }
+}
+
 struct Connected<'a> {
     sink: MqttSink,
+    ack_timeout: Duration,
     state: &'a watch::Sender<SessionState>,
     metrics: &'a Arc<MqttMetrics>,
     stalls: Arc<StallDetector>,
@@ -172,12 +190,13 @@ impl Connected<'_> {
         requests: Intake,
         events: mpsc::UnboundedSender<SessionEvent>,
     ) -> Ended {
-        let in_flight: Rc<RefCell<VecDeque<OutboundKind>>> = Rc::default();
+        // What was published and when, in order; the broker acknowledges in the same order.
+        let in_flight: Rc<RefCell<VecDeque<(OutboundKind, Instant)>>> = Rc::default();
         {
             let in_flight = in_flight.clone();
             let metrics = self.metrics.clone();
             self.sink.publish_ack_cb(move |ack, disconnected| {
-                let kind = in_flight.borrow_mut().pop_front();
+                let kind = in_flight.borrow_mut().pop_front().map(|(kind, _)| kind);
                 if disconnected {
                     if let Some(kind) = &kind {
                         metrics.publish_dropped(kind);
@@ -229,12 +248,28 @@ impl Connected<'_> {
             let _ = closed_tx.send(());
         });
 
-        if *want_subscription {
-            self.set_subscription(true).await;
+        if *want_subscription && !self.set_subscription(true).await {
+            return self.drop_dead_connection("SUBACK");
         }
+        // ntex's keep-alive sends PINGREQs but never misses a PINGRESP: a connection whose
+        // packets silently vanish would look alive for ever. Publishes are acknowledged in
+        // order, so the oldest unacknowledged one tells how long the broker has been silent;
+        // when nothing is in flight a probe is published to ask.
+        let mut liveness = tokio::time::interval(LIVENESS_CHECK);
+        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = &mut closed => return Ended::Disconnected,
+                _ = liveness.tick() => {
+                    let oldest = in_flight.borrow().front().map(|(_, sent)| sent.elapsed());
+                    match oldest {
+                        Some(silent) if silent > self.ack_timeout => {
+                            return self.drop_dead_connection("PUBACK");
+                        }
+                        Some(_) => {}
+                        None => self.publish(probe(), &in_flight).await,
+                    }
+                }
                 command = commands.recv() => match command {
                     None => return self.close().await,
                     Some(Command::Shutdown(done)) => {
@@ -244,9 +279,12 @@ impl Connected<'_> {
                     }
                     Some(Command::RequestSubscription(wanted, done)) => {
                         *want_subscription = wanted;
-                        self.set_subscription(wanted).await;
+                        let answered = self.set_subscription(wanted).await;
                         if let Some(done) = done {
                             let _ = done.send(());
+                        }
+                        if !answered {
+                            return self.drop_dead_connection("SUBACK/UNSUBACK");
                         }
                     }
                     Some(Command::Publish(message)) => self.publish(message, &in_flight).await,
@@ -255,7 +293,11 @@ impl Connected<'_> {
         }
     }
 
-    async fn publish(&self, message: OutboundMessage, in_flight: &RefCell<VecDeque<OutboundKind>>) {
+    async fn publish(
+        &self,
+        message: OutboundMessage,
+        in_flight: &RefCell<VecDeque<(OutboundKind, Instant)>>,
+    ) {
         if !self.sink.is_ready() && !self.sink.ready().await {
             self.metrics.publish_dropped(&message.kind);
             return;
@@ -278,8 +320,8 @@ impl Connected<'_> {
                 .map(|(k, v)| (ByteString::from_static(k), ByteString::from(v)))
                 .collect();
         });
-        let label = kind_label(&kind);
-        in_flight.borrow_mut().push_back(kind);
+        let label = kind.label();
+        in_flight.borrow_mut().push_back((kind, Instant::now()));
         match builder.send_at_least_once_no_block(NtexBytes::copy_from_slice(&payload)) {
             Ok(()) => self
                 .metrics
@@ -297,9 +339,11 @@ impl Connected<'_> {
         }
     }
 
-    async fn set_subscription(&mut self, wanted: bool) {
+    /// Subscribes or unsubscribes; false if the broker did not answer within the ack timeout
+    /// (the connection is then presumed dead).
+    async fn set_subscription(&mut self, wanted: bool) -> bool {
         if wanted == self.subscribed {
-            return;
+            return true;
         }
         if wanted {
             let options = SubscriptionOptions {
@@ -308,13 +352,16 @@ impl Connected<'_> {
                 retain_as_published: false,
                 retain_handling: RetainHandling::NoAtSubscribe,
             };
-            match self
+            let subscribe = self
                 .sink
                 .subscribe(None)
                 .topic_filter(ByteString::from_static(REQUEST_TOPIC), options)
-                .send()
-                .await
-            {
+                .send();
+            let Ok(answer) = tokio::time::timeout(self.ack_timeout, subscribe).await else {
+                tracing::warn!(timeout = ?self.ack_timeout, "no SUBACK from the broker");
+                return false;
+            };
+            match answer {
                 Ok(ack)
                     if ack
                         .status
@@ -330,20 +377,35 @@ impl Connected<'_> {
                 Err(err) => tracing::warn!(error = ?err, "request subscription failed"),
             }
         } else {
-            match self
+            let unsubscribe = self
                 .sink
                 .unsubscribe()
                 .topic_filter(ByteString::from_static(REQUEST_TOPIC))
-                .send()
-                .await
-            {
-                Ok(_) => tracing::info!(topic = REQUEST_TOPIC, "released the request subscription"),
-                Err(err) => {
-                    tracing::warn!(error = ?err, "unsubscribe failed; dropping the connection")
+                .send();
+            // Unanswered, the subscription goes with the connection, which is dropped next.
+            let answered = match tokio::time::timeout(self.ack_timeout, unsubscribe).await {
+                Ok(Ok(_)) => {
+                    tracing::info!(topic = REQUEST_TOPIC, "released the request subscription");
+                    true
                 }
-            }
+                Ok(Err(err)) => {
+                    tracing::warn!(error = ?err, "unsubscribe failed; dropping the connection");
+                    true
+                }
+                Err(_) => {
+                    tracing::warn!(timeout = ?self.ack_timeout, "no UNSUBACK from the broker");
+                    false
+                }
+            };
             self.subscribed = false;
+            self.publish_state();
+            return answered;
         }
+        self.publish_state();
+        true
+    }
+
+    fn publish_state(&self) {
         self.metrics
             .request_subscription_active
             .set(i64::from(self.subscribed));
@@ -360,12 +422,17 @@ impl Connected<'_> {
         self.sink.close();
         Ended::Shutdown
     }
-}
 
-fn kind_label(kind: &OutboundKind) -> &'static str {
-    match kind {
-        OutboundKind::Response => "response",
-        OutboundKind::Notification { .. } => "notification",
+    /// Closes a connection the broker stopped answering on (`what` it did not send back).
+    fn drop_dead_connection(&mut self, what: &str) -> Ended {
+        tracing::warn!(
+            timeout = ?self.ack_timeout,
+            missing = what,
+            "the broker stopped answering; dropping the connection"
+        );
+        self.subscribed = false;
+        self.sink.close();
+        Ended::Disconnected
     }
 }
 

@@ -5,7 +5,8 @@
 //! term `t`. It gives them up at once when it is no longer leader, when the term changes, or
 //! when no quorum has acknowledged it for longer than the quorum timeout (a leader cut off
 //! from its peers: openraft keeps it leader until it hears a higher term, but it could commit
-//! nothing). Duties come back only after a fresh quorum-confirmed take-over.
+//! nothing). Duties come back only after a fresh quorum-confirmed take-over. A leader cut off
+//! from the broker cannot receive requests at all: it hands leadership to another voter.
 //!
 //! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session.
 
@@ -32,6 +33,9 @@ pub struct LeaderTiming {
     pub take_over_timeout: Duration,
     /// Before giving up, one quorum round may confirm the leader after all; this long.
     pub quorum_probe_timeout: Duration,
+    /// A leader that has lost its broker connection for this long hands leadership to
+    /// another voter (it cannot receive requests, the others may).
+    pub broker_loss_timeout: Duration,
 }
 
 /// Which duties this node runs.
@@ -147,11 +151,38 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut duty = Duty::Idle;
     let mut quorum = QuorumAge::confirmed_now();
+    let session = mqtt.state();
+    let mut broker_down_since: Option<Instant> = None;
+    let mut last_hand_over: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             return;
         }
         let current = *leadership.borrow_and_update();
+        let connected = session.borrow().connected;
+        broker_down_since = match (connected, broker_down_since) {
+            (true, _) => None,
+            (false, None) => Some(Instant::now()),
+            (false, since) => since,
+        };
+        let broker_down_for = broker_down_since.map(|since| since.elapsed());
+        if should_hand_over(current, broker_down_for, timing.broker_loss_timeout)
+            && last_hand_over.is_none_or(|at| at.elapsed() > timing.broker_loss_timeout)
+        {
+            last_hand_over = Some(Instant::now());
+            match service.raft().transfer_leadership().await {
+                Ok(Some(to)) => tracing::warn!(
+                    term = current.term,
+                    to,
+                    broker_down_ms = broker_down_for.unwrap_or_default().as_millis(),
+                    "cut off from the broker: handing leadership over"
+                ),
+                Ok(None) => tracing::warn!(
+                    "cut off from the broker, and no other voter to hand leadership to"
+                ),
+                Err(err) => tracing::warn!(error = %err, "leadership hand-over failed"),
+            }
+        }
         let age = quorum.age(service.raft().quorum_ack_age());
         metrics
             .service
@@ -234,6 +265,17 @@ pub async fn run(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// True when a leader should hand leadership over because it has been cut off from the broker
+/// for longer than `timeout` (`broker_down_for`: how long it has been disconnected, `None`
+/// while connected).
+pub fn should_hand_over(
+    leadership: Leadership,
+    broker_down_for: Option<Duration>,
+    timeout: Duration,
+) -> bool {
+    leadership.is_leader && broker_down_for.is_some_and(|down| down > timeout)
 }
 
 /// One read-barrier round with a deadline: true if a quorum confirmed this leader now. A
@@ -340,6 +382,14 @@ mod tests {
             decide(serving, leader(3), ms(1_001), TIMEOUT),
             Step::Release(ReleaseReason::QuorumLost)
         );
+    }
+
+    #[test]
+    fn only_a_leader_cut_off_from_the_broker_for_longer_than_the_timeout_hands_over() {
+        assert!(should_hand_over(leader(2), Some(ms(1_001)), TIMEOUT));
+        assert!(!should_hand_over(leader(2), Some(ms(999)), TIMEOUT));
+        assert!(!should_hand_over(leader(2), None, TIMEOUT));
+        assert!(!should_hand_over(follower(2), Some(ms(60_000)), TIMEOUT));
     }
 
     #[test]
