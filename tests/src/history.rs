@@ -646,6 +646,67 @@ impl SplitMix64 {
     }
 }
 
+/// Checks a recorded history for linearizability and prints what was found (operations,
+/// unknown outcomes, search effort, verdict, per-kind detail). `Err` explains a violation, an
+/// undecided search or a recorder that got no reply at all; a violating history is also
+/// written to a kept temporary file named in the message.
+pub fn check_recorded(history: &[Operation], recording: &Report) -> Result<(), String> {
+    let started = Instant::now();
+    let (verdict, stats) = crate::linearizability::check_with_stats(
+        history,
+        crate::linearizability::Budget::default(),
+    )
+    .map_err(|e| format!("malformed recorded history: {e:?}"))?;
+    println!(
+        "history: {} operations recorded, {} unknown outcomes, {} keys, {} search steps, \
+         {} memo entries, checked in {} ms: {}",
+        history.len(),
+        recording.summary.unknown(),
+        stats.keys,
+        stats.steps,
+        stats.cache_entries,
+        started.elapsed().as_millis(),
+        match &verdict {
+            Verdict::Ok => "linearizable",
+            Verdict::Violation { .. } => "NOT LINEARIZABLE",
+            Verdict::Unknown { .. } => "UNDECIDED (search budget ran out)",
+        },
+    );
+    println!("history detail: {recording}");
+    if recording.summary.total() == recording.summary.unknown() {
+        return Err(format!("the recorder got no reply at all: {recording}"));
+    }
+    if verdict.is_ok() {
+        return Ok(());
+    }
+    let explanation = verdict.explain(history);
+    Err(format!(
+        "the recorded history is not linearizable:\n{explanation}\nwhole history: {}",
+        dump_history(history)
+    ))
+}
+
+/// Writes `history` in the text format to a kept temporary file; returns its path (or why it
+/// could not be written).
+fn dump_history(history: &[Operation]) -> String {
+    use std::io::Write;
+    let file = tempfile::Builder::new()
+        .prefix("statestore-history-")
+        .suffix(".txt")
+        .tempfile()
+        .and_then(|f| f.keep().map_err(|e| e.error));
+    match file {
+        Ok((mut file, path)) => {
+            let text: String = history.iter().map(|op| format!("{op}\n")).collect();
+            match file.write_all(text.as_bytes()) {
+                Ok(()) => path.display().to_string(),
+                Err(e) => format!("(not written: {e})"),
+            }
+        }
+        Err(e) => format!("(not written: {e})"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,66 +864,5 @@ mod tests {
                 .to_string()
                 .starts_with("5 operations, 1 unknown: SET 1 ok")
         );
-    }
-}
-
-/// Checks a recorded history for linearizability and prints what was found (operations,
-/// unknown outcomes, search effort, verdict, per-kind detail). `Err` explains a violation, an
-/// undecided search or a recorder that got no reply at all; a violating history is also
-/// written to a kept temporary file named in the message.
-pub fn check_recorded(history: &[Operation], recording: &Report) -> Result<(), String> {
-    let started = Instant::now();
-    let (verdict, stats) = crate::linearizability::check_with_stats(
-        history,
-        crate::linearizability::Budget::default(),
-    )
-    .map_err(|e| format!("malformed recorded history: {e:?}"))?;
-    println!(
-        "history: {} operations recorded, {} unknown outcomes, {} keys, {} search steps, \
-         {} memo entries, checked in {} ms: {}",
-        history.len(),
-        recording.summary.unknown(),
-        stats.keys,
-        stats.steps,
-        stats.cache_entries,
-        started.elapsed().as_millis(),
-        match &verdict {
-            Verdict::Ok => "linearizable",
-            Verdict::Violation { .. } => "NOT LINEARIZABLE",
-            Verdict::Unknown { .. } => "UNDECIDED (search budget ran out)",
-        },
-    );
-    println!("history detail: {recording}");
-    if recording.summary.total() == recording.summary.unknown() {
-        return Err(format!("the recorder got no reply at all: {recording}"));
-    }
-    if verdict.is_ok() {
-        return Ok(());
-    }
-    let explanation = verdict.explain(history);
-    Err(format!(
-        "the recorded history is not linearizable:\n{explanation}\nwhole history: {}",
-        dump_history(history)
-    ))
-}
-
-/// Writes `history` in the text format to a kept temporary file; returns its path (or why it
-/// could not be written).
-fn dump_history(history: &[Operation]) -> String {
-    use std::io::Write;
-    let file = tempfile::Builder::new()
-        .prefix("statestore-history-")
-        .suffix(".txt")
-        .tempfile()
-        .and_then(|f| f.keep().map_err(|e| e.error));
-    match file {
-        Ok((mut file, path)) => {
-            let text: String = history.iter().map(|op| format!("{op}\n")).collect();
-            match file.write_all(text.as_bytes()) {
-                Ok(()) => path.display().to_string(),
-                Err(e) => format!("(not written: {e})"),
-            }
-        }
-        Err(e) => format!("(not written: {e})"),
     }
 }
