@@ -2,9 +2,14 @@
 //! Mosquitto, four SDK writers and a history recorder running throughout, while a seeded
 //! sequence of faults hits the cluster: `kill -9` of the leader or a follower, SIGSTOP of the
 //! leader beyond the election timeout, the leader's Raft links cut (both ways or one way), a
-//! follower cut off, flapping links, and a broker restart. After each fault the cluster is
-//! healed and must serve again. At the end: every acknowledged write is there, the replicas
-//! agree, and the recorded history is linearizable.
+//! follower cut off, and flapping links. After each fault the cluster is healed and a fresh
+//! client's write must be acknowledged. At the end: every acknowledged write is there, the
+//! replicas agree, most recorded operations got a reply, and the recorded history is
+//! linearizable.
+//!
+//! A broker restart is not among the faults: the test broker keeps no sessions across a
+//! restart, and the official SDK ends a session the broker forgot, so every client here would
+//! stop for good (`t70_lifecycle` covers the node's side of a broker restart).
 //!
 //! CI runs a short profile (`STATESTORE_FAULT_CYCLES`, default 8). The long profile is
 //! `STATESTORE_FAULT_CYCLES=200 cargo test -p statestore-tests --test t86_fault_cycles --
@@ -13,9 +18,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use azure_iot_operations_services::state_store::SetOptions;
 use statestore_tests::cluster::Cluster;
 use statestore_tests::history::{Recorder, RecorderConfig, check_recorded};
 use statestore_tests::netlab::{Faults, NetLab};
+use statestore_tests::sdk::SdkClient;
 use statestore_tests::workload::{KeyPattern, Writer, verify_acked};
 
 /// The faults one cycle can inject.
@@ -28,10 +35,9 @@ enum Fault {
     PartitionLeaderInbound,
     PartitionFollower,
     FlapLeader,
-    RestartBroker,
 }
 
-const FAULTS: [Fault; 8] = [
+const FAULTS: [Fault; 7] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::PauseLeader,
@@ -39,7 +45,6 @@ const FAULTS: [Fault; 8] = [
     Fault::PartitionLeaderInbound,
     Fault::PartitionFollower,
     Fault::FlapLeader,
-    Fault::RestartBroker,
 ];
 
 /// How long a fault lasts: beyond the election timeout maximum (600 ms), so it bites.
@@ -59,6 +64,32 @@ fn next(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// A fresh SDK client's SET is acknowledged (retried for up to 30 s).
+async fn probe_write(port: u16, cycle: u64) {
+    let probe = SdkClient::connect(port, &format!("cycle-probe-{cycle}")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = probe
+            .client
+            .set(
+                format!("cycle-probe-{cycle}").into_bytes(),
+                b"served".to_vec(),
+                Duration::from_secs(1),
+                None,
+                SetOptions::default(),
+            )
+            .await;
+        if reply.is_ok_and(|r| r.response) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cycle {cycle}: no write acknowledged within 30 s of the heal"
+        );
+    }
+    probe.shutdown().await;
 }
 
 async fn inject(lab: &NetLab, cluster: &mut Cluster, fault: Fault) {
@@ -104,9 +135,6 @@ async fn inject(lab: &NetLab, cluster: &mut Cluster, fault: Fault) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
-        Fault::RestartBroker => {
-            cluster.broker.restart();
-        }
     }
 }
 
@@ -146,8 +174,8 @@ async fn seeded_fault_cycles_lose_nothing_and_stay_linearizable() {
         };
         inject(&lab, &mut cluster, fault).await;
         let healed = Instant::now();
+        probe_write(port, cycle).await;
         cluster.wait_ready(Duration::from_secs(60)).await;
-        cluster.wait_serving_leader(Duration::from_secs(60)).await;
         assert!(
             cluster
                 .wait_single_subscription_holder(Duration::from_secs(30))
@@ -166,8 +194,8 @@ async fn seeded_fault_cycles_lose_nothing_and_stay_linearizable() {
     cluster.wait_converged(Duration::from_secs(60)).await;
     recoveries.sort();
     println!(
-        "{cycles} fault cycles (seed {seed:#x}): {injected:?}; serving again after the heal: \
-         median {} ms, max {} ms",
+        "{cycles} fault cycles (seed {seed:#x}): {injected:?}; a fresh client's write \
+         acknowledged after the heal: median {} ms, max {} ms",
         recoveries
             .get(recoveries.len() / 2)
             .map_or(0, |d| d.as_millis()),
@@ -177,6 +205,11 @@ async fn seeded_fault_cycles_lose_nothing_and_stay_linearizable() {
     let acked: usize = reports.iter().map(|r| r.acks.len()).sum();
     println!("writers: {acked} acknowledged writes, all read back");
     assert!(acked > 0, "no write was acknowledged at all");
+    // Clients must keep working through the faults: most recorded operations got a reply.
+    assert!(
+        recording.summary.unknown() * 4 < recording.summary.total(),
+        "more than a quarter of the recorded operations got no reply: {recording}"
+    );
     assert_eq!(verify_acked(port, &reports).await, acked);
     if let Some(failure) = failure {
         panic!("{failure}");
