@@ -267,7 +267,11 @@ impl Connected<'_> {
                             return self.drop_dead_connection("PUBACK");
                         }
                         Some(_) => {}
-                        None => self.publish(probe(), &in_flight).await,
+                        None => {
+                            if !self.publish(probe(), &in_flight).await {
+                                return self.drop_dead_connection("PUBACK");
+                            }
+                        }
                     }
                 }
                 command = commands.recv() => match command {
@@ -287,20 +291,37 @@ impl Connected<'_> {
                             return self.drop_dead_connection("SUBACK/UNSUBACK");
                         }
                     }
-                    Some(Command::Publish(message)) => self.publish(message, &in_flight).await,
+                    Some(Command::Publish(message)) => {
+                        if !self.publish(message, &in_flight).await {
+                            return self.drop_dead_connection("PUBACK");
+                        }
+                    }
                 },
             }
         }
     }
 
+    /// Publishes `message` (QoS 1). False when the broker's receive window stayed full for the
+    /// whole ack timeout: the broker stopped acknowledging, and the connection is presumed dead
+    /// (otherwise a full window would block this loop, liveness checks included, for ever).
     async fn publish(
         &self,
         message: OutboundMessage,
         in_flight: &RefCell<VecDeque<(OutboundKind, Instant)>>,
-    ) {
-        if !self.sink.is_ready() && !self.sink.ready().await {
-            self.metrics.publish_dropped(&message.kind);
-            return;
+    ) -> bool {
+        if !self.sink.is_ready() {
+            match tokio::time::timeout(self.ack_timeout, self.sink.ready()).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Closed: the dispatcher's end is reported by the `closed` branch.
+                    self.metrics.publish_dropped(&message.kind);
+                    return true;
+                }
+                Err(_) => {
+                    self.metrics.publish_dropped(&message.kind);
+                    return false;
+                }
+            }
         }
         let OutboundMessage {
             topic,
@@ -337,6 +358,7 @@ impl Connected<'_> {
                 tracing::debug!(error = ?err, "publish failed");
             }
         }
+        true
     }
 
     /// Subscribes or unsubscribes; false if the broker did not answer within the ack timeout

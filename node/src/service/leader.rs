@@ -278,12 +278,9 @@ pub fn should_hand_over(
     leadership.is_leader && broker_down_for.is_some_and(|down| down > timeout)
 }
 
-/// One read-barrier round with a deadline: true if a quorum confirmed this leader now. A
-/// single-voter cluster is its own quorum.
+/// One read-barrier round with a deadline: true if a quorum confirmed this leader now (a
+/// single voter is its own quorum and confirms at once).
 async fn quorum_still_follows<O: Outbox>(service: &Service<O>, deadline: Duration) -> bool {
-    if service.raft().voters().len() <= 1 {
-        return true;
-    }
     matches!(
         tokio::time::timeout(deadline, service.raft().ensure_linearizable()).await,
         Ok(Ok(()))
