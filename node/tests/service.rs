@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
-use statestore_node::protocol::ProtocolLimits;
+use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{InboundMessage, OutboundMessage, Outbox, REQUEST_TOPIC};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
+use statestore_storage::hlc::{SystemClock, WallClock};
 use statestore_storage::sled::{Store, StoreConfig};
 
 /// Captures what the service publishes.
@@ -98,7 +99,10 @@ impl Harness {
             content_type: Some("application/octet-stream".to_owned()),
             user_properties: vec![
                 ("__srcId".to_owned(), "c1".to_owned()),
-                ("__ts".to_owned(), format!("{:015}:00000:c1", now_ms())),
+                (
+                    "__ts".to_owned(),
+                    format!("{:015}:00000:c1", SystemClock.now_ms()),
+                ),
             ],
             payload: Bytes::copy_from_slice(payload),
             received_at: Instant::now(),
@@ -121,19 +125,11 @@ impl Harness {
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
+/// A request array of bulk strings, encoded with the node's own RESP3 encoder.
 fn resp(parts: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", parts.len()).into_bytes();
     for part in parts {
-        out.extend_from_slice(format!("${}\r\n", part.len()).as_bytes());
-        out.extend_from_slice(part);
-        out.extend_from_slice(b"\r\n");
+        resp3::encode_bulk(&mut out, part);
     }
     out
 }

@@ -279,6 +279,10 @@ mod tests {
     }
 
     /// Submits a SET of `key`.
+    fn submit_all(batcher: &Batcher, keys: &[&str]) -> Vec<Answer> {
+        keys.iter().map(|key| submit(batcher, key)).collect()
+    }
+
     fn submit(batcher: &Batcher, key: &str) -> Answer {
         batcher.submit(set(key)).expect("proposal queued")
     }
@@ -379,10 +383,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn each_waiter_gets_its_own_outcome() {
         let (batcher, mut writes) = start(MAX_QUEUED_PROPOSALS);
-        let waiters: Vec<Answer> = ["a", "b", "c"]
-            .into_iter()
-            .map(|key| submit(&batcher, key))
-            .collect();
+        let waiters = submit_all(&batcher, &["a", "b", "c"]);
         let written = next_write(&mut writes).await;
         assert_eq!(written.keys(), ["a", "b", "c"]);
         let outcomes = vec![stored(10), Outcome::Missing, stored(30)];
@@ -395,16 +396,10 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_batch_error_reaches_every_waiter_of_that_batch_only() {
         let (batcher, mut writes) = start(MAX_QUEUED_PROPOSALS);
-        let failing: Vec<Answer> = ["x0", "x1", "x2"]
-            .into_iter()
-            .map(|key| submit(&batcher, key))
-            .collect();
+        let failing = submit_all(&batcher, &["x0", "x1", "x2"]);
         let failing_batch = next_write(&mut writes).await;
         assert_eq!(failing_batch.keys(), ["x0", "x1", "x2"]);
-        let fine: Vec<Answer> = ["y0", "y1"]
-            .into_iter()
-            .map(|key| submit(&batcher, key))
-            .collect();
+        let fine = submit_all(&batcher, &["y0", "y1"]);
         let fine_batch = next_write(&mut writes).await;
         assert_eq!(fine_batch.keys(), ["y0", "y1"]);
 
@@ -426,10 +421,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn an_outcome_count_mismatch_fails_every_waiter_and_frees_the_slot() {
         let (batcher, mut writes) = start(MAX_QUEUED_PROPOSALS);
-        let waiters: Vec<Answer> = ["a", "b", "c"]
-            .into_iter()
-            .map(|key| submit(&batcher, key))
-            .collect();
+        let waiters = submit_all(&batcher, &["a", "b", "c"]);
         let written = next_write(&mut writes).await;
         written.complete(Ok(vec![stored(1), stored(2)]));
         for waiter in waiters {

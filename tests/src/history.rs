@@ -545,6 +545,20 @@ impl Planner {
         format!("c{}-{}", self.client, self.seq).into_bytes()
     }
 
+    /// `percent` % of the time a value recently seen on key `k` (if there is one), otherwise a
+    /// fresh value.
+    fn recent_or_fresh(&mut self, k: usize, percent: u64) -> Vec<u8> {
+        let reuse = if self.rng.below(100) < percent {
+            self.recent(k)
+        } else {
+            None
+        };
+        match reuse {
+            Some(value) => value,
+            None => self.fresh(),
+        }
+    }
+
     /// A value recently seen on key `k`, if any: the newest 60% of the time (the likeliest to
     /// still be there), otherwise any of the last few.
     fn recent(&mut self, k: usize) -> Option<Vec<u8>> {
@@ -575,35 +589,15 @@ impl Planner {
                 value: self.fresh(),
                 condition: Condition::Nx,
             },
-            35..47 => {
-                let reuse = if self.rng.below(100) < 40 {
-                    self.recent(k)
-                } else {
-                    None
-                };
-                let value = match reuse {
-                    Some(value) => value,
-                    None => self.fresh(),
-                };
-                Input::Set {
-                    value,
-                    condition: Condition::Nex,
-                }
-            }
+            35..47 => Input::Set {
+                value: self.recent_or_fresh(k, 40),
+                condition: Condition::Nex,
+            },
             47..80 => Input::Get,
             80..87 => Input::Del,
-            _ => {
-                let reuse = if self.rng.below(100) < 75 {
-                    self.recent(k)
-                } else {
-                    None
-                };
-                let value = match reuse {
-                    Some(value) => value,
-                    None => self.fresh(),
-                };
-                Input::VDel { value }
-            }
+            _ => Input::VDel {
+                value: self.recent_or_fresh(k, 75),
+            },
         };
         (k, input)
     }

@@ -106,6 +106,67 @@ impl Writer {
     }
 }
 
+/// Starts `count` writers of unique keys named `<prefix>-<i>`, each with `timeout` per request.
+pub async fn start_writers(
+    port: u16,
+    prefix: &str,
+    count: usize,
+    timeout: Duration,
+) -> Vec<Writer> {
+    let mut writers = Vec::with_capacity(count);
+    for i in 0..count {
+        writers
+            .push(Writer::start(port, &format!("{prefix}-{i}"), KeyPattern::Unique, timeout).await);
+    }
+    writers
+}
+
+/// Stops every writer and returns their reports, in order.
+pub async fn finish_writers(writers: Vec<Writer>) -> Vec<WriterReport> {
+    let mut reports = Vec::with_capacity(writers.len());
+    for writer in writers {
+        reports.push(writer.finish().await);
+    }
+    reports
+}
+
+/// Retries a SET of `key` through `sdk`, 1 s per attempt and a new value `v<attempt>` each
+/// time, until one is acknowledged; returns that value. Panics (naming `what`) after `within`.
+pub async fn set_until_acknowledged(
+    sdk: &SdkClient,
+    key: &[u8],
+    within: Duration,
+    what: &str,
+) -> Vec<u8> {
+    let deadline = Instant::now() + within;
+    for attempt in 1u64.. {
+        let value = format!("v{attempt}").into_bytes();
+        let sent = Instant::now();
+        let reply = sdk
+            .client
+            .set(
+                key.to_vec(),
+                value.clone(),
+                Duration::from_secs(1),
+                None,
+                SetOptions::default(),
+            )
+            .await;
+        if reply.is_ok_and(|r| r.response) {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no write acknowledged within {within:?}"
+        );
+        // An error that came back at once (no session yet) must not become a busy loop.
+        if sent.elapsed() < Duration::from_millis(100) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    unreachable!("the attempts never run out")
+}
+
 /// The first acknowledgement (over all reports) of a request sent after `since`, as a delay.
 pub fn first_ack_after(reports: &[WriterReport], since: Instant) -> Option<Duration> {
     reports

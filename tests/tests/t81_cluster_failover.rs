@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use statestore_tests::cluster::Cluster;
 use statestore_tests::raw::{RawClient, resp};
 use statestore_tests::workload::{
-    KeyPattern, Writer, first_ack_after, median_and_max, verify_acked,
+    finish_writers, first_ack_after, median_and_max, start_writers, verify_acked,
 };
 
 /// `kill -9` of the leader while four SDK clients write: a new leader takes over, every write
@@ -18,18 +18,7 @@ async fn leader_kill_under_load_loses_no_acknowledged_write() {
     cluster.wait_ready(Duration::from_secs(30)).await;
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let mut writers = Vec::new();
-    for i in 0..4 {
-        writers.push(
-            Writer::start(
-                port,
-                &format!("killer-writer-{i}"),
-                KeyPattern::Unique,
-                Duration::from_secs(1),
-            )
-            .await,
-        );
-    }
+    let writers = start_writers(port, "killer-writer", 4, Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let killed_at = Instant::now();
@@ -37,10 +26,7 @@ async fn leader_kill_under_load_loses_no_acknowledged_write() {
     let new_leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     assert_ne!(new_leader, leader);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let mut reports = Vec::new();
-    for writer in writers {
-        reports.push(writer.finish().await);
-    }
+    let reports = finish_writers(writers).await;
     let gap = first_ack_after(&reports, killed_at).expect("writes succeed after the failover");
     let before = reports
         .iter()
@@ -80,18 +66,7 @@ async fn failover_gap_over_repeated_leader_kills() {
     let mut cluster = Cluster::start(3, &[]);
     cluster.wait_ready(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let mut writers = Vec::new();
-    for i in 0..4 {
-        writers.push(
-            Writer::start(
-                port,
-                &format!("gap-writer-{i}"),
-                KeyPattern::Unique,
-                Duration::from_secs(1),
-            )
-            .await,
-        );
-    }
+    let writers = start_writers(port, "gap-writer", 4, Duration::from_secs(1)).await;
     let mut client = RawClient::connect(port, "gap-probe").await;
     let mut gaps = Vec::new();
     for round in 0..KILLS {
@@ -133,10 +108,7 @@ async fn failover_gap_over_repeated_leader_kills() {
         max.as_millis()
     );
 
-    let mut reports = Vec::new();
-    for writer in writers {
-        reports.push(writer.finish().await);
-    }
+    let reports = finish_writers(writers).await;
     let acked: usize = reports.iter().map(|r| r.acks.len()).sum();
     assert_eq!(verify_acked(port, &reports).await, acked);
     // Every round's acknowledged probe SET survived the later kills too.

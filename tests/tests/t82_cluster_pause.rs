@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use statestore_tests::cluster::Cluster;
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
-use statestore_tests::workload::{KeyPattern, Writer};
+use statestore_tests::workload::{KeyPattern, Writer, finish_writers};
 
 struct Read {
     key: Vec<u8>,
@@ -60,10 +60,7 @@ async fn paused_leader_serves_no_stale_read_and_loses_no_write() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     cluster.nodes[leader].resume();
     let reads = reads.await.expect("reader");
-    let mut reports = Vec::new();
-    for writer in writers {
-        reports.push(writer.finish().await);
-    }
+    let reports = finish_writers(writers).await;
     let acks: Vec<_> = reports.iter().flat_map(|r| r.acks.iter()).collect();
     assert!(!acks.is_empty() && !reads.is_empty());
 

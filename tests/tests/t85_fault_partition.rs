@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use statestore_tests::cluster::Cluster;
 use statestore_tests::history::{Recorder, RecorderConfig, check_recorded};
 use statestore_tests::netlab::{Faults, NetLab};
-use statestore_tests::workload::{KeyPattern, Writer, median_and_max, verify_acked};
+use statestore_tests::sdk::SdkClient;
+use statestore_tests::workload::{
+    finish_writers, median_and_max, set_until_acknowledged, start_writers, verify_acked,
+};
 
 const SUBSCRIBED: &str = "statestore_mqtt_request_subscription_active";
 const QUORUM_LOST: &str = "statestore_leader_releases_total{reason=\"quorum_lost\"}";
@@ -139,18 +142,7 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let mut writers = Vec::new();
-    for w in 0..4 {
-        writers.push(
-            Writer::start(
-                port,
-                &format!("partition-writer-{w}"),
-                KeyPattern::Unique,
-                Duration::from_secs(3),
-            )
-            .await,
-        );
-    }
+    let writers = start_writers(port, "partition-writer", 4, Duration::from_secs(3)).await;
     // Four more clients on five keys, 1 s per request: every reply goes into the history.
     let recorder = Recorder::start(port, RecorderConfig::new("lin")).await;
 
@@ -176,10 +168,7 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
     }
 
     let (history, recording) = recorder.finish_with_report().await;
-    let mut reports = Vec::new();
-    for writer in writers {
-        reports.push(writer.finish().await);
-    }
+    let reports = finish_writers(writers).await;
     // No client is writing any more: every replica holds the same keyspace.
     cluster.wait_converged(Duration::from_secs(30)).await;
 
@@ -226,35 +215,21 @@ async fn a_leader_cut_off_from_the_broker_hands_leadership_over() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let probe = statestore_tests::sdk::SdkClient::connect(port, "broker-cut-probe").await;
+    let probe = SdkClient::connect(port, "broker-cut-probe").await;
 
     lab.set_faults(leader, Faults::BROKER_CUT);
     let cut = Instant::now();
-    let mut attempt = 0u32;
-    let served = loop {
-        attempt += 1;
-        let value = format!("v{attempt}");
-        let reply = probe
-            .client
-            .set(
-                b"broker-cut".to_vec(),
-                value.clone().into_bytes(),
-                Duration::from_secs(1),
-                None,
-                azure_iot_operations_services::state_store::SetOptions::default(),
-            )
-            .await;
-        if reply.is_ok_and(|r| r.response) {
-            break (cut.elapsed(), value);
-        }
-        assert!(
-            cut.elapsed() < Duration::from_secs(90),
-            "no write acknowledged within 90 s of cutting the leader from the broker"
-        );
-    };
+    let served = set_until_acknowledged(
+        &probe,
+        b"broker-cut",
+        Duration::from_secs(90),
+        "leader cut from the broker",
+    )
+    .await;
+    let first_ack = cut.elapsed();
     println!(
         "leader cut from the broker: first acknowledged write {} ms after the cut",
-        served.0.as_millis()
+        first_ack.as_millis()
     );
     let new_leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     assert_ne!(new_leader, leader, "the cut-off node still serves");
@@ -271,7 +246,7 @@ async fn a_leader_cut_off_from_the_broker_hands_leadership_over() {
         .get(b"broker-cut".to_vec(), Duration::from_secs(5))
         .await
         .expect("GET after the heal");
-    assert_eq!(got.response, Some(served.1.into_bytes()));
+    assert_eq!(got.response, Some(served));
     probe.shutdown().await;
     cluster.wait_converged(Duration::from_secs(30)).await;
 }

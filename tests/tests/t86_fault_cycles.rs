@@ -18,12 +18,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use azure_iot_operations_services::state_store::SetOptions;
 use statestore_tests::cluster::Cluster;
 use statestore_tests::history::{Recorder, RecorderConfig, check_recorded};
 use statestore_tests::netlab::{Faults, NetLab};
 use statestore_tests::sdk::SdkClient;
-use statestore_tests::workload::{KeyPattern, Writer, verify_acked};
+use statestore_tests::workload::{
+    finish_writers, set_until_acknowledged, start_writers, verify_acked,
+};
 
 /// The faults one cycle can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,26 +70,9 @@ fn next(state: &mut u64) -> u64 {
 /// A fresh SDK client's SET is acknowledged (retried for up to 30 s).
 async fn probe_write(port: u16, cycle: u64) {
     let probe = SdkClient::connect(port, &format!("cycle-probe-{cycle}")).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let reply = probe
-            .client
-            .set(
-                format!("cycle-probe-{cycle}").into_bytes(),
-                b"served".to_vec(),
-                Duration::from_secs(1),
-                None,
-                SetOptions::default(),
-            )
-            .await;
-        if reply.is_ok_and(|r| r.response) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cycle {cycle}: no write acknowledged within 30 s of the heal"
-        );
-    }
+    let key = format!("cycle-probe-{cycle}");
+    let what = format!("cycle {cycle}, after the heal");
+    set_until_acknowledged(&probe, key.as_bytes(), Duration::from_secs(30), &what).await;
     probe.shutdown().await;
 }
 
@@ -149,18 +133,7 @@ async fn seeded_fault_cycles_lose_nothing_and_stay_linearizable() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let mut writers = Vec::new();
-    for w in 0..4 {
-        writers.push(
-            Writer::start(
-                port,
-                &format!("cycle-writer-{w}"),
-                KeyPattern::Unique,
-                Duration::from_secs(3),
-            )
-            .await,
-        );
-    }
+    let writers = start_writers(port, "cycle-writer", 4, Duration::from_secs(3)).await;
     let recorder = Recorder::start(port, RecorderConfig::new("cyc")).await;
 
     let mut state = seed;
@@ -187,10 +160,7 @@ async fn seeded_fault_cycles_lose_nothing_and_stay_linearizable() {
     }
 
     let (history, recording) = recorder.finish_with_report().await;
-    let mut reports = Vec::new();
-    for writer in writers {
-        reports.push(writer.finish().await);
-    }
+    let reports = finish_writers(writers).await;
     cluster.wait_converged(Duration::from_secs(60)).await;
     recoveries.sort();
     println!(
