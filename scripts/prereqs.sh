@@ -2,7 +2,8 @@
 # Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients), the
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
 # for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
-# iproute2 and nftables (the fault tests put each node in its own network namespace).
+# iproute2 and nftables (the fault tests put each node in its own network namespace), and
+# libfaketime (the fault tests restart a node with a skewed clock).
 set -euo pipefail
 
 missing=()
@@ -16,6 +17,7 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 [ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"

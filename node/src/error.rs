@@ -22,6 +22,10 @@ pub enum NodeError {
     /// Tracing or OpenTelemetry setup failed.
     #[error("telemetry: {0}")]
     Telemetry(String),
+    /// Raft stopped on a fatal error (a failed disk write, fsync or apply) while running; the
+    /// process exits so that its supervisor restarts it on the same data directory.
+    #[error("raft stopped on a fatal error, exiting: {0}")]
+    RaftFatal(String),
     /// An admin call to a node failed.
     #[error("admin: {0}")]
     Admin(String),

@@ -138,7 +138,13 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         "statestore node started"
     );
 
-    wait_for_signal().await;
+    let fatal = tokio::select! {
+        () = wait_for_signal() => None,
+        reason = raft.fatal() => {
+            tracing::error!(%reason, "raft stopped on a fatal error; the node exits (non-zero) so its supervisor restarts it");
+            Some(reason)
+        }
+    };
     tracing::info!("shutting down: releasing the request subscription");
     let _ = stop_tx.send(true);
     serving.store(false, std::sync::atomic::Ordering::SeqCst);
@@ -164,6 +170,11 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         Ok(Ok(())) => {}
         Ok(Err(err)) => tracing::warn!(error = %err, "raft shutdown"),
         Err(_) => tracing::warn!("raft did not stop in time"),
+    }
+    if let Some(reason) = fatal {
+        // No final flush: the disk that failed is not trusted, and Raft's log (not the
+        // state database) is what a restart recovers from.
+        return Err(NodeError::RaftFatal(reason));
     }
     let flushing = store.clone();
     tokio::task::spawn_blocking(move || flushing.flush())

@@ -100,6 +100,15 @@ impl RaftConfig {
             max_payload_entries: 16,
             // A partitioned node that rejoins must not depose a healthy leader.
             enable_pre_vote: Some(true),
+            // A restarted leader must win a new election, never resume its old term. The
+            // leader replicates entries while it is still writing them to its own disk, so a
+            // crash (a failed fdatasync, a full disk, a power cut) can lose the tail of its
+            // log that followers already hold. Resuming the same term, it would write different
+            // entries under the same log ids, and a follower that kept the old ones would never
+            // see the conflict: the replicas diverge. The fault suite caught exactly this after
+            // a full disk (t86, `DiskFullLeader`). In a new term the election restriction
+            // keeps anything committed.
+            enable_leader_restore: Some(false),
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Config(e.to_string()))
@@ -331,6 +340,20 @@ impl RaftNode {
             .snapshot()
             .await
             .map_err(|e| Error::Stopped(e.to_string()))
+    }
+
+    /// Resolves when Raft stopped on a fatal error (a failed log write or fsync, a failed
+    /// apply, a panic in its core), with that error's text. Never resolves while Raft runs;
+    /// also resolves if the metrics channel closes (Raft is gone).
+    pub async fn fatal(&self) -> String {
+        let mut metrics = self.metrics.clone();
+        match metrics.wait_for(|m| m.running_state.is_err()).await {
+            Ok(m) => match &m.running_state {
+                Err(fatal) => fatal.to_string(),
+                Ok(()) => "raft stopped".to_owned(),
+            },
+            Err(_) => "raft metrics closed".to_owned(),
+        }
     }
 
     /// Stops Raft.

@@ -48,6 +48,7 @@ use tokio::sync::watch;
 
 use crate::linearizability::{Condition, Input, Operation, Outcome, Output, Verdict};
 use crate::sdk::SdkClient;
+use crate::version_audit::{self, Version, VersionedWrite};
 
 /// How a [`Recorder`] runs.
 #[derive(Debug, Clone)]
@@ -271,6 +272,8 @@ pub struct Report {
     /// Why requests ended without a reply, by class (`timeout`, `service: <message>`,
     /// `protocol: <kind>`, ...), with how often.
     pub errors: BTreeMap<String, usize>,
+    /// Applied writes with the version their reply carried (for [`version_audit`]).
+    pub writes: Vec<VersionedWrite>,
 }
 
 impl fmt::Display for Report {
@@ -308,6 +311,7 @@ pub struct Recorder {
 struct ClientLog {
     operations: Vec<Operation>,
     errors: BTreeMap<String, usize>,
+    writes: Vec<VersionedWrite>,
 }
 
 impl Recorder {
@@ -371,10 +375,12 @@ impl Recorder {
         self.control.send_replace(Control::Stop);
         let mut history = Vec::new();
         let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+        let mut writes = Vec::new();
         for task in self.tasks {
             match task.await {
                 Ok(log) => {
                     history.extend(log.operations);
+                    writes.extend(log.writes);
                     for (class, n) in log.errors {
                         *errors.entry(class).or_default() += n;
                     }
@@ -385,7 +391,14 @@ impl Recorder {
         }
         history.sort_by_key(|op| (op.call, op.client));
         let summary = Summary::of(&history);
-        (history, Report { summary, errors })
+        (
+            history,
+            Report {
+                summary,
+                errors,
+                writes,
+            },
+        )
     }
 }
 
@@ -414,8 +427,17 @@ async fn run_client(
         let result = send(&sdk.client, key.clone(), &input, timeout).await;
         let ret = nanos_since(epoch);
         match result {
-            Ok(output) => {
+            Ok((output, version)) => {
                 planner.observe(k, &input, Some(&output));
+                if let Some(version) = version.filter(|_| created_a_version(&output)) {
+                    log.writes.push(VersionedWrite {
+                        client: planner.client,
+                        call,
+                        ret,
+                        ret_wall_ms: crate::now_ms(),
+                        version,
+                    });
+                }
                 log.operations.push(Operation::returned(
                     planner.client,
                     key,
@@ -439,13 +461,22 @@ async fn run_client(
     log
 }
 
-/// Sends `input` on `key` and maps the SDK's answer to an [`Output`], or to an error class.
+/// True for the replies of writes that issued a new version (see [`version_audit`]).
+fn created_a_version(output: &Output) -> bool {
+    matches!(
+        output,
+        Output::Set { applied: true } | Output::Del { count: 1 } | Output::VDel { result: 1 }
+    )
+}
+
+/// Sends `input` on `key` and maps the SDK's answer to an [`Output`] and the reply's version,
+/// or to an error class.
 async fn send(
     client: &state_store::Client,
     key: Vec<u8>,
     input: &Input,
     timeout: Duration,
-) -> Result<Output, String> {
+) -> Result<(Output, Option<Version>), String> {
     let request = async {
         match input {
             Input::Set { value, condition } => {
@@ -483,13 +514,24 @@ fn sdk_condition(condition: Condition) -> SetCondition {
     }
 }
 
-/// The reply of an SDK call as an [`Output`] (via `f`), or the class of its error.
+/// The reply of an SDK call as an [`Output`] (via `f`) and its version, or the class of its
+/// error.
 fn to_output<T: fmt::Debug>(
     result: Result<state_store::Response<T>, state_store::Error>,
     f: impl FnOnce(T) -> Output,
-) -> Result<Output, String> {
+) -> Result<(Output, Option<Version>), String> {
     match result {
-        Ok(response) => Ok(f(response.response)),
+        Ok(response) => {
+            let version = response.version.map(|hlc| Version {
+                ms: hlc
+                    .timestamp
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                counter: hlc.counter,
+                node: hlc.node_id,
+            });
+            Ok((f(response.response), version))
+        }
         Err(e) => Err(error_class(&e)),
     }
 }
@@ -640,9 +682,13 @@ impl SplitMix64 {
     }
 }
 
-/// Checks a recorded history for linearizability and prints what was found (operations,
-/// unknown outcomes, search effort, verdict, per-kind detail). `Err` explains a violation, an
-/// undecided search or a recorder that got no reply at all; a violating history is also
+/// How far a reply's version may run ahead of the wall clock (protocol §1: 60 s).
+const MAX_VERSION_LEAD_MS: u64 = 60_000;
+
+/// Checks a recorded history for linearizability, audits its write versions (see
+/// [`version_audit`]) and prints what was found (operations, unknown outcomes, search effort,
+/// verdict, per-kind detail). `Err` explains a violation, an undecided search, a version that
+/// went backwards or a recorder that got no reply at all; a violating history is also
 /// written to a kept temporary file named in the message.
 pub fn check_recorded(history: &[Operation], recording: &Report) -> Result<(), String> {
     let started = Instant::now();
@@ -670,6 +716,12 @@ pub fn check_recorded(history: &[Operation], recording: &Report) -> Result<(), S
     if recording.summary.total() == recording.summary.unknown() {
         return Err(format!("the recorder got no reply at all: {recording}"));
     }
+    let versions = version_audit::audit(&recording.writes, MAX_VERSION_LEAD_MS)?;
+    println!(
+        "fencing-token audit: {} applied writes, {} real-time-ordered pairs, versions always \
+         increasing; largest lead over the wall clock {} ms",
+        versions.writes, versions.ordered_pairs, versions.max_lead_ms
+    );
     if verdict.is_ok() {
         return Ok(());
     }
@@ -786,11 +838,30 @@ mod tests {
         }
         assert_eq!(
             to_output(ok(false), |applied| Output::Set { applied }),
-            Ok(Output::Set { applied: false })
+            Ok((Output::Set { applied: false }, None))
         );
         assert_eq!(
             to_output(ok(-1i64), |result| Output::VDel { result }),
-            Ok(Output::VDel { result: -1 })
+            Ok((Output::VDel { result: -1 }, None))
+        );
+        let versioned = Ok(state_store::Response {
+            version: Some(
+                azure_iot_operations_protocol::common::hybrid_logical_clock::HybridLogicalClock {
+                    timestamp: std::time::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+                    counter: 7,
+                    node_id: "n2".to_owned(),
+                },
+            ),
+            response: true,
+        });
+        let expected = Version {
+            ms: 1_700_000_000_123,
+            counter: 7,
+            node: "n2".to_owned(),
+        };
+        assert_eq!(
+            to_output(versioned, |applied| Output::Set { applied }),
+            Ok((Output::Set { applied: true }, Some(expected)))
         );
         let err: Result<state_store::Response<i64>, _> = Err(state_store::Error::from(
             ErrorKind::UnexpectedPayload("Ok".to_owned()),

@@ -10,11 +10,13 @@ pub mod history;
 pub mod linearizability;
 pub mod netlab;
 pub mod node;
+pub mod process_faults;
 pub mod raw;
 pub mod raw_helpers;
 pub mod sdk;
 pub mod sdk_helpers;
 pub mod syscall_trace;
+pub mod version_audit;
 pub mod workload;
 
 use std::net::TcpListener;

@@ -43,6 +43,8 @@ pub struct StatestoreNode {
     pub http_host: String,
     netns: Option<String>,
     args: Vec<String>,
+    env: Vec<(String, String)>,
+    mounts: Vec<PathBuf>,
     child: Option<Child>,
     log: PathBuf,
     _dir: Option<tempfile::TempDir>,
@@ -127,6 +129,8 @@ impl StatestoreNode {
             http_host,
             netns: spec.placement.map(|p| p.netns),
             args,
+            env: Vec::new(),
+            mounts: Vec::new(),
             child: None,
             log,
             _dir: None,
@@ -152,12 +156,73 @@ impl StatestoreNode {
         };
         let child = command
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start statestore");
         self.child = Some(child);
+    }
+
+    /// Environment variables for the next [`StatestoreNode::spawn`] (replacing earlier ones),
+    /// e.g. a skewed clock (see [`crate::process_faults::skewed_clock_env`]).
+    pub fn set_env(&mut self, env: Vec<(String, String)>) {
+        self.env = env;
+    }
+
+    /// Kills the node, moves its data directory onto a fresh tmpfs of `size_mib` MiB and starts
+    /// it again on it: a small disk that a test can fill
+    /// ([`crate::process_faults::DiskFill`]). Needs root; unmounted when the node is dropped.
+    pub fn put_data_on_tmpfs(&mut self, size_mib: u64) {
+        self.kill();
+        let old = self.data_dir.with_extension("before-tmpfs");
+        if self.data_dir.exists() {
+            std::fs::rename(&self.data_dir, &old).expect("move the data directory aside");
+        } else {
+            std::fs::create_dir(&old).expect("an empty data directory");
+        }
+        std::fs::create_dir(&self.data_dir).expect("mount point");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+            .arg(&self.data_dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            mounted,
+            "mount tmpfs on {} (root?)",
+            self.data_dir.display()
+        );
+        self.mounts.push(self.data_dir.clone());
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(old.join("."))
+            .arg(&self.data_dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(copied, "copy the data directory onto the tmpfs");
+        std::fs::remove_dir_all(&old).expect("remove the old data directory");
+        self.spawn();
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself; its exit status, or `None`
+    /// if it still runs (or was not running).
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = status {
+                self.child = None;
+                return Some(status);
+            }
+            if self.child.is_none() || Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// True while the process runs.
@@ -330,5 +395,8 @@ impl Drop for StatestoreNode {
             send_signal(child.id() as i32, "CONT");
         }
         self.kill();
+        for mount in self.mounts.drain(..) {
+            let _ = Command::new("umount").arg("-l").arg(&mount).status();
+        }
     }
 }
