@@ -1,5 +1,5 @@
 //! A Mosquitto broker per test, configured like the ones we ship (Nagle off, raised in-flight
-//! limit), listening on a fresh loopback port.
+//! limit, sessions persisted on a clean shutdown), listening on a fresh port.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -32,7 +32,10 @@ impl Broker {
             &config,
             format!(
                 "listener {port} {address}\nallow_anonymous true\nset_tcp_nodelay true\nmax_inflight_messages 1000\n\
-                 max_queued_messages 100000\npersistence false\nmessage_size_limit 0\n"
+                 max_queued_messages 100000\nmessage_size_limit 0\n\
+                 persistence true\npersistence_location {}/\nautosave_interval 0\n\
+                 user root\n",
+                dir.path().display()
             ),
         )
         .expect("write mosquitto.conf");
@@ -78,9 +81,23 @@ impl Broker {
         let _ = self.child.wait();
     }
 
-    /// Starts it again on the same port.
+    /// Starts it again on the same port after a SIGKILL: sessions and queued messages are
+    /// gone.
     pub fn restart(&mut self) {
         self.kill();
+        self.spawn_again();
+    }
+
+    /// Stops it with SIGTERM (Mosquitto then saves its sessions, subscriptions and queued
+    /// messages to its persistence file) and starts it again on the same port: a broker
+    /// upgrade or rescheduling, which clients with persistent sessions survive.
+    pub fn restart_gracefully(&mut self) {
+        crate::node::send_signal(self.child.id() as i32, "TERM");
+        let _ = self.child.wait();
+        self.spawn_again();
+    }
+
+    fn spawn_again(&mut self) {
         let config = self._dir.path().join("mosquitto.conf");
         let log_file = std::fs::OpenOptions::new()
             .append(true)

@@ -5,17 +5,20 @@
 //! links cut (both ways or one way), a follower cut off, flapping links, a full-cluster
 //! `kill -9` and restart, slow fsyncs on the leader (strace delays every fsync/fdatasync by
 //! 300 ms), the leader's disk full (it must exit non-zero rather than serve; restarted once
-//! space is back), and a node restarted with its wall clock 25 s ahead or behind (libfaketime;
-//! the skew stays until a later skew fault resets it). After each fault the cluster is healed
+//! space is back), a node restarted with its wall clock 25 s ahead or behind (libfaketime;
+//! the skew stays until a later skew fault resets it), the leader's broker link cut, and a
+//! broker restart. After each fault the cluster is healed
 //! and a fresh client's write must be acknowledged. At the end: every acknowledged write is
 //! there, the replicas agree, most recorded operations got a reply, the recorded history is
 //! linearizable, and the versions of applied writes (the fencing tokens clients use) increase
 //! along real time and stay within 60 s of the wall clock
 //! ([`statestore_tests::version_audit`]).
 //!
-//! A broker restart is not among the faults: the test broker keeps no sessions across a
-//! restart, and the official SDK ends a session the broker forgot, so every client here would
-//! stop for good (`t70_lifecycle` covers the node's side of a broker restart).
+//! The leader cut off from the broker (its peers still reachable) must hand leadership over; a
+//! broker restart is a SIGTERM (Mosquitto saves its sessions) and a start on the same port,
+//! which the SDK clients and the nodes resume. A broker that forgets its sessions (SIGKILL)
+//! is not among the faults: the official SDK ends a session the broker forgot, so every
+//! client would stop for good (`t70_lifecycle` covers the node's side of that).
 //!
 //! CI runs a short profile (`STATESTORE_FAULT_CYCLES`, default: each fault once). The long
 //! profile is
@@ -48,9 +51,11 @@ enum Fault {
     SlowFsyncLeader,
     DiskFullLeader,
     SkewClock,
+    BrokerCutLeader,
+    BrokerRestart,
 }
 
-const FAULTS: [Fault; 11] = [
+const FAULTS: [Fault; 13] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::PauseLeader,
@@ -62,6 +67,8 @@ const FAULTS: [Fault; 11] = [
     Fault::SlowFsyncLeader,
     Fault::DiskFullLeader,
     Fault::SkewClock,
+    Fault::BrokerCutLeader,
+    Fault::BrokerRestart,
 ];
 
 /// Size of each node's data tmpfs: room for a long run, small enough to fill at once.
@@ -132,6 +139,25 @@ async fn inject(lab: &NetLab, cluster: &mut Cluster, fault: Fault, skews_done: &
             );
             drop(fill);
             node.spawn();
+        }
+        Fault::BrokerCutLeader => {
+            // The leader keeps its peers but loses the broker: it must hand over leadership
+            // (after the ack timeout and twice the election timeout) to a node that serves.
+            lab.set_faults(leader, Faults::BROKER_CUT);
+            let probe = SdkClient::connect(cluster.broker.port, "broker-cut-probe").await;
+            set_until_acknowledged(
+                &probe,
+                b"broker-cut-probe",
+                Duration::from_secs(60),
+                "leader cut from the broker",
+            )
+            .await;
+            probe.shutdown().await;
+            lab.heal(leader);
+        }
+        Fault::BrokerRestart => {
+            // SIGTERM: Mosquitto saves the sessions, which clients and nodes resume.
+            cluster.broker.restart_gracefully();
         }
         Fault::SkewClock => {
             let skew = SKEWS_S[*skews_done % SKEWS_S.len()];
