@@ -57,10 +57,11 @@ impl Default for RaftConfig {
         RaftConfig {
             id: 1,
             // Followers elect after the old leader's lease (= election_timeout_max) plus a
-            // random election timeout: 0.9–1.2 s of silence with these values.
+            // random election timeout: 0.75–1.0 s of silence with these values. The minimum
+            // stays 2.5 heartbeats; pre-vote keeps one slow follower from deposing a leader.
             heartbeat_interval: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(300),
-            election_timeout_max: Duration::from_millis(600),
+            election_timeout_min: Duration::from_millis(250),
+            election_timeout_max: Duration::from_millis(500),
             snapshot_after_proposals: 200_000,
             snapshot_after_entries: 50_000,
             entries_kept_after_snapshot: 1_000,

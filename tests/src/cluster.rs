@@ -14,9 +14,9 @@ pub const TEST_TIMING: [&str; 6] = [
     "--heartbeat-ms",
     "100",
     "--election-timeout-min-ms",
-    "300",
+    "250",
     "--election-timeout-max-ms",
-    "600",
+    "500",
 ];
 
 /// Broker plus nodes.

@@ -190,8 +190,8 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
     );
     assert!(acked > 0, "no write was acknowledged at all");
     assert_eq!(verify_acked(port, &reports).await, acked);
-    // The bound of the design (quorum timeout = election timeout max = 600 ms, checked every
-    // 50 ms, then a quorum probe of at most 200 ms) is 0.85 s plus the unsubscribe; the
+    // The bound of the design (quorum timeout = election timeout max = 500 ms, checked every
+    // 50 ms, then a quorum probe of at most 200 ms) is 0.75 s plus the unsubscribe; the
     // assertion leaves room for a loaded machine (the figures are printed above).
     for (released, _) in &figures {
         assert!(

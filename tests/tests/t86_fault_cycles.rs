@@ -79,7 +79,7 @@ const DATA_TMPFS_MIB: u64 = 512;
 /// clock ran more than 60 s ahead of a leader would be refused (correctly) on every request.
 const SKEWS_S: [i64; 3] = [25, -25, 0];
 
-/// How long a fault lasts: beyond the election timeout maximum (600 ms), so it bites.
+/// How long a fault lasts: beyond the election timeout maximum (500 ms), so it bites.
 const HOLD: Duration = Duration::from_millis(1_500);
 
 fn env_u64(name: &str, default: u64) -> u64 {
