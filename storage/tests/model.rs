@@ -165,6 +165,7 @@ fn limits() -> impl Strategy<Value = Limits> {
             max_keys,
             max_bytes,
             max_registrations_per_client: regs,
+            ..Limits::default()
         }),
     ]
 }
