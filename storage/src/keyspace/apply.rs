@@ -69,8 +69,9 @@
 //!   bound the memory a flood of requests can take, at the price of exactly-once for the
 //!   requests evicted; the counter is there so operators see it happen and raise the caps.
 //!   Eviction removes exactly the first entries of the index, the same whatever the grouping
-//!   of proposals into transactions. Lowering a cap makes the next remembered reply evict down
-//!   to the new cap at once (work proportional to what it removes, in one proposal).
+//!   of proposals into transactions. Lowering a cap evicts nothing by itself; the next request
+//!   whose reply is to be remembered evicts down to the new cap at once (work proportional to
+//!   what it removes, in one proposal).
 
 use crate::codec;
 use crate::error::{Result, StorageError};
