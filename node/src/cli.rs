@@ -109,6 +109,16 @@ pub struct RunArgs {
     /// KEYNOTIFY registrations per client (§9, default 1000).
     #[arg(long, value_name = "N")]
     pub max_registrations_per_client: Option<u32>,
+    /// KEYNOTIFY registrations of all clients together (default 1,000,000).
+    #[arg(long, value_name = "N")]
+    pub max_registrations: Option<u64>,
+    /// Replies remembered for retries (§6, default 1,000,000); over it the earliest-expiring
+    /// are evicted.
+    #[arg(long, value_name = "N")]
+    pub max_remembered_replies: Option<u64>,
+    /// Bytes of remembered replies (default 256 MiB); over it the earliest-expiring are evicted.
+    #[arg(long, value_name = "BYTES")]
+    pub max_remembered_reply_bytes: Option<u64>,
     /// Expiry sweep interval, ms.
     #[arg(long, value_name = "MS")]
     pub sweep_interval_ms: Option<u64>,
@@ -237,6 +247,15 @@ impl RunArgs {
             &mut config.limits.max_registrations_per_client,
             self.max_registrations_per_client,
         );
+        set(&mut config.limits.max_registrations, self.max_registrations);
+        set(
+            &mut config.limits.max_remembered_replies,
+            self.max_remembered_replies,
+        );
+        set(
+            &mut config.limits.max_remembered_reply_bytes,
+            self.max_remembered_reply_bytes,
+        );
         set(&mut config.expiry.sweep_interval_ms, self.sweep_interval_ms);
         set(
             &mut config.storage.cache_capacity_mb,
@@ -275,6 +294,12 @@ mod tests {
             "3=127.0.0.1:1",
             "--peer",
             "4=127.0.0.1:2",
+            "--max-registrations",
+            "7",
+            "--max-remembered-replies",
+            "8",
+            "--max-remembered-reply-bytes",
+            "9",
         ])
         .expect("parses");
         let CliCommand::Run(args) = cli.command else {
@@ -284,6 +309,15 @@ mod tests {
         assert_eq!(config.id, 3, "from the file");
         assert_eq!(config.mqtt.broker, "b:2", "flag wins");
         assert_eq!(config.limits.max_keys, 5);
+        let quota = config.quota();
+        assert_eq!(
+            (
+                quota.max_registrations,
+                quota.max_remembered_replies,
+                quota.max_remembered_reply_bytes
+            ),
+            (7, 8, 9)
+        );
         assert_eq!(config.initial_members().expect("members").len(), 2);
     }
 

@@ -131,6 +131,13 @@ pub struct LimitsConfig {
     pub max_bytes: u64,
     /// KEYNOTIFY registrations per client.
     pub max_registrations_per_client: u32,
+    /// KEYNOTIFY registrations of all clients together.
+    pub max_registrations: u64,
+    /// Replies remembered for retried requests (§6); over it the earliest-expiring are evicted.
+    pub max_remembered_replies: u64,
+    /// Bytes of remembered replies (reply key plus encoded reply, each); over it the
+    /// earliest-expiring are evicted.
+    pub max_remembered_reply_bytes: u64,
     /// Bytes of requests held at once (payload plus 1 KiB each), MiB. When it is spent,
     /// PUBACKs wait and the broker holds further requests.
     pub request_budget_mb: u64,
@@ -251,6 +258,9 @@ impl Default for LimitsConfig {
             max_keys: quota.max_keys,
             max_bytes: quota.max_bytes,
             max_registrations_per_client: quota.max_registrations_per_client,
+            max_registrations: quota.max_registrations,
+            max_remembered_replies: quota.max_remembered_replies,
+            max_remembered_reply_bytes: quota.max_remembered_reply_bytes,
             request_budget_mb: 64,
             request_timeout_ms: 10_000,
         }
@@ -391,6 +401,8 @@ impl Config {
             || l.max_keys == 0
             || l.max_bytes == 0
             || l.max_px_ms == 0
+            || l.max_remembered_replies == 0
+            || l.max_remembered_reply_bytes == 0
         {
             return Err(invalid("limits must be positive"));
         }
@@ -476,6 +488,9 @@ impl Config {
             max_keys: self.limits.max_keys,
             max_bytes: self.limits.max_bytes,
             max_registrations_per_client: self.limits.max_registrations_per_client,
+            max_registrations: self.limits.max_registrations,
+            max_remembered_replies: self.limits.max_remembered_replies,
+            max_remembered_reply_bytes: self.limits.max_remembered_reply_bytes,
         }
     }
 
@@ -545,6 +560,14 @@ mod tests {
         assert_eq!(config.limits.max_keys, 1_000_000);
         assert_eq!(config.limits.max_bytes, 1 << 30);
         assert_eq!(config.limits.max_registrations_per_client, 1_000);
+        assert_eq!(config.limits.max_registrations, 1_000_000);
+        assert_eq!(config.limits.max_remembered_replies, 1_000_000);
+        assert_eq!(config.limits.max_remembered_reply_bytes, 256 << 20);
+        assert_eq!(
+            config.quota(),
+            Limits::default(),
+            "the replicated caps are the storage defaults"
+        );
         assert_eq!(config.limits.max_px_ms, 30 * 24 * 3600 * 1000);
         assert_eq!(
             config.initial_members().expect("members"),
@@ -565,12 +588,25 @@ mod tests {
             2 = "10.0.0.2:7481"
             [limits]
             max_keys = 10
+            max_registrations = 20
+            max_remembered_replies = 30
+            max_remembered_reply_bytes = 40
             "#,
         )
         .expect("parses");
         assert_eq!(config.id, 2);
         assert_eq!(config.mqtt.broker, "broker:1884");
         assert_eq!(config.limits.max_keys, 10);
+        let quota = config.quota();
+        assert_eq!(
+            (
+                quota.max_registrations,
+                quota.max_remembered_replies,
+                quota.max_remembered_reply_bytes
+            ),
+            (20, 30, 40),
+            "the caps reach the replicated limits"
+        );
         assert_eq!(
             config.limits.max_key_bytes, 1024,
             "unset keys keep defaults"
@@ -613,6 +649,26 @@ mod tests {
                     cluster: ClusterConfig {
                         peers: BTreeMap::from([("2".into(), "x:1".into())]),
                         ..ClusterConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "no reply memory",
+                Config {
+                    limits: LimitsConfig {
+                        max_remembered_replies: 0,
+                        ..LimitsConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "no bytes for the reply memory",
+                Config {
+                    limits: LimitsConfig {
+                        max_remembered_reply_bytes: 0,
+                        ..LimitsConfig::default()
                     },
                     ..Config::default()
                 },

@@ -7,6 +7,8 @@ use prometheus::{
     Registry,
 };
 
+use statestore_storage::keyspace::KeyspaceMeta;
+
 use crate::protocol::{CommandVerb, ErrorReply};
 use crate::transport::OutboundKind;
 
@@ -205,6 +207,14 @@ pub struct StoreMetrics {
     pub remembered_replies: IntGauge,
     /// `statestore_keyspace_reply_memory_bytes`
     pub reply_memory_bytes: IntGauge,
+    /// `statestore_keyspace_registrations`
+    pub registrations: IntGauge,
+    /// `statestore_reply_memory_entries`
+    pub reply_memory_entries: IntGauge,
+    /// `statestore_reply_memory_bytes`
+    pub reply_memory_counted_bytes: IntGauge,
+    /// `statestore_reply_memory_evicted_total`
+    pub reply_memory_evicted_total: IntCounter,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -285,6 +295,22 @@ impl StoreMetrics {
                 "statestore_keyspace_reply_memory_bytes",
                 "Memory held by the reply memory and its expiry index."
             )),
+            registrations: metric!(IntGauge::new(
+                "statestore_keyspace_registrations",
+                "KEYNOTIFY registrations stored, all clients together (capped by limits.max_registrations)."
+            )),
+            reply_memory_entries: metric!(IntGauge::new(
+                "statestore_reply_memory_entries",
+                "Remembered replies in the replicated state (capped by limits.max_remembered_replies)."
+            )),
+            reply_memory_counted_bytes: metric!(IntGauge::new(
+                "statestore_reply_memory_bytes",
+                "Remembered replies' bytes as the cap counts them, key plus encoded reply (capped by limits.max_remembered_reply_bytes)."
+            )),
+            reply_memory_evicted_total: metric!(IntCounter::new(
+                "statestore_reply_memory_evicted_total",
+                "Remembered replies evicted to stay within the reply-memory caps (a retry of an evicted request runs again)."
+            )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
                     "statestore_expiry_sweep_duration_seconds",
@@ -311,6 +337,37 @@ impl StoreMetrics {
                 "Clients whose registrations were dropped after PUBACK 0x10."
             )),
         }
+    }
+}
+
+impl StoreMetrics {
+    /// Sets the gauges read from the replicated store-wide record: keys, bytes, quotas and their
+    /// use, registrations, the reply memory and its evictions.
+    pub fn record_keyspace(&self, meta: &KeyspaceMeta) {
+        let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.keys.set(as_gauge(meta.keys));
+        self.size_bytes.set(as_gauge(meta.bytes));
+        self.quota_limit_keys.set(as_gauge(meta.limits.max_keys));
+        self.quota_limit_bytes.set(as_gauge(meta.limits.max_bytes));
+        let ratio = |used: u64, limit: u64| {
+            if limit == 0 {
+                1.0
+            } else {
+                used as f64 / limit as f64
+            }
+        };
+        self.quota_used_ratio.set(
+            ratio(meta.keys, meta.limits.max_keys).max(ratio(meta.bytes, meta.limits.max_bytes)),
+        );
+        self.registrations.set(as_gauge(meta.registrations));
+        self.reply_memory_entries
+            .set(as_gauge(meta.remembered_replies));
+        self.reply_memory_counted_bytes
+            .set(as_gauge(meta.remembered_reply_bytes));
+        // Replicated and cumulative, while this process counts from 0: advance by what is new.
+        let seen = self.reply_memory_evicted_total.get();
+        self.reply_memory_evicted_total
+            .inc_by(meta.replies_evicted.saturating_sub(seen));
     }
 }
 
@@ -451,6 +508,10 @@ impl NodeMetrics {
         register(&registry, &store.memtable_stalls_total)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
+        register(&registry, &store.registrations)?;
+        register(&registry, &store.reply_memory_entries)?;
+        register(&registry, &store.reply_memory_counted_bytes)?;
+        register(&registry, &store.reply_memory_evicted_total)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;
@@ -495,5 +556,64 @@ impl NodeMetrics {
             tracing::warn!(error = %err, "metrics encoding failed");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(rendered: &str, name: &str) -> Option<String> {
+        rendered.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(' ')
+                .map(str::to_owned)
+        })
+    }
+
+    #[test]
+    fn keyspace_record_sets_the_cap_gauges_and_advances_the_eviction_counter() {
+        let metrics = NodeMetrics::new().expect("registers");
+        let mut meta = KeyspaceMeta {
+            keys: 2,
+            registrations: 3,
+            remembered_replies: 4,
+            remembered_reply_bytes: 5,
+            replies_evicted: 6,
+            ..KeyspaceMeta::default()
+        };
+        metrics.store.record_keyspace(&meta);
+        let out = metrics.render();
+        for (name, value) in [
+            ("statestore_keyspace_keys", "2"),
+            ("statestore_keyspace_registrations", "3"),
+            ("statestore_reply_memory_entries", "4"),
+            ("statestore_reply_memory_bytes", "5"),
+            ("statestore_reply_memory_evicted_total", "6"),
+        ] {
+            assert_eq!(
+                sample(&out, name).as_deref(),
+                Some(value),
+                "{name} in\n{out}"
+            );
+        }
+        assert!(
+            out.contains("# TYPE statestore_reply_memory_evicted_total counter"),
+            "a counter"
+        );
+        meta.replies_evicted = 9;
+        meta.remembered_replies = 1;
+        metrics.store.record_keyspace(&meta);
+        metrics.store.record_keyspace(&meta);
+        let out = metrics.render();
+        assert_eq!(
+            sample(&out, "statestore_reply_memory_evicted_total").as_deref(),
+            Some("9"),
+            "advanced to the replicated total, once"
+        );
+        assert_eq!(
+            sample(&out, "statestore_reply_memory_entries").as_deref(),
+            Some("1")
+        );
     }
 }

@@ -237,24 +237,7 @@ async fn sample_gauges(
         }
         let gauges = &metrics.store;
         if let Ok(meta) = read::meta(&raft.view()) {
-            let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            gauges.keys.set(as_gauge(meta.keys));
-            gauges.size_bytes.set(as_gauge(meta.bytes));
-            gauges.quota_limit_keys.set(as_gauge(meta.limits.max_keys));
-            gauges
-                .quota_limit_bytes
-                .set(as_gauge(meta.limits.max_bytes));
-            let ratio = |used: u64, limit: u64| {
-                if limit == 0 {
-                    1.0
-                } else {
-                    used as f64 / limit as f64
-                }
-            };
-            gauges.quota_used_ratio.set(
-                ratio(meta.keys, meta.limits.max_keys)
-                    .max(ratio(meta.bytes, meta.limits.max_bytes)),
-            );
+            gauges.record_keyspace(&meta);
         }
         let sized = store.clone();
         if let Ok(Ok(size)) = tokio::task::spawn_blocking(move || sized.size_on_disk()).await {

@@ -19,20 +19,27 @@
 //! - The notification lookup's shortcut for stores without registrations gives the same
 //!   events as the full lookup.
 //! - A sled snapshot exported and installed into another store (even one that already held
-//!   other state) reproduces the digest.
+//!   other state) reproduces the digest and the store-wide counters.
+//! - The caps of the tables clients make grow (store-wide KEYNOTIFY registrations, reply memory
+//!   by count and bytes with earliest-expiry eviction) decide outcomes as the model does, and
+//!   the meta's counters (registrations, remembered replies and their bytes, evictions) equal
+//!   a recount of the tables after every step, also with caps hit inside large batches.
 //!
 //! The model deliberately does not call into the crate's apply logic: it uses the crate's
 //! plain data types (`Hlc`, `Outcome`, `KeyEvent`, `Mutation`, ...) only as a vocabulary and
-//! orders HLCs itself.
+//! orders HLCs itself. The one thing it takes from the crate is the length of a remembered
+//! reply's encoding (`codec::encode` of the plain `RememberedReply`), which the byte cap counts.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use statestore_storage::codec;
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
-    Applied, Change, KeyEvent, Keyspace, Limits, Mutation, OrderedRead, Outcome, Overlay, Proposal,
-    Record, Rejection, RequestId, SetCondition, layout, read,
+    Applied, Change, KeyEvent, Keyspace, KeyspaceMeta, KvPair, Limits, Mutation, OrderedRead,
+    Outcome, Overlay, Proposal, Record, Rejection, RememberedReply, RequestId, SetCondition,
+    layout, read,
 };
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
@@ -158,6 +165,13 @@ fn cmd() -> impl Strategy<Value = Cmd> {
     ]
 }
 
+/// Caps of the registrations and the reply memory. A remembered reply here takes about 15 to
+/// 40 bytes, so byte caps from 20 to 200 sometimes refuse a reply outright, sometimes evict
+/// several for one.
+fn caps() -> impl Strategy<Value = (u64, u64, u64)> {
+    (1..=6u64, 1..=8u64, 20..=200u64)
+}
+
 fn limits() -> impl Strategy<Value = Limits> {
     prop_oneof![
         1 => Just(Limits::default()),
@@ -165,7 +179,18 @@ fn limits() -> impl Strategy<Value = Limits> {
             max_keys,
             max_bytes,
             max_registrations_per_client: regs,
+            ..Limits::default()
         }),
+        2 => (1..=4u64, 2..=16u64, 1..=3u32, caps()).prop_map(
+            |(max_keys, max_bytes, regs, (total, replies, reply_bytes))| Limits {
+                max_keys,
+                max_bytes,
+                max_registrations_per_client: regs,
+                max_registrations: total,
+                max_remembered_replies: replies,
+                max_remembered_reply_bytes: reply_bytes,
+            }
+        ),
     ]
 }
 
@@ -400,6 +425,9 @@ fn rank(h: &Hlc) -> (u64, u64, &str) {
     (h.ms, h.counter, h.node.as_str())
 }
 
+/// A request's identity in the reply memory: (client, correlation).
+type ReplyId = (Vec<u8>, Vec<u8>);
+
 /// The spec's state store, as plainly as possible.
 ///
 /// Where the spec leaves a choice open the model takes the reading below (each one is a
@@ -408,15 +436,22 @@ fn rank(h: &Hlc) -> (u64, u64, &str) {
 /// key expired removes it first as a deletion with its own version and `DELETE` event; one
 /// sweep entry removes all its keys under one deletion version; rejections are remembered for
 /// retries like any reply (§6); the key quota counts expired keys not yet removed, and the
-/// byte quota only refuses writes that grow the stored bytes (§9).
+/// byte quota only refuses writes that grow the stored bytes (§9). The reply-memory caps are
+/// statestore's own (the spec has none): expired replies count until pruned, a reply over the
+/// caps evicts the earliest-expiring ones (itself, if it expires first), and a reply that could
+/// not fit alone is not remembered.
 struct Model {
     /// Stored keys, including expired ones nobody has removed yet (they still count against
     /// the quotas of §9 until a sweep or a write removes them).
     entries: HashMap<Vec<u8>, Entry>,
     /// §7: key -> registered clients (sorted: notifications list observers in id order).
     registrations: HashMap<Vec<u8>, BTreeSet<String>>,
-    /// §6: (client, correlation) -> (remembered until, reply).
-    replies: HashMap<(Vec<u8>, Vec<u8>), (u64, Outcome)>,
+    /// §6: (client, correlation) -> (remembered until, reply). Holds expired replies until
+    /// they are pruned (up to 32 per entry, earliest expiry first) or evicted: both count
+    /// against the caps.
+    replies: HashMap<ReplyId, (u64, Outcome)>,
+    /// Replies evicted (or refused) to stay within the reply-memory caps.
+    evicted: u64,
     /// §3: the last version issued.
     last_version: Option<Hlc>,
     /// The store's time: the latest leader wall time stamped on an applied entry. Writes
@@ -429,6 +464,10 @@ struct Model {
     max_keys: u64,
     max_bytes: u64,
     max_registrations: u64,
+    /// Store-wide caps: registrations of all clients, remembered replies and their bytes.
+    max_registrations_total: u64,
+    max_replies: u64,
+    max_reply_bytes: u64,
     /// §7 events of the entry being applied, in order.
     events: Vec<KeyEvent>,
 }
@@ -439,12 +478,16 @@ impl Model {
             entries: HashMap::new(),
             registrations: HashMap::new(),
             replies: HashMap::new(),
+            evicted: 0,
             last_version: None,
             now: 0,
             // §9 defaults
             max_keys: 1_000_000,
             max_bytes: 1 << 30,
             max_registrations: 1_000,
+            max_registrations_total: 1_000_000,
+            max_replies: 1_000_000,
+            max_reply_bytes: 256 << 20,
             events: Vec::new(),
         }
     }
@@ -483,6 +526,84 @@ impl Model {
             .collect();
         due.sort();
         due.into_iter().take(limit).map(|(_, k)| k).collect()
+    }
+
+    /// Registrations of every client together.
+    fn registration_count(&self) -> u64 {
+        self.registrations.values().map(|c| c.len() as u64).sum()
+    }
+
+    /// What a remembered reply counts against the byte cap: the length of its key in the
+    /// reply table (table byte, u32 client length, client, correlation) plus the length of
+    /// the stored reply.
+    fn reply_size(id: &ReplyId, until: u64, outcome: &Outcome) -> u64 {
+        let stored = codec::encode(&RememberedReply {
+            expires_at_ms: until,
+            outcome: outcome.clone(),
+        });
+        (1 + 4 + id.0.len() + id.1.len() + stored.len()) as u64
+    }
+
+    fn reply_bytes(&self) -> u64 {
+        self.replies
+            .iter()
+            .map(|(id, (until, outcome))| Self::reply_size(id, *until, outcome))
+            .sum()
+    }
+
+    /// The remembered replies in the order they leave the memory: earliest expiry first,
+    /// then by client length, client and correlation (the reply table's key order).
+    fn replies_by_expiry(&self) -> Vec<(u64, ReplyId)> {
+        let mut order: Vec<(u64, usize, ReplyId)> = self
+            .replies
+            .iter()
+            .map(|(id, (until, _))| (*until, id.0.len(), id.clone()))
+            .collect();
+        order.sort();
+        order
+            .into_iter()
+            .map(|(until, _, id)| (until, id))
+            .collect()
+    }
+
+    /// Each entry first drops up to 32 replies expired at its time, earliest expiry first.
+    fn prune_replies(&mut self) {
+        for (until, id) in self.replies_by_expiry().into_iter().take(32) {
+            if until > self.now {
+                break;
+            }
+            self.replies.remove(&id);
+        }
+    }
+
+    /// After a reply is remembered: the earliest-expiring replies leave while the memory is
+    /// over a cap (the new one included, if it expires first).
+    fn evict_replies(&mut self) {
+        let mut count = self.replies.len() as u64;
+        let mut bytes = self.reply_bytes();
+        for (until, id) in self.replies_by_expiry() {
+            if count <= self.max_replies && bytes <= self.max_reply_bytes {
+                break;
+            }
+            let (_, outcome) = self.replies.remove(&id).expect("listed");
+            count -= 1;
+            bytes -= Self::reply_size(&id, until, &outcome);
+            self.evicted += 1;
+        }
+    }
+
+    /// §6: remembers `outcome` for `request` (replacing an expired reply of the same id). A
+    /// reply that cannot fit even alone is not remembered (and counted as evicted).
+    fn remember(&mut self, request: &RequestId, outcome: &Outcome) {
+        let id = (request.client.clone(), request.correlation.clone());
+        let until = self.now + request.remember_for_ms;
+        self.replies.remove(&id);
+        if self.max_replies == 0 || Self::reply_size(&id, until, outcome) > self.max_reply_bytes {
+            self.evicted += 1;
+        } else {
+            self.replies.insert(id, (until, outcome.clone()));
+        }
+        self.evict_replies();
     }
 
     fn stored_bytes(&self) -> u64 {
@@ -541,6 +662,7 @@ impl Model {
 
     fn apply(&mut self, p: &Proposal) -> (Outcome, Vec<KeyEvent>) {
         self.now = capped_floor(self.now, p.wall_ms);
+        self.prune_replies();
         let memory = p
             .request
             .as_ref()
@@ -587,7 +709,9 @@ impl Model {
                     .count() as u64;
                 if already {
                     Outcome::Observing
-                } else if held >= self.max_registrations {
+                } else if held >= self.max_registrations
+                    || self.registration_count() >= self.max_registrations_total
+                {
                     Outcome::Rejected(Rejection::QuotaExceeded)
                 } else {
                     self.registrations
@@ -644,12 +768,14 @@ impl Model {
                 self.max_keys = limits.max_keys;
                 self.max_bytes = limits.max_bytes;
                 self.max_registrations = u64::from(limits.max_registrations_per_client);
+                self.max_registrations_total = limits.max_registrations;
+                self.max_replies = limits.max_remembered_replies;
+                self.max_reply_bytes = limits.max_remembered_reply_bytes;
                 Outcome::LimitsSet
             }
         };
-        if let (Some(id), Some(request)) = (memory, &p.request) {
-            let until = self.now + request.remember_for_ms;
-            self.replies.insert(id, (until, outcome.clone()));
+        if let Some(request) = &p.request {
+            self.remember(request, &outcome);
         }
         (outcome, std::mem::take(&mut self.events))
     }
@@ -744,6 +870,52 @@ fn issued_versions(applied: &Applied) -> Vec<Hlc> {
     versions
 }
 
+/// The store-wide counters as a full recount of the tables finds them: (registrations,
+/// remembered replies, their counted bytes). Also checks that the registration tables agree
+/// and that the reply-expiry index holds one entry per reply, with its size.
+fn recount(view: &impl OrderedRead) -> Result<(u64, u64, u64), TestCaseError> {
+    let rows = |table: layout::Table| -> Result<Vec<KvPair>, TestCaseError> {
+        let (start, end) = table.bounds();
+        view.range(&start, &end)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(fail)
+    };
+    let by_key = rows(layout::Table::ObserversByKey)?.len() as u64;
+    let by_client = rows(layout::Table::ObservedByClient)?.len() as u64;
+    prop_assert_eq!(by_key, by_client, "registration tables disagree");
+    let replies: BTreeMap<Vec<u8>, Vec<u8>> = rows(layout::Table::Replies)?.into_iter().collect();
+    let index = rows(layout::Table::ReplyExpiry)?;
+    prop_assert_eq!(index.len(), replies.len(), "one index entry per reply");
+    let mut bytes = 0;
+    for (index_key, size) in &index {
+        let (_, reply_key) = layout::split_reply_expiry_key(index_key)
+            .ok_or_else(|| fail("reply-expiry key without expiry"))?;
+        let reply = replies
+            .get(reply_key)
+            .ok_or_else(|| fail("index entry of a missing reply"))?;
+        let counted = (reply_key.len() + reply.len()) as u64;
+        prop_assert_eq!(layout::parse_reply_size_value(size), Some(counted));
+        bytes += counted;
+    }
+    Ok((by_key, replies.len() as u64, bytes))
+}
+
+/// The meta's counters equal a recount of the tables.
+fn assert_counters_exact(view: &impl OrderedRead, when: &str) -> Result<(), TestCaseError> {
+    let meta = read::meta(view).map_err(fail)?;
+    prop_assert_eq!(
+        (
+            meta.registrations,
+            meta.remembered_replies,
+            meta.remembered_reply_bytes
+        ),
+        recount(view)?,
+        "meta counters against a recount {}",
+        when
+    );
+    Ok(())
+}
+
 /// Compares everything the crate stores about the small key set with the model.
 fn assert_same_state(
     step: usize,
@@ -777,6 +949,27 @@ fn assert_same_state(
         "step {}: limits",
         step
     );
+    // The caps: counters as the model counts them, and as a recount of the tables finds them.
+    let counters = |m: &KeyspaceMeta| {
+        (
+            m.registrations,
+            m.remembered_replies,
+            m.remembered_reply_bytes,
+            m.replies_evicted,
+        )
+    };
+    prop_assert_eq!(
+        counters(&meta),
+        (
+            model.registration_count(),
+            model.replies.len() as u64,
+            model.reply_bytes(),
+            model.evicted
+        ),
+        "step {}: registrations, replies, reply bytes, evictions",
+        step
+    );
+    assert_counters_exact(map, &format!("at step {step}"))?;
     for key in KEYS {
         let stored = read::record(map, key)
             .map_err(fail)?
@@ -921,7 +1114,9 @@ proptest! {
     /// DEL, VDEL, KEYNOTIFY, STOP, sweeps, client departures, quota changes, clock moves
     /// (forwards, and backwards with a leader change) and retries, the crate's keyspace and a
     /// simple model of protocol §2-§9 give the same outcome, versions, GET result and
-    /// notifications, and hold the same keys, registrations and remembered replies.
+    /// notifications, and hold the same keys, registrations and remembered replies; with the
+    /// registration and reply-memory caps (often set low) deciding alike, and the meta's
+    /// counters equal to the model's and to a recount of the tables after every step.
     #[test]
     fn keyspace_matches_a_simple_model(ops in prop::collection::vec(op(), 1..=200)) {
         check_against_model(&ops)?;
@@ -1032,6 +1227,7 @@ proptest! {
                     "digest after the batch {:?}",
                     batch
                 );
+                assert_counters_exact(&state.view(), "on sled after a batch")?;
                 Ok(())
             },
         )?;
@@ -1071,6 +1267,12 @@ proptest! {
             read::digest(&source.view()).map_err(fail)?,
             "digest after install"
         );
+        prop_assert_eq!(
+            read::meta(&target.view()).map_err(fail)?,
+            read::meta(&source.view()).map_err(fail)?,
+            "the store-wide counters and caps travel with the snapshot"
+        );
+        assert_counters_exact(&target.view(), "after install")?;
 
         // Both continue as the same state machine (one proposal per batch, same stamps).
         let mut leader = Leader::new();
@@ -1097,7 +1299,7 @@ proptest! {
 
 /// Steps that keep the reply memory churning: mostly requests remembered for 0-8 ms, small
 /// clock steps, and now and then a jump that makes far more replies due at once than one
-/// proposal may prune.
+/// proposal may prune; and now and then reply-memory caps that force evictions.
 fn churn_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         16 => (0..CLIENTS.len(), 0..=8u64, cmd())
@@ -1109,6 +1311,23 @@ fn churn_op() -> impl Strategy<Value = Op> {
             .prop_map(|(limit, stale)| Op::Sweep { limit, stale }),
         1 => (1..=10u64).prop_map(Op::StepBack),
         1 => (0..CLIENTS.len()).prop_map(Op::ForgetClient),
+        1 => reply_caps().prop_map(Op::SetLimits),
+    ]
+}
+
+/// Reply-memory caps that churning requests hit: tens of replies, a few hundred bytes to a
+/// few KiB (a reply here is 15 to 40 bytes), or none to speak of.
+fn reply_caps() -> impl Strategy<Value = Limits> {
+    prop_oneof![
+        1 => Just(Limits::default()),
+        3 => (1..=60u64, 30..=2_000u64, 1..=8u64).prop_map(|(replies, bytes, registrations)| {
+            Limits {
+                max_remembered_replies: replies,
+                max_remembered_reply_bytes: bytes,
+                max_registrations: registrations,
+                ..Limits::default()
+            }
+        }),
     ]
 }
 
@@ -1146,10 +1365,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
 
     /// Invariant: with hundreds of proposals per transaction while replies expire faster than
-    /// one proposal may prune them, a sled replica applying atomic batches and a BTreeMap
-    /// replica applying one transaction per proposal give the same outcomes and events and
-    /// the same `read::digest` after every batch (reply pruning does not depend on how
-    /// proposals are grouped into transactions).
+    /// one proposal may prune them, and reply-memory caps that force evictions, a sled replica
+    /// applying atomic batches and a BTreeMap replica applying one transaction per proposal
+    /// give the same outcomes and events and the same `read::digest` after every batch (reply
+    /// pruning and eviction do not depend on how proposals are grouped into transactions), and
+    /// the sled replica's counters equal a recount of its tables.
     #[test]
     fn large_batches_with_expiring_replies_reach_the_same_digest(
         ops in prop::collection::vec(churn_op(), 300..=2_500),
@@ -1178,6 +1398,7 @@ proptest! {
                     "digest after a batch of {}",
                     batch.len()
                 );
+                assert_counters_exact(&state.view(), "on sled after a large batch")?;
                 most_replies.set(most_replies.get().max(stored_replies(&*map)?));
                 Ok(())
             },
@@ -1195,6 +1416,19 @@ proptest! {
         ops in prop::collection::vec(op(), 1..=200),
         sizes in batch_sizes(),
     ) {
+        // The bystander counts against the store-wide registration cap, which would refuse on
+        // one replica what it allows on the other: leave that cap at its default here (it is
+        // checked against the model).
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .map(|op| match op {
+                Op::SetLimits(limits) => Op::SetLimits(Limits {
+                    max_registrations: Limits::default().max_registrations,
+                    ..limits
+                }),
+                other => other,
+            })
+            .collect();
         let mut fast = Map::new();
         let mut slow = Map::new();
         let bystander = Proposal {
@@ -1284,6 +1518,159 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
         );
     }
     prop_assert_eq!(left, 0, "the second batch has budget to spare");
+    Ok(())
+}
+
+/// A 5,000-reply memory whose count cap is lowered to 1,000, then whose byte cap is lowered in
+/// the middle of a batch: a sled replica applying each batch in one transaction and a BTreeMap
+/// replica applying one transaction per proposal evict the same replies (the first remembered
+/// reply after a lowered cap evicts down to it at once), end with the same digest and with
+/// counters equal to a recount; retries of evicted requests run again, retries of kept ones
+/// get their remembered outcome.
+#[test]
+fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result<(), TestCaseError>
+{
+    let mut leader = Leader::new();
+    let set_cmd = |i: u32| Cmd::Set {
+        key: (i % 4) as usize,
+        value: (i % 3) as usize,
+        condition: SetCondition::Always,
+        px: None,
+        token: None,
+    };
+    // Remembered for 60 s, the earlier requests expiring later: eviction order is not the
+    // order of arrival.
+    let fill: Vec<Proposal> = (0..5_000u32)
+        .map(|i| leader.request((i % 3) as usize, 60_000 - u64::from(i % 50), &set_cmd(i)))
+        .collect();
+    let dir = tempfile::tempdir().map_err(fail)?;
+    let store = open_store(dir.path())?;
+    let state = store.state().map_err(fail)?;
+    let mut map = Map::new();
+    let originals = apply_batch_to_sled(&state, &fill)?;
+    apply_batch_to_map(&mut map, &fill)?;
+
+    let mut batch = vec![leader.proposal(
+        None,
+        Mutation::SetLimits(Limits {
+            max_remembered_replies: 1_000,
+            ..Limits::default()
+        }),
+    )];
+    for i in 0..300u32 {
+        if i == 150 {
+            batch.push(leader.proposal(
+                None,
+                Mutation::SetLimits(Limits {
+                    max_remembered_replies: 1_000,
+                    max_remembered_reply_bytes: 12_000,
+                    ..Limits::default()
+                }),
+            ));
+        }
+        leader.advance(1);
+        // Some remembered briefly: they expire before everything else and evict themselves.
+        let remember = if i % 10 == 0 { 5 } else { 90_000 };
+        batch.push(leader.request((i % 3) as usize, remember, &set_cmd(i)));
+    }
+    // Retries. Request i of the fill expires at 60 s - (i % 50) ms; among equal expiries the
+    // longest client id ("ü-2", i % 3 == 2) leaves last. The caps keep well over 100 of the
+    // fill (about 400 replies fit 12,000 bytes, fewer than 300 of them new), so requests with
+    // i % 50 == 0 of that client are kept, and those with i % 50 == 49 (the earliest) are not.
+    let kept = [50, 200, 350];
+    let retries: Vec<usize> = vec![50, 200, 350, 49, 99, 4999];
+    for &n in &retries {
+        let (request, mutation) = leader.history[n].clone();
+        batch.push(leader.proposal(Some(request), mutation));
+    }
+    let got = apply_batch_to_sled(&state, &batch)?;
+    let mut expected = Vec::with_capacity(batch.len());
+    for proposal in &batch {
+        expected.push(apply_to_map(&mut map, proposal)?);
+    }
+    prop_assert_eq!(&got, &expected);
+    prop_assert_eq!(
+        read::digest(&state.view()).map_err(fail)?,
+        read::digest(&map).map_err(fail)?
+    );
+    assert_counters_exact(&state.view(), "on sled")?;
+    assert_counters_exact(&map, "on the map")?;
+    let meta = read::meta(&map).map_err(fail)?;
+    prop_assert!(meta.remembered_replies <= 1_000);
+    prop_assert!(meta.remembered_reply_bytes <= 12_000);
+    prop_assert!(
+        meta.replies_evicted >= 4_000,
+        "{} evicted",
+        meta.replies_evicted
+    );
+    let retried = &got[got.len() - retries.len()..];
+    for (&n, applied) in retries.iter().zip(retried) {
+        let first = &originals[n].outcome;
+        if kept.contains(&n) {
+            prop_assert_eq!(&applied.outcome, first, "request {} is remembered", n);
+        } else {
+            prop_assert_ne!(
+                &applied.outcome,
+                first,
+                "request {} was evicted: it runs again",
+                n
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A retry after its request's expiry, whose expired reply pruning has not reached yet (32 are
+/// pruned per proposal, and 99 expired replies sort before it), replaces that reply: on sled in
+/// a batch as on a map one transaction each, with the same digest and counters equal to a
+/// recount (the replaced reply is subtracted).
+#[test]
+fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), TestCaseError> {
+    let mut leader = Leader::new();
+    let fill: Vec<Proposal> = (0..100u32)
+        .map(|i| {
+            let cmd = Cmd::Set {
+                key: (i % 4) as usize,
+                value: 1,
+                condition: SetCondition::Always,
+                px: None,
+                token: None,
+            };
+            leader.request((i % 3) as usize, 10, &cmd)
+        })
+        .collect();
+    let dir = tempfile::tempdir().map_err(fail)?;
+    let store = open_store(dir.path())?;
+    let state = store.state().map_err(fail)?;
+    let mut map = Map::new();
+    let originals = apply_batch_to_sled(&state, &fill)?;
+    apply_batch_to_map(&mut map, &fill)?;
+    leader.advance(20); // every reply is due
+    // Same expiry for all: the longest client id with the highest correlation sorts last.
+    let last = 98; // 98 % 3 == 2: "ü-2", its highest correlation
+    let (request, mutation) = leader.history[last].clone();
+    let retry = leader.proposal(Some(request), mutation);
+    let got = apply_batch_to_sled(&state, std::slice::from_ref(&retry))?;
+    let expected = apply_to_map(&mut map, &retry)?;
+    prop_assert_eq!(&got[0], &expected);
+    prop_assert_ne!(
+        &expected.outcome,
+        &originals[last].outcome,
+        "past its expiry the retry runs again"
+    );
+    let meta = read::meta(&map).map_err(fail)?;
+    prop_assert_eq!(
+        meta.remembered_replies,
+        100 - 32,
+        "32 pruned, 1 replaced by 1"
+    );
+    prop_assert_eq!(meta.replies_evicted, 0);
+    assert_counters_exact(&map, "on the map")?;
+    assert_counters_exact(&state.view(), "on sled")?;
+    prop_assert_eq!(
+        read::digest(&state.view()).map_err(fail)?,
+        read::digest(&map).map_err(fail)?
+    );
     Ok(())
 }
 

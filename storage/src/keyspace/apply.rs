@@ -37,11 +37,44 @@
 //!   replies are encoded from borrowed parts, and a SET's value is copied once, into the
 //!   encoded record (plus once into the event if someone observes the key). The reply memory
 //!   is looked up once per proposal (the lookup also yields what the new reply replaces).
-//! - **Counters** (keys, bytes, versions, time floor) live in [`KeyspaceMeta`], read once at
-//!   [`Keyspace::open`] and written once at [`Keyspace::finish`].
+//! - **Reply-memory caps (§6).** Eviction (below) scans from the same cursor as pruning and
+//!   moves it past what it removed, so it reads the entries it evicts (plus, like a prune,
+//!   replaced entries hidden by the overlay) and takes no scan at all while the memory is
+//!   within its caps. The sizes it subtracts are in the index entries it reads anyway.
+//! - **Registration cap (§7, §9).** One comparison with a counter; nothing is counted by a scan.
+//! - **Counters** (keys, bytes, versions, time floor, registrations, remembered replies and
+//!   their bytes, evictions) live in [`KeyspaceMeta`], read once at [`Keyspace::open`] and
+//!   written once at [`Keyspace::finish`]. They are kept exact by every change, never recounted.
+//!
+//! # Caps on the tables clients make grow
+//!
+//! Client ids and correlation data are whatever requests say, so the two tables keyed by them
+//! are capped store-wide by [`Limits`] (replicated like the key quotas):
+//!
+//! - **KEYNOTIFY registrations (§7, §9).** A new (client, key) registration is refused with
+//!   [`Rejection::QuotaExceeded`] once `registrations` has reached `max_registrations`, as
+//!   well as once its client holds `max_registrations_per_client`. Registering a pair again is
+//!   not a new registration and always succeeds; STOP and a client's departure free room.
+//! - **Reply memory (§6).** A remembered reply counts as one entry and as its reply-table key
+//!   length plus its encoded value length (`remembered_replies`, `remembered_reply_bytes`).
+//!   Its reply-expiry index entry holds that size, so pruning and eviction subtract it without
+//!   reading the reply; a reply replaced by a retry after its expiry is subtracted before its
+//!   successor is added. After a reply is remembered, while the memory is over
+//!   `max_remembered_replies` or `max_remembered_reply_bytes`, the reply with the earliest
+//!   expiry is evicted (index order: expiry instant, then reply key; the reply just remembered
+//!   is evicted itself if it expires first). A reply that cannot fit even alone (bigger than
+//!   the byte cap, or a cap of zero replies) is not remembered, and nothing is evicted for it.
+//!   Each eviction and each reply not remembered adds one to `replies_evicted`. **A retry of an
+//!   evicted request is executed again**, as a retry after the request's expiry is: the caps
+//!   bound the memory a flood of requests can take, at the price of exactly-once for the
+//!   requests evicted; the counter is there so operators see it happen and raise the caps.
+//!   Eviction removes exactly the first entries of the index, the same whatever the grouping
+//!   of proposals into transactions. Lowering a cap evicts nothing by itself; the next request
+//!   whose reply is to be remembered evicts down to the new cap at once (work proportional to
+//!   what it removes, in one proposal).
 
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
 use crate::keyspace::mutation::{Limits, Mutation, Proposal, RequestId, SetCondition};
@@ -100,11 +133,18 @@ impl Stored {
     }
 }
 
-/// Where a proposal's reply is remembered, and the expiry of the reply it replaces.
+/// Where a proposal's reply is remembered, and the reply it replaces.
 struct ReplySlot<'p> {
     request: &'p RequestId,
     key: Vec<u8>,
-    replaced_expiry: Option<u64>,
+    replaced: Option<Replaced>,
+}
+
+/// An expired reply that a retry's new reply replaces (it was not pruned yet).
+struct Replaced {
+    expires_at_ms: u64,
+    /// Its counted size ([`reply_size`]).
+    size: u64,
 }
 
 impl<'t, T: Txn> Keyspace<'t, T> {
@@ -224,7 +264,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         };
 
         if let Some(slot) = slot {
-            self.remember(slot, &outcome, time);
+            self.remember(slot, &outcome, time)?;
         }
         Ok(Applied { outcome, events })
     }
@@ -387,6 +427,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if self.txn.get_ref(&by_key)?.is_some() {
             return Ok(Outcome::Observing);
         }
+        if self.meta.registrations >= self.meta.limits.max_registrations {
+            return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
+        }
         let max =
             usize::try_from(self.meta.limits.max_registrations_per_client).unwrap_or(usize::MAX);
         if read::count_prefix(&*self.txn, &layout::observed_prefix(client), max)? >= max {
@@ -395,6 +438,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.txn.put(by_key, Vec::new());
         self.txn.put(layout::observed_key(client, key), Vec::new());
         self.observers_exist = Some(true);
+        self.meta.registrations = self.meta.registrations.saturating_add(1);
+        self.meta_changed = true;
         Ok(Outcome::Observing)
     }
 
@@ -405,6 +450,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.txn.remove(by_key);
         self.txn.remove(layout::observed_key(client, key));
+        self.meta.registrations = self.meta.registrations.saturating_sub(1);
+        self.meta_changed = true;
         Ok(Outcome::StoppedObserving)
     }
 
@@ -442,6 +489,11 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             let key = observed.get(prefix.len()..).unwrap_or_default();
             self.txn.remove(layout::observer_key(key, client));
             self.txn.remove(observed.clone());
+        }
+        if !keys.is_empty() {
+            let removed = u64::try_from(keys.len()).unwrap_or(u64::MAX);
+            self.meta.registrations = self.meta.registrations.saturating_sub(removed);
+            self.meta_changed = true;
         }
         Ok(Outcome::ForgotClient {
             registrations: u32::try_from(keys.len()).unwrap_or(u32::MAX),
@@ -505,43 +557,126 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         time: u64,
     ) -> Result<Result<ReplySlot<'p>, Outcome>> {
         let key = layout::reply_key(&request.client, &request.correlation);
-        let replaced_expiry = match self.txn.get_ref(&key)? {
+        let replaced = match self.txn.get_ref(&key)? {
             Some(bytes) => {
                 let old: RememberedReply = codec::decode("remembered reply", &bytes)?;
                 if old.expires_at_ms > time {
                     return Ok(Err(old.outcome));
                 }
-                Some(old.expires_at_ms)
+                Some(Replaced {
+                    expires_at_ms: old.expires_at_ms,
+                    size: reply_size(key.len(), bytes.len()),
+                })
             }
             None => None,
         };
         Ok(Ok(ReplySlot {
             request,
             key,
-            replaced_expiry,
+            replaced,
         }))
     }
 
-    fn remember(&mut self, slot: ReplySlot<'_>, outcome: &Outcome, time: u64) {
+    /// Remembers the reply (§6), replacing an expired one of the same request, then evicts the
+    /// earliest-expiring replies while the memory is over a cap (see the module docs).
+    fn remember(&mut self, slot: ReplySlot<'_>, outcome: &Outcome, time: u64) -> Result<()> {
         let ReplySlot {
             request,
             key,
-            replaced_expiry,
+            replaced,
         } = slot;
-        if let Some(old) = replaced_expiry {
-            self.txn.remove(layout::reply_expiry_key(old, &key));
+        if let Some(old) = &replaced {
+            self.txn
+                .remove(layout::reply_expiry_key(old.expires_at_ms, &key));
+            self.forget_reply_counts(old.size);
         }
         let expires_at_ms = time.saturating_add(request.remember_for_ms);
+        let remembered = codec::encode(&RememberedReplyOut {
+            expires_at_ms,
+            outcome,
+        });
+        let size = reply_size(key.len(), remembered.len());
+        let limits = self.meta.limits;
+        self.meta_changed = true;
+        if limits.max_remembered_replies == 0 || size > limits.max_remembered_reply_bytes {
+            // It could never fit: it is not remembered, and nothing is evicted to make room
+            // for it (only what a lowered cap requires).
+            if replaced.is_some() {
+                self.txn.remove(key);
+            }
+            self.meta.replies_evicted = self.meta.replies_evicted.saturating_add(1);
+            return self.evict_replies();
+        }
         let index_key = layout::reply_expiry_key(expires_at_ms, &key);
         if index_key < self.reply_cursor {
             self.reply_cursor.clone_from(&index_key);
         }
-        self.txn.put(index_key, Vec::new());
-        let remembered = RememberedReplyOut {
-            expires_at_ms,
-            outcome,
+        self.txn.put(index_key, layout::reply_size_value(size));
+        self.txn.put(key, remembered);
+        self.meta.remembered_replies = self.meta.remembered_replies.saturating_add(1);
+        self.meta.remembered_reply_bytes = self.meta.remembered_reply_bytes.saturating_add(size);
+        self.evict_replies()
+    }
+
+    /// Takes one removed reply of counted size `size` off the reply-memory counters.
+    fn forget_reply_counts(&mut self, size: u64) {
+        self.meta.remembered_replies = self.meta.remembered_replies.saturating_sub(1);
+        self.meta.remembered_reply_bytes = self.meta.remembered_reply_bytes.saturating_sub(size);
+        self.meta_changed = true;
+    }
+
+    /// Removes the replies of these reply-expiry index entries (ascending, all at or above the
+    /// cursor) with their index entries, and moves the cursor right after the last one.
+    fn remove_replies(&mut self, index_entries: Vec<(Vec<u8>, u64)>) {
+        for (index_key, size) in &index_entries {
+            if let Some((_, reply_key)) = layout::split_reply_expiry_key(index_key) {
+                self.txn.remove(reply_key.to_vec());
+            }
+            self.forget_reply_counts(*size);
+        }
+        if let Some((last, _)) = index_entries.last() {
+            let mut next = Vec::with_capacity(last.len() + 1);
+            next.extend_from_slice(last);
+            next.push(0);
+            self.reply_cursor = next;
+        }
+        for (index_key, _) in index_entries {
+            self.txn.remove(index_key);
+        }
+    }
+
+    /// Evicts remembered replies, earliest expiry first (the index order, scanned from the
+    /// cursor like pruning), until the memory is within both caps again.
+    fn evict_replies(&mut self) -> Result<()> {
+        let limits = self.meta.limits;
+        let (mut count, mut bytes) = (
+            self.meta.remembered_replies,
+            self.meta.remembered_reply_bytes,
+        );
+        let over = |count: u64, bytes: u64| {
+            count > limits.max_remembered_replies || bytes > limits.max_remembered_reply_bytes
         };
-        self.txn.put(key, codec::encode(&remembered));
+        if !over(count, bytes) {
+            return Ok(());
+        }
+        let (_, end) = Table::ReplyExpiry.bounds();
+        let mut victims = Vec::new();
+        for entry in self.txn.range(&self.reply_cursor, &end) {
+            let (index_key, value) = entry?;
+            let size = indexed_reply_size(&value)?;
+            count = count.saturating_sub(1);
+            bytes = bytes.saturating_sub(size);
+            victims.push((index_key, size));
+            if !over(count, bytes) {
+                break;
+            }
+        }
+        // Counted above what the index holds only if the store is corrupt; then the index runs
+        // out first and the counters stay as far off as they were.
+        let evicted = u64::try_from(victims.len()).unwrap_or(u64::MAX);
+        self.meta.replies_evicted = self.meta.replies_evicted.saturating_add(evicted);
+        self.remove_replies(victims);
+        Ok(())
     }
 
     /// Drops up to [`REPLIES_PRUNED_PER_ENTRY`] replies expired at `time`, earliest first,
@@ -551,32 +686,21 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if self.reply_cursor >= due_bound {
             return Ok(()); // everything due at `time` is already gone
         }
-        let due: Vec<Vec<u8>> = self
+        let due: Vec<(Vec<u8>, u64)> = self
             .txn
             .range(&self.reply_cursor, &due_bound)
             .take(REPLIES_PRUNED_PER_ENTRY)
-            .map(|entry| entry.map(|(k, _)| k))
+            .map(|entry| {
+                let (index_key, value) = entry?;
+                Ok((index_key, indexed_reply_size(&value)?))
+            })
             .collect::<Result<_>>()?;
         let exhausted = due.len() < REPLIES_PRUNED_PER_ENTRY;
-        for index_key in &due {
-            if let Some((_, reply_key)) = layout::split_reply_expiry_key(index_key) {
-                self.txn.remove(reply_key.to_vec());
-            }
-        }
-        self.reply_cursor = match due.last() {
-            // Everything in [cursor, due_bound) was removed.
-            _ if exhausted => due_bound,
-            // Everything up to and including `last` was removed: start right after it.
-            Some(last) => {
-                let mut next = Vec::with_capacity(last.len() + 1);
-                next.extend_from_slice(last);
-                next.push(0);
-                next
-            }
-            None => due_bound,
-        };
-        for index_key in due {
-            self.txn.remove(index_key);
+        // Everything up to and including the last one is removed: start right after it ...
+        self.remove_replies(due);
+        if exhausted {
+            // ... or, when that was everything in [cursor, due_bound), at the due bound.
+            self.reply_cursor = due_bound;
         }
         Ok(())
     }
@@ -599,6 +723,20 @@ fn fencing_rejection(record: Option<&Stored>, request_token: Option<&Hlc>) -> Op
         Some(token) if token < stored => Some(Rejection::FencingTokenLower),
         Some(_) => None,
     }
+}
+
+/// What a remembered reply counts against the reply-memory byte cap: its reply-table key
+/// length plus its encoded value length.
+fn reply_size(key_len: usize, value_len: usize) -> u64 {
+    entry_size(key_len, value_len)
+}
+
+/// The counted size a reply-expiry index entry holds.
+fn indexed_reply_size(value: &[u8]) -> Result<u64> {
+    layout::parse_reply_size_value(value).ok_or_else(|| StorageError::Corrupt {
+        what: "reply-expiry index entry",
+        reason: format!("{} bytes that are not one size varint", value.len()),
+    })
 }
 
 /// Bytes a key counts against the byte quota (key length plus value length).

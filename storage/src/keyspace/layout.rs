@@ -16,7 +16,7 @@ pub enum Table {
     ObservedByClient = b'c',
     /// (len client, client, correlation) -> [`crate::keyspace::RememberedReply`]
     Replies = b'r',
-    /// (expires_at_ms BE, reply key) -> ()
+    /// (expires_at_ms BE, reply key) -> counted size of the reply (see [`reply_size_value`])
     ReplyExpiry = b'q',
     /// fixed names -> store-wide records ([`crate::keyspace::KeyspaceMeta`])
     Meta = b'm',
@@ -155,6 +155,43 @@ pub fn split_reply_expiry_key(raw: &[u8]) -> Option<(u64, &[u8])> {
     Some((at, raw.get(9..)?))
 }
 
+/// Value of a [`Table::ReplyExpiry`] entry: the size the reply it indexes counts against the
+/// reply-memory byte cap, as an LEB128 varint (one byte below 128, two below 16 KiB), so
+/// pruning and eviction subtract it without reading the reply.
+pub fn reply_size_value(size: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3);
+    let mut rest = size;
+    loop {
+        let low = (rest & 0x7f) as u8;
+        rest >>= 7;
+        if rest == 0 {
+            out.push(low);
+            return out;
+        }
+        out.push(low | 0x80);
+    }
+}
+
+/// Reads a [`reply_size_value`]; `None` unless `raw` is exactly one canonical varint that
+/// fits a u64.
+pub fn parse_reply_size_value(raw: &[u8]) -> Option<u64> {
+    let mut size = 0u64;
+    for (i, &byte) in raw.iter().enumerate() {
+        let shift = 7 * u32::try_from(i).ok()?;
+        let low = u64::from(byte & 0x7f);
+        if shift >= 64 || (shift > 0 && low >> (64 - shift) != 0) {
+            return None; // more than 64 bits
+        }
+        size |= low << shift;
+        if byte & 0x80 == 0 {
+            let last = i + 1 == raw.len();
+            let canonical = byte != 0 || i == 0;
+            return (last && canonical).then_some(size);
+        }
+    }
+    None // empty, or the last byte says more follow
+}
+
 /// Key of a named record in [`Table::Meta`].
 pub fn meta_key(name: &[u8]) -> Vec<u8> {
     let mut out = with_prefix(Table::Meta, name.len());
@@ -203,6 +240,37 @@ mod tests {
             split_expiry_key(&expiry_key(42, b"k\r\n")),
             Some((42, &b"k\r\n"[..]))
         );
+    }
+
+    #[test]
+    fn reply_size_values_round_trip_and_stay_small() {
+        for size in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            let raw = reply_size_value(size);
+            assert_eq!(parse_reply_size_value(&raw), Some(size), "{size}");
+        }
+        assert_eq!(reply_size_value(100).len(), 1);
+        assert_eq!(reply_size_value(16_383).len(), 2);
+        assert_eq!(reply_size_value(u64::MAX).len(), 10);
+        for bad in [
+            &[][..],       // empty (an index entry of an older layout)
+            &[0x80],       // truncated
+            &[0x05, 0x00], // trailing byte
+            &[0x85, 0x00], // non-canonical zero continuation
+            &[0xff; 10],   // more than 64 bits
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02], // 65 bits
+        ] {
+            assert_eq!(parse_reply_size_value(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -140,6 +140,14 @@ pub struct Limits {
     pub max_bytes: u64,
     /// KEYNOTIFY registrations per client.
     pub max_registrations_per_client: u32,
+    /// KEYNOTIFY registrations of all clients together (client ids are whatever requests
+    /// say, so the per-client cap alone bounds nothing).
+    pub max_registrations: u64,
+    /// Remembered replies (§6). Over it, the replies with the earliest expiry are evicted.
+    pub max_remembered_replies: u64,
+    /// Bytes of remembered replies, each counted as its reply-table key plus its encoded
+    /// value. Over it, the replies with the earliest expiry are evicted.
+    pub max_remembered_reply_bytes: u64,
 }
 
 impl Default for Limits {
@@ -148,6 +156,9 @@ impl Default for Limits {
             max_keys: 1_000_000,
             max_bytes: 1 << 30,
             max_registrations_per_client: 1_000,
+            max_registrations: 1_000_000,
+            max_remembered_replies: 1_000_000,
+            max_remembered_reply_bytes: 256 << 20,
         }
     }
 }

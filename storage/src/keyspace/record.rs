@@ -41,6 +41,16 @@ pub struct KeyspaceMeta {
     pub max_version: Option<Hlc>,
     /// Highest entry time seen: apply's notion of "now" never goes backwards.
     pub time_floor_ms: u64,
+    /// KEYNOTIFY registrations stored, all clients together.
+    pub registrations: u64,
+    /// Remembered replies stored (expired-but-unpruned ones included until removed).
+    pub remembered_replies: u64,
+    /// Sum of the counted sizes of the remembered replies: reply-table key length plus encoded
+    /// value length each.
+    pub remembered_reply_bytes: u64,
+    /// Remembered replies evicted to stay within the reply-memory caps, since the store began
+    /// (never decreases; pruning of expired replies is not counted).
+    pub replies_evicted: u64,
     /// Quotas in force.
     pub limits: Limits,
 }

@@ -703,6 +703,7 @@ fn section_9_key_byte_and_registration_quotas() {
         max_keys: 2,
         max_bytes: 20,
         max_registrations_per_client: 2,
+        ..Limits::default()
     }));
     r.apply(set(b"a", b"1"));
     r.apply(set(b"b", b"1"));
@@ -1040,4 +1041,484 @@ fn section_7_observer_fast_path_gives_the_events_of_the_slow_path() {
         .map(|(i, _)| i)
         .collect();
     assert_eq!(notified, vec![2, 5, 10]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Caps on the tables clients make grow: registrations store-wide, the reply memory by count and
+// by bytes (see the `apply` module docs). The counters in the meta must always equal a recount.
+// ---------------------------------------------------------------------------------------------
+
+/// What the counters of the meta should say, counted from the tables themselves.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Recount {
+    registrations: u64,
+    remembered_replies: u64,
+    remembered_reply_bytes: u64,
+}
+
+fn table_rows(map: &BTreeMap<Vec<u8>, Vec<u8>>, table: layout::Table) -> Vec<(&[u8], &[u8])> {
+    let (start, end) = table.bounds();
+    map.range::<[u8], _>((
+        std::ops::Bound::Included(&start[..]),
+        std::ops::Bound::Excluded(&end[..]),
+    ))
+    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    .collect()
+}
+
+/// Recounts the registration and reply tables, checking that each pair of tables agrees
+/// (every registration in both directions, every reply indexed once under its own expiry and
+/// counted size).
+fn recount(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Recount {
+    let by_key = table_rows(map, layout::Table::ObserversByKey).len();
+    let by_client = table_rows(map, layout::Table::ObservedByClient).len();
+    assert_eq!(by_key, by_client, "both registration tables hold each pair");
+    let replies = table_rows(map, layout::Table::Replies);
+    let index = table_rows(map, layout::Table::ReplyExpiry);
+    assert_eq!(replies.len(), index.len(), "one index entry per reply");
+    let mut bytes = 0;
+    for (index_key, value) in index {
+        let (at, reply_key) = layout::split_reply_expiry_key(index_key).expect("index key");
+        let reply = map.get(reply_key).expect("an indexed reply exists");
+        let decoded: RememberedReply =
+            crate::codec::decode("remembered reply", reply).expect("decodes");
+        assert_eq!(decoded.expires_at_ms, at, "indexed under its own expiry");
+        let size = (reply_key.len() + reply.len()) as u64;
+        assert_eq!(
+            layout::parse_reply_size_value(value),
+            Some(size),
+            "the index holds the reply's counted size"
+        );
+        bytes += size;
+    }
+    Recount {
+        registrations: by_key as u64,
+        remembered_replies: replies.len() as u64,
+        remembered_reply_bytes: bytes,
+    }
+}
+
+impl Replica {
+    /// Asserts the meta's counters equal a recount of the tables.
+    fn assert_counters_exact(&self) {
+        let meta = self.meta();
+        assert_eq!(
+            Recount {
+                registrations: meta.registrations,
+                remembered_replies: meta.remembered_replies,
+                remembered_reply_bytes: meta.remembered_reply_bytes,
+            },
+            recount(&self.map),
+            "meta counters against a recount"
+        );
+    }
+
+    fn set_limits(&mut self, limits: Limits) {
+        assert_eq!(
+            self.apply(Mutation::SetLimits(limits)).outcome,
+            Outcome::LimitsSet
+        );
+    }
+
+    /// Index entries of the reply memory, earliest expiry first: (expiry, correlation).
+    fn remembered(&self) -> Vec<(u64, Vec<u8>)> {
+        table_rows(&self.map, layout::Table::ReplyExpiry)
+            .into_iter()
+            .map(|(index_key, _)| {
+                let (at, reply_key) = layout::split_reply_expiry_key(index_key).expect("key");
+                // reply key: table byte, u32 client length, client, correlation
+                let client_len = u32::from_be_bytes(reply_key[1..5].try_into().expect("len"));
+                (at, reply_key[5 + client_len as usize..].to_vec())
+            })
+            .collect()
+    }
+}
+
+fn unobserve(client: &str, key: &[u8]) -> Mutation {
+    Mutation::Unobserve {
+        client: client.to_owned(),
+        key: key.to_vec(),
+    }
+}
+
+fn forget(client: &str) -> Mutation {
+    Mutation::ForgetClient {
+        client: client.to_owned(),
+    }
+}
+
+#[test]
+fn section_9_the_registration_cap_counts_every_client_together() {
+    let mut r = Replica::new();
+    r.set_limits(Limits {
+        max_registrations: 3,
+        ..Limits::default()
+    });
+    let quota = Outcome::Rejected(Rejection::QuotaExceeded);
+    assert_eq!(r.apply(observe("c1", b"a")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c1", b"b")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c2", b"a")).outcome, Outcome::Observing);
+    assert_eq!(r.meta().registrations, 3);
+    assert_eq!(
+        r.apply(observe("c2", b"b")).outcome,
+        quota,
+        "a second client, far below its own cap, is refused by the store-wide cap"
+    );
+    assert_eq!(r.apply(observe("c3", b"z")).outcome, quota, "any client");
+    assert_eq!(
+        r.apply(observe("c1", b"a")).outcome,
+        Outcome::Observing,
+        "registering a pair again is not a new registration"
+    );
+    assert_eq!(
+        r.apply(unobserve("c2", b"b")).outcome,
+        Outcome::NotObserving
+    );
+    assert_eq!(r.meta().registrations, 3, "STOP of nothing frees nothing");
+    r.assert_counters_exact();
+
+    // STOP frees room.
+    assert_eq!(
+        r.apply(unobserve("c1", b"a")).outcome,
+        Outcome::StoppedObserving
+    );
+    assert_eq!(r.meta().registrations, 2);
+    assert_eq!(r.apply(observe("c2", b"b")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c3", b"z")).outcome, quota);
+    r.assert_counters_exact();
+
+    // A departed client frees all of its registrations.
+    assert_eq!(
+        r.apply(forget("nobody")).outcome,
+        Outcome::ForgotClient { registrations: 0 }
+    );
+    assert_eq!(r.meta().registrations, 3);
+    assert_eq!(
+        r.apply(forget("c2")).outcome,
+        Outcome::ForgotClient { registrations: 2 }
+    );
+    assert_eq!(r.meta().registrations, 1, "exact after forget");
+    r.assert_counters_exact();
+    assert_eq!(r.apply(observe("c3", b"z")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c3", b"y")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c3", b"x")).outcome, quota);
+    assert_eq!(r.meta().registrations, 3);
+    r.assert_counters_exact();
+
+    // The per-client cap still holds on its own.
+    r.set_limits(Limits {
+        max_registrations_per_client: 1,
+        max_registrations: 100,
+        ..Limits::default()
+    });
+    assert_eq!(r.apply(observe("c4", b"a")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c4", b"b")).outcome, quota);
+    r.assert_counters_exact();
+}
+
+/// A SET NX of its own key from request `n` of client `c`, remembered for `remember_for_ms`.
+fn nx_request(r: &mut Replica, n: u32, remember_for_ms: u64) -> Proposal {
+    let key = format!("key-{n}");
+    r.request(
+        set_with(key.as_bytes(), b"v", SetCondition::IfAbsent, None, None),
+        n,
+        remember_for_ms,
+    )
+}
+
+#[test]
+fn section_6_the_reply_count_cap_evicts_the_earliest_expiry_first() {
+    let mut r = Replica::new();
+    r.set_limits(Limits {
+        max_remembered_replies: 3,
+        ..Limits::default()
+    });
+    let t = r.wall_ms;
+    // Remembered in another order than they expire.
+    let mut originals = Vec::new();
+    for (n, remember) in [(0, 5_000), (1, 1_000), (2, 3_000)] {
+        let p = nx_request(&mut r, n, remember);
+        let applied = r.apply_proposal(&p);
+        assert!(matches!(applied.outcome, Outcome::Stored { .. }));
+        originals.push((p, applied.outcome));
+    }
+    assert_eq!(r.meta().remembered_replies, 3);
+    assert_eq!(r.meta().replies_evicted, 0);
+    let p3 = nx_request(&mut r, 3, 4_000);
+    let first_outcome_3 = r.apply_proposal(&p3).outcome;
+    assert_eq!(
+        r.remembered(),
+        vec![
+            (t + 3_000, 2u32.to_be_bytes().to_vec()),
+            (t + 4_000, 3u32.to_be_bytes().to_vec()),
+            (t + 5_000, 0u32.to_be_bytes().to_vec()),
+        ],
+        "request 1, the earliest expiry, was evicted"
+    );
+    assert_eq!(r.meta().remembered_replies, 3);
+    assert_eq!(r.meta().replies_evicted, 1);
+    r.assert_counters_exact();
+
+    // A retry of a kept request gets its remembered outcome; nothing is executed or evicted.
+    let version_before = r.meta().max_version;
+    for (p, outcome) in [&originals[0], &originals[2]] {
+        let retry = r.proposal(p.mutation.clone(), p.request.clone());
+        assert_eq!(&r.apply_proposal(&retry).outcome, outcome);
+    }
+    let retry3 = r.proposal(p3.mutation.clone(), p3.request.clone());
+    assert_eq!(r.apply_proposal(&retry3).outcome, first_outcome_3);
+    assert_eq!(r.meta().max_version, version_before, "nothing executed");
+    assert_eq!(r.meta().replies_evicted, 1);
+
+    // A retry of the evicted request is executed again: its key exists now, so NX fails.
+    let (p1, original1) = &originals[1];
+    let retry1 = r.proposal(p1.mutation.clone(), p1.request.clone());
+    let again = r.apply_proposal(&retry1).outcome;
+    let Outcome::Stored { version } = original1 else {
+        panic!("stored")
+    };
+    assert_eq!(
+        again,
+        Outcome::NotStored {
+            version: version.clone()
+        },
+        "an evicted request runs again"
+    );
+    // Its new reply expires first (t + 1000), so it is the one evicted this time.
+    assert_eq!(r.meta().replies_evicted, 2);
+    assert_eq!(r.remembered().len(), 3);
+    assert!(!r.remembered().iter().any(|(_, c)| c == &1u32.to_be_bytes()));
+    r.assert_counters_exact();
+
+    // Lowering the cap evicts down to it at the next remembered reply.
+    r.set_limits(Limits {
+        max_remembered_replies: 1,
+        ..Limits::default()
+    });
+    assert_eq!(
+        r.meta().remembered_replies,
+        3,
+        "SetLimits itself evicts nothing"
+    );
+    let p9 = nx_request(&mut r, 9, 10_000);
+    r.apply_proposal(&p9);
+    assert_eq!(
+        r.remembered(),
+        vec![(t + 10_000, 9u32.to_be_bytes().to_vec())]
+    );
+    assert_eq!(r.meta().replies_evicted, 5);
+    r.assert_counters_exact();
+}
+
+#[test]
+fn section_6_the_reply_byte_cap_evicts_the_earliest_expiry_first() {
+    let mut r = Replica::new();
+    // Measure one reply of the shape used below: client "c", 4 bytes of correlation.
+    let p = nx_request(&mut r, 100, 100);
+    r.apply_proposal(&p);
+    let small = r.meta().remembered_reply_bytes;
+    assert!(small > 0);
+    r.assert_counters_exact();
+    r.wall_ms += 100; // expired; pruned by the next proposal
+    r.set_limits(Limits {
+        max_remembered_reply_bytes: 3 * small,
+        ..Limits::default()
+    });
+    assert_eq!(r.meta().remembered_replies, 0);
+    assert_eq!(
+        r.meta().remembered_reply_bytes,
+        0,
+        "pruning subtracts its bytes"
+    );
+    let t = r.wall_ms;
+
+    for (n, remember) in [(0, 2_000), (1, 1_000), (2, 3_000)] {
+        let p = nx_request(&mut r, n, remember);
+        r.apply_proposal(&p);
+    }
+    assert_eq!(
+        r.meta().remembered_reply_bytes,
+        3 * small,
+        "exactly at the cap"
+    );
+    assert_eq!(r.meta().replies_evicted, 0);
+
+    // A reply with 2 * small more bytes of correlation data needs room for 3 small ones: the
+    // three earliest expiries go, although the count cap is nowhere near.
+    let big = RequestId {
+        client: b"c".to_vec(),
+        correlation: vec![b'x'; 4 + 2 * small as usize],
+        remember_for_ms: 4_000,
+    };
+    let pb = r.proposal(set(b"big", b""), Some(big.clone()));
+    let stored = r.apply_proposal(&pb).outcome;
+    assert_eq!(r.meta().remembered_replies, 1);
+    assert_eq!(r.meta().replies_evicted, 3);
+    assert_eq!(r.remembered(), vec![(t + 4_000, big.correlation.clone())]);
+    assert!(r.meta().remembered_reply_bytes <= 3 * small);
+    r.assert_counters_exact();
+
+    // Small ones remembered for longer: the first evicts the big reply (earliest expiry).
+    for n in 10..13 {
+        let p = nx_request(&mut r, n, 5_000);
+        r.apply_proposal(&p);
+    }
+    let smalls: Vec<(u64, Vec<u8>)> = (10..13u32)
+        .map(|n| (t + 5_000, n.to_be_bytes().to_vec()))
+        .collect();
+    assert_eq!(r.remembered(), smalls);
+    assert_eq!(r.meta().replies_evicted, 4);
+    let retry = r.proposal(pb.mutation.clone(), Some(big.clone()));
+    let again = r.apply_proposal(&retry).outcome;
+    assert!(
+        matches!(again, Outcome::Stored { .. }) && again != stored,
+        "the big reply was evicted: its retry ran again (a new version), got {again:?}"
+    );
+    assert_eq!(
+        r.remembered(),
+        smalls,
+        "its new reply expires first, so it is the one evicted to fit"
+    );
+    assert_eq!(r.meta().replies_evicted, 5);
+    assert_eq!(r.meta().remembered_reply_bytes, 3 * small);
+    r.assert_counters_exact();
+
+    // A reply bigger than the whole cap is not remembered, and evicts nothing.
+    let evicted = r.meta().replies_evicted;
+    let kept = r.remembered();
+    let huge = RequestId {
+        correlation: vec![b'y'; 4 * small as usize],
+        ..big
+    };
+    let ph = r.proposal(del(b"nothing", None), Some(huge.clone()));
+    assert_eq!(r.apply_proposal(&ph).outcome, Outcome::Missing);
+    assert_eq!(r.remembered(), kept, "nothing evicted for it");
+    assert_eq!(r.meta().replies_evicted, evicted + 1, "counted");
+    r.apply(set(b"nothing", b"now"));
+    let retry = r.proposal(ph.mutation.clone(), Some(huge));
+    assert!(
+        matches!(r.apply_proposal(&retry).outcome, Outcome::Deleted { .. }),
+        "its retry runs again"
+    );
+    r.assert_counters_exact();
+}
+
+#[test]
+fn section_6_a_retry_after_expiry_replaces_the_reply_and_its_counts() {
+    let mut r = Replica::new();
+    // 40 replies expire before the one retried, so the retry's own prune (32) leaves it.
+    for n in 0..40 {
+        let p = nx_request(&mut r, n, 5);
+        r.apply_proposal(&p);
+    }
+    let request = RequestId {
+        client: b"c".to_vec(),
+        correlation: b"retried".to_vec(),
+        remember_for_ms: 10,
+    };
+    let first = r.proposal(set(b"k", b"1"), Some(request.clone()));
+    r.apply_proposal(&first);
+    let before = r.meta();
+    r.wall_ms += 10;
+    // The retried request (same id, past its expiry) is a new request; its reply (`:0`, no
+    // version) is smaller than the reply it replaces (`+OK` with a version).
+    let retry = r.proposal(del(b"absent", None), Some(request));
+    assert_eq!(r.apply_proposal(&retry).outcome, Outcome::Missing);
+    let after = r.meta();
+    assert_eq!(
+        after.remembered_replies,
+        before.remembered_replies - REPLIES_PRUNED_PER_ENTRY as u64,
+        "32 pruned, one replaced by one"
+    );
+    assert_eq!(after.replies_evicted, 0);
+    r.assert_counters_exact();
+    assert!(
+        r.remembered()
+            .iter()
+            .filter(|(_, c)| c == b"retried")
+            .count()
+            == 1
+    );
+}
+
+#[test]
+fn section_6_and_7_caps_give_the_same_state_whatever_the_grouping() {
+    let mut a = Replica::new();
+    let mut b = Replica::new();
+    let mut steps: Vec<Proposal> = Vec::new();
+    steps.push(a.proposal(
+        Mutation::SetLimits(Limits {
+            max_registrations: 4,
+            max_remembered_replies: 6,
+            max_remembered_reply_bytes: 400,
+            ..Limits::default()
+        }),
+        None,
+    ));
+    for n in 0..40u32 {
+        if n % 7 == 3 {
+            a.wall_ms += 2; // some replies expire, and are pruned or replaced
+        }
+        let client = ["c1", "c2", "c3"][n as usize % 3];
+        let key = [n as u8 % 5];
+        let mutation = match n % 6 {
+            0 | 1 => observe(client, &key),
+            2 => set(&key, b"v"),
+            3 => unobserve(client, &key),
+            4 if n % 12 == 4 => forget(client),
+            _ => set_with(&key, b"w", SetCondition::IfAbsent, None, None),
+        };
+        // Correlations repeat (retries), with windows from 0 to 9 ms and some long ones.
+        let request = RequestId {
+            client: client.as_bytes().to_vec(),
+            correlation: vec![(n % 11) as u8; 1 + (n % 4) as usize * 20],
+            remember_for_ms: if n % 5 == 0 { 1_000 } else { u64::from(n % 10) },
+        };
+        steps.push(a.proposal(mutation, Some(request)));
+    }
+    b.counter = a.counter;
+    b.wall_ms = a.wall_ms;
+    let applied = assert_batch_equals_singles(&mut a, &mut b, &steps);
+    let meta = a.meta();
+    assert!(meta.replies_evicted > 0, "the reply caps were hit");
+    assert!(
+        applied
+            .iter()
+            .any(|x| x.outcome == Outcome::Rejected(Rejection::QuotaExceeded)),
+        "the registration cap was hit"
+    );
+    assert!(meta.remembered_replies <= 6 && meta.remembered_reply_bytes <= 400);
+    a.assert_counters_exact();
+    b.assert_counters_exact();
+    assert_eq!(meta, b.meta());
+}
+
+#[test]
+fn section_6_eviction_reads_only_what_it_evicts() {
+    let (mut r, _) = replicas_with_replies(10_000, 60_000);
+    r.set_limits(Limits {
+        max_remembered_replies: 10_000,
+        ..Limits::default()
+    });
+    let batch: Vec<Proposal> = (0..200u32)
+        .map(|i| r.request(set(b"k", b"v"), 20_000 + i, 120_000))
+        .collect(); // nothing is due: every new reply evicts exactly one
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    for proposal in &batch {
+        keyspace.apply(proposal).expect("apply");
+    }
+    let meta = keyspace.finish();
+    assert_eq!(meta.replies_evicted, 200);
+    assert_eq!(meta.remembered_replies, 10_000);
+    // A scan from the start of the index each time would read 200 * 199 / 2 = 19,900.
+    assert!(
+        base.yielded.get() <= 2 * 200,
+        "{} base entries read to evict 200",
+        base.yielded.get()
+    );
+    let writes = txn.into_writes();
+    commit(&mut r.map, writes);
+    r.assert_counters_exact();
 }

@@ -18,8 +18,11 @@ use crate::sled::state::StateTree;
 /// Name of the marker file that records the data-directory layout.
 const FORMAT_FILE: &str = "FORMAT";
 /// Layout written by this build: sled holds the state machine only; the Raft log is a WAL in
-/// `raft-log/`. (Format 1, before it, kept the Raft log in sled.)
-const FORMAT: &str = "statestore-data 2\n";
+/// `raft-log/`; the keyspace meta counts registrations and the reply memory, the replicated
+/// limits include their caps, and reply-expiry index entries hold the reply's counted size.
+/// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
+/// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here.)
+const FORMAT: &str = "statestore-data 3\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -134,12 +137,21 @@ fn sync_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Accepts an empty or format-2 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-3 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if found == "statestore-data 2\n" => Err(StorageError::DataDir(format!(
+            "{} says `{}`: written by an earlier statestore, before the registration and \
+             reply-memory caps; this build reads `{}` and does not convert it. Move it aside \
+             and start this node empty with --join (it receives a snapshot from a cluster of \
+             this build), or start a new cluster",
+            marker.display(),
+            found.trim(),
+            FORMAT.trim()
+        ))),
         Ok(found) => Err(StorageError::DataDir(format!(
             "{} says `{}`; this build reads `{}`",
             marker.display(),
@@ -184,6 +196,26 @@ mod tests {
             check_format(old.path()),
             Err(StorageError::DataDir(_))
         ));
+
+        let previous = tempfile::tempdir().expect("tempdir");
+        std::fs::write(previous.path().join(FORMAT_FILE), "statestore-data 2\n").expect("write");
+        match check_format(previous.path()) {
+            Err(StorageError::DataDir(message)) => {
+                assert!(
+                    message.contains("statestore-data 2")
+                        && message.contains("statestore-data 3")
+                        && message.contains("earlier statestore")
+                        && message.contains("--join"),
+                    "the message names both formats and the way out: {message}"
+                );
+            }
+            other => panic!("a format-2 directory must be refused, got {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read_to_string(previous.path().join(FORMAT_FILE)).expect("marker"),
+            "statestore-data 2\n",
+            "and left as it was"
+        );
 
         let other = tempfile::tempdir().expect("tempdir");
         std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
