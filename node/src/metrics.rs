@@ -203,9 +203,9 @@ pub struct StoreMetrics {
     pub memtable_bytes: IntGauge,
     /// `statestore_disk_memtable_stalls_total`
     pub memtable_stalls_total: IntCounter,
-    /// `statestore_keyspace_remembered_replies`
+    /// `statestore_reply_memory_resident_entries`
     pub remembered_replies: IntGauge,
-    /// `statestore_keyspace_reply_memory_bytes`
+    /// `statestore_reply_memory_resident_bytes`
     pub reply_memory_bytes: IntGauge,
     /// `statestore_keyspace_registrations`
     pub registrations: IntGauge,
@@ -288,12 +288,12 @@ impl StoreMetrics {
                 "Times apply waited because the memtable was full while a flush ran."
             )),
             remembered_replies: metric!(IntGauge::new(
-                "statestore_keyspace_remembered_replies",
-                "Replies remembered for retried requests (protocol §6)."
+                "statestore_reply_memory_resident_entries",
+                "Entries of the reply memory and its expiry index this node keeps resident in RAM."
             )),
             reply_memory_bytes: metric!(IntGauge::new(
-                "statestore_keyspace_reply_memory_bytes",
-                "Memory held by the reply memory and its expiry index."
+                "statestore_reply_memory_resident_bytes",
+                "RAM this node holds for the resident reply memory and its expiry index."
             )),
             registrations: metric!(IntGauge::new(
                 "statestore_keyspace_registrations",
