@@ -8,15 +8,18 @@
 //! nothing). Duties come back only after a fresh quorum-confirmed take-over. A leader cut off
 //! from the broker cannot receive requests at all: it hands leadership to another voter.
 //!
-//! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session.
+//! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session. Its
+//! timing (quorum age, broker outage, hand-over spacing) runs on [`tokio::time::Instant`], the
+//! clock openraft's own quorum acknowledgements are measured on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use statestore_raft::Leadership;
 use statestore_storage::keyspace::{Limits, Mutation, read};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::mqtt::MqttHandle;
 use crate::service::Service;
@@ -402,4 +405,5 @@ mod tests {
         assert!(old.age(None) >= ms(5_000));
         assert_eq!(old.age(Some(ms(20))), ms(20));
     }
+
 }
