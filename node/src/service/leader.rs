@@ -406,4 +406,30 @@ mod tests {
         assert_eq!(old.age(Some(ms(20))), ms(20));
     }
 
+    /// On a paused Tokio clock the age is exactly the time advanced: the duty timing reads
+    /// Tokio's clock (the one openraft reports quorum acknowledgements on), not the OS's.
+    #[tokio::test(start_paused = true)]
+    async fn the_quorum_age_runs_on_the_tokio_clock_and_releases_past_the_timeout() {
+        let mut quorum = QuorumAge::confirmed_now();
+        tokio::time::advance(ms(700)).await;
+        assert_eq!(quorum.age(None), ms(700));
+        assert_eq!(quorum.age(Some(ms(200))), ms(200));
+        let serving = Duty::Serving { term: 4 };
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Stay
+        );
+        tokio::time::advance(ms(301)).await;
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Release(ReleaseReason::QuorumLost)
+        );
+        // A probe's confirmation starts the age again.
+        quorum.confirm();
+        assert_eq!(quorum.age(None), ms(0));
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Stay
+        );
+    }
 }
