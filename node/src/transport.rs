@@ -1,9 +1,8 @@
 //! Plain data crossing between the MQTT session and the service: what arrived, what to send.
 //! No MQTT crate types here, so the service never depends on the MQTT client.
 
-use std::time::Instant;
-
 use bytes::Bytes;
+use tokio::time::Instant;
 
 /// The request topic of the state store protocol (§1).
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
@@ -30,7 +29,8 @@ pub struct InboundMessage {
     pub user_properties: Vec<(String, String)>,
     /// The payload.
     pub payload: Bytes,
-    /// When the session received it (expiry is counted from here).
+    /// When the session received it (expiry is counted from here). A Tokio instant, so a
+    /// paused Tokio clock controls request deadlines in tests.
     pub received_at: Instant,
 }
 

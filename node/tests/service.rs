@@ -1,19 +1,30 @@
 //! The request service on its own: a real single-node Raft over a temporary store, requests
 //! handed straight to [`Service::handle`], replies captured by a fake [`Outbox`]. No broker, no
 //! processes: what the service answers, and when it stays silent, is checked directly.
+//!
+//! Time is under the tests' control where it matters. Monotonic time (request deadlines,
+//! Message Expiry) is Tokio's: those tests freeze it ([`FrozenClock`]) and move it with
+//! `tokio::time::advance`. Wall time (HLC stamps, key expiry, reply memory) is a
+//! [`ManualClock`] handed to the service. Raft itself runs on the same Tokio clock, and a
+//! frozen clock stops it from completing writes (see [`FrozenClock`]): the single node wins
+//! leadership and every write a test needs completed is made with the clock running; only reads
+//! and a write that is meant never to complete run frozen.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{InboundMessage, OutboundMessage, Outbox, REQUEST_TOPIC};
-use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::hlc::{SystemClock, WallClock};
+use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode};
+use statestore_storage::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
+use statestore_storage::keyspace::KeyEvent;
 use statestore_storage::sled::{Store, StoreConfig};
+use tokio::time::Instant;
 
 /// Captures what the service publishes.
 #[derive(Clone, Default)]
@@ -37,13 +48,37 @@ struct Harness {
     outbox: FakeOutbox,
     serving: Arc<AtomicBool>,
     metrics: Arc<NodeMetrics>,
+    wall: Arc<dyn WallClock>,
     next_correlation: u8,
     _dir: tempfile::TempDir,
+}
+
+/// How a [`Harness`] is built.
+struct Setup {
+    request_timeout: Duration,
+    /// The service's wall clock (the system's when `None`).
+    wall: Option<ManualClock>,
+    /// Where apply delivers committed key events.
+    events: Arc<dyn EventSink>,
+}
+
+impl Setup {
+    fn new(request_timeout: Duration) -> Setup {
+        Setup {
+            request_timeout,
+            wall: None,
+            events: Arc::new(DiscardEvents),
+        }
+    }
 }
 
 impl Harness {
     /// A leader of a one-node cluster, serving unless `serving` is false.
     async fn start(request_timeout: Duration) -> Harness {
+        Harness::start_with(Setup::new(request_timeout)).await
+    }
+
+    async fn start_with(setup: Setup) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&StoreConfig::new(dir.path(), 16 << 20)).expect("store");
         let metrics = Arc::new(NodeMetrics::new().expect("metrics"));
@@ -51,7 +86,7 @@ impl Harness {
             id: 1,
             ..RaftConfig::default()
         };
-        let raft = RaftNode::start(&config, store, Arc::new(DiscardEvents), &metrics.registry)
+        let raft = RaftNode::start(&config, store, setup.events, &metrics.registry)
             .await
             .expect("raft");
         raft.bootstrap([(1, "127.0.0.1:1".to_owned())].into())
@@ -64,7 +99,7 @@ impl Harness {
         }
         let outbox = FakeOutbox::default();
         let serving = Arc::new(AtomicBool::new(true));
-        let service = Arc::new(Service::new(
+        let mut service = Service::new(
             raft,
             "statestore-test",
             outbox.clone(),
@@ -73,16 +108,25 @@ impl Harness {
                 default_dedup_window: Duration::from_secs(10),
                 max_dedup_window: Duration::from_secs(600),
                 node_client_id: "statestore-test".to_owned(),
-                request_timeout,
+                request_timeout: setup.request_timeout,
             },
             metrics.clone(),
             serving.clone(),
-        ));
+        );
+        let wall: Arc<dyn WallClock> = match setup.wall {
+            Some(manual) => {
+                let wall: Arc<dyn WallClock> = Arc::new(manual);
+                service = service.with_wall_clock(wall.clone());
+                wall
+            }
+            None => Arc::new(SystemClock),
+        };
         Harness {
-            service,
+            service: Arc::new(service),
             outbox,
             serving,
             metrics,
+            wall,
             next_correlation: 0,
             _dir: dir,
         }
@@ -101,7 +145,7 @@ impl Harness {
                 ("__srcId".to_owned(), "c1".to_owned()),
                 (
                     "__ts".to_owned(),
-                    format!("{:015}:00000:c1", SystemClock.now_ms()),
+                    format!("{:015}:00000:c1", self.wall.now_ms()),
                 ),
             ],
             payload: Bytes::copy_from_slice(payload),
@@ -112,8 +156,51 @@ impl Harness {
     /// Handles `payload` and returns the replies it produced.
     async fn send(&mut self, payload: &[u8]) -> Vec<OutboundMessage> {
         let message = self.request(payload, Some(10));
+        self.handle(message).await
+    }
+
+    /// Handles `message` and returns the replies it produced.
+    async fn handle(&self, message: InboundMessage) -> Vec<OutboundMessage> {
         self.service.clone().handle(message).await;
         self.outbox.take()
+    }
+
+    /// Holds the apply thread from now on, until `gate` opens: registers an observer of a
+    /// key, writes the key, and waits until apply hands that write's event to the gate. Two
+    /// writes: call it with the clock running.
+    async fn hold_apply(&mut self, gate: &ApplyGate) {
+        let replies = self.send(&resp(&[b"KEYNOTIFY", b"watched"])).await;
+        assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+        gate.arm();
+        let replies = self.send(&resp(&[b"SET", b"watched", b"v"])).await;
+        assert_eq!(
+            &replies[0].payload[..],
+            b"+OK\r\n",
+            "answered before its event is delivered"
+        );
+        within(PATIENCE, "apply reaching the gate", gate.entered.notified()).await;
+    }
+
+    /// Starts handling `message` and returns the task once its proposal is in the log: with
+    /// apply held, it then waits for an outcome that cannot come.
+    async fn start_held(&self, message: InboundMessage) -> tokio::task::JoinHandle<()> {
+        let before = self.last_log_index();
+        let handling = tokio::spawn(self.service.clone().handle(message));
+        let mut raft_metrics = self.service.raft().metrics();
+        within(
+            PATIENCE,
+            "the request's proposal reaching the log",
+            raft_metrics.wait_for(|m| m.last_log_index > before),
+        )
+        .await
+        .expect("raft metrics");
+        assert!(!handling.is_finished(), "the request waits for its outcome");
+        handling
+    }
+
+    /// Index of the last entry in the Raft log.
+    fn last_log_index(&self) -> Option<u64> {
+        self.service.raft().metrics().borrow().last_log_index
     }
 
     fn dropped(&self, reason: &str) -> u64 {
@@ -133,6 +220,105 @@ fn resp(parts: &[&[u8]]) -> Vec<u8> {
     }
     out
 }
+
+/// Tokio's clock, paused and held still until dropped (then it runs again): it moves only by
+/// `tokio::time::advance`.
+///
+/// Pausing alone is not enough here. A paused clock jumps to the next timer whenever the
+/// runtime has nothing to run, and it has nothing to run whenever Raft waits on its own
+/// threads (the log's fsync, apply): openraft's timers would carry the clock seconds ahead
+/// within one real millisecond, and any deadline with them. A running blocking task keeps the
+/// runtime from advancing the clock by itself; this one runs until the guard is dropped.
+///
+/// What a frozen clock stops: openraft (0.10.0-alpha.37) gathers log I/O completions for 1 µs
+/// with `sleep_until(now + 1 µs)` before passing them on, which never elapses on a frozen clock,
+/// so a write may never commit. Leadership is therefore won, and the writes a test needs done
+/// are made, with the clock running; a frozen clock serves reads (a single voter confirms them
+/// without a timer) and writes meant to be held anyway.
+struct FrozenClock(Option<std::sync::mpsc::Sender<()>>);
+
+impl FrozenClock {
+    fn freeze() -> FrozenClock {
+        tokio::time::pause();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        tokio::task::spawn_blocking(move || {
+            let _ = released.recv();
+        });
+        FrozenClock(Some(release))
+    }
+}
+
+impl Drop for FrozenClock {
+    fn drop(&mut self) {
+        // The blocking task's receive fails once the sender is gone: it ends.
+        self.0.take();
+        tokio::time::resume();
+    }
+}
+
+/// Awaits `future`, failing the test after `limit` of real time. Tokio's clock is frozen in
+/// these tests, so `tokio::time::timeout` could never fire; the watchdog is a blocking task
+/// (which also keeps the frozen clock still) and is dismissed as soon as `future` is done.
+async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    let (dismiss, dismissed) = std::sync::mpsc::channel::<()>();
+    let watchdog = tokio::task::spawn_blocking(move || dismissed.recv_timeout(limit));
+    tokio::select! {
+        output = future => {
+            drop(dismiss);
+            output
+        }
+        // Before `future` is done the watchdog only ends by timing out (or panicking).
+        watchdog = watchdog => panic!("{what}: not within {limit:?} of real time ({watchdog:?})"),
+    }
+}
+
+/// An event sink that, once armed, holds the apply thread in `deliver` until opened: every
+/// entry committed meanwhile waits for apply, and its proposal for its outcome.
+#[derive(Default)]
+struct ApplyGate {
+    armed: Mutex<bool>,
+    changed: Condvar,
+    entered: tokio::sync::Notify,
+}
+
+impl ApplyGate {
+    fn arm(&self) {
+        *self.armed.lock().expect("gate lock") = true;
+    }
+
+    fn open(&self) {
+        *self.armed.lock().expect("gate lock") = false;
+        self.changed.notify_all();
+    }
+}
+
+impl EventSink for ApplyGate {
+    fn deliver(&self, _events: Vec<KeyEvent>) {
+        let mut armed = self.armed.lock().expect("gate lock");
+        if !*armed {
+            return;
+        }
+        self.entered.notify_one();
+        while *armed {
+            armed = self.changed.wait(armed).expect("gate lock");
+        }
+    }
+}
+
+/// Opens the gate when dropped, so a failing test never leaves the apply thread held.
+struct OpenOnDrop(Arc<ApplyGate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// A wall time well inside the range real clocks show.
+const WALL_MS: u64 = 1_750_000_000_000;
+
+/// Longest real time a test waits for one event before it fails.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 #[tokio::test]
 async fn a_serving_leader_answers_set_and_get_with_the_request_correlation() {
@@ -167,12 +353,30 @@ async fn a_node_that_is_not_serving_answers_nothing_and_changes_nothing() {
     );
 }
 
+/// The request timeout bounds a request even when its Message Expiry is later: past it the
+/// request gets no reply and is counted; a malformed request is still answered at the door.
 #[tokio::test]
 async fn a_request_past_its_deadline_gets_no_reply_and_is_counted() {
-    // A zero request timeout: every request that has to wait for Raft is given up.
-    let mut h = Harness::start(Duration::ZERO).await;
+    let gate = Arc::new(ApplyGate::default());
+    let _open = OpenOnDrop(gate.clone());
+    let mut h = Harness::start_with(Setup {
+        wall: Some(ManualClock::new(WALL_MS)),
+        events: gate.clone(),
+        ..Setup::new(Duration::from_secs(1))
+    })
+    .await;
+    h.hold_apply(&gate).await;
+    let frozen = FrozenClock::freeze();
     let before = h.dropped("timed_out");
-    assert!(h.send(&resp(&[b"SET", b"k", b"v"])).await.is_empty());
+    let message = h.request(&resp(&[b"SET", b"k", b"v"]), Some(10));
+    let handling = h.start_held(message).await;
+    // Just past the 1 s request timeout (Tokio rounds timer deadlines up to the next ms).
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    within(PATIENCE, "the SET giving up", handling)
+        .await
+        .expect("handler");
+    drop(frozen);
+    assert!(h.outbox.take().is_empty());
     assert_eq!(h.dropped("timed_out"), before + 1);
     // Malformed requests are answered at the door without waiting: still answered.
     let replies = h.send(b"*1\r\n$3\r\nFOO\r\n").await;
@@ -180,5 +384,179 @@ async fn a_request_past_its_deadline_gets_no_reply_and_is_counted() {
         replies.len(),
         1,
         "an unknown command is refused with an error reply"
+    );
+}
+
+/// A request whose Message Expiry passes while its proposal is held gets no reply and is
+/// counted as timed out; the proposal still commits, and the client's retry gets the
+/// remembered reply.
+#[tokio::test]
+async fn a_request_whose_expiry_passes_while_its_proposal_is_held_gets_no_reply() {
+    let gate = Arc::new(ApplyGate::default());
+    let _open = OpenOnDrop(gate.clone());
+    let mut h = Harness::start_with(Setup {
+        wall: Some(ManualClock::new(WALL_MS)),
+        events: gate.clone(),
+        ..Setup::new(Duration::from_secs(60))
+    })
+    .await;
+    h.hold_apply(&gate).await;
+    let frozen = FrozenClock::freeze();
+    let t0 = Instant::now();
+
+    // Apply is held: this SET is appended and committed, but its outcome cannot come.
+    let timed_out = h.dropped("timed_out");
+    let expired = h.dropped("expired");
+    let held = h.request(&resp(&[b"SET", b"k", b"v"]), Some(2));
+    let handling = h.start_held(held.clone()).await;
+    assert_eq!(
+        Instant::now(),
+        t0,
+        "the frozen clock did not move by itself"
+    );
+
+    // Just past the 2 s expiry (Tokio rounds timer deadlines up to the next millisecond).
+    tokio::time::advance(Duration::from_millis(2_001)).await;
+    within(PATIENCE, "the SET giving up", handling)
+        .await
+        .expect("handler");
+    assert!(
+        h.outbox.take().is_empty(),
+        "no reply past the Message Expiry"
+    );
+    assert_eq!(h.dropped("timed_out"), timed_out + 1);
+    assert_eq!(
+        h.dropped("expired"),
+        expired,
+        "it passed the door in time: a timeout, not an expiry"
+    );
+
+    // Released (and the clock running again, for Raft), the SET applies; the retry (same
+    // correlation, fresh expiry) is not executed again but answered from memory.
+    drop(frozen);
+    gate.open();
+    let last = h.last_log_index();
+    let mut raft_metrics = h.service.raft().metrics();
+    within(
+        PATIENCE,
+        "apply catching up",
+        raft_metrics.wait_for(|m| m.last_applied.as_ref().map(|l| l.index) == last),
+    )
+    .await
+    .expect("raft metrics");
+    let hits = h.metrics.service.dedup_hits_total.get();
+    let retry = InboundMessage {
+        received_at: Instant::now(),
+        message_expiry_secs: Some(10),
+        ..held
+    };
+    let replies = h.handle(retry).await;
+    assert_eq!(replies.len(), 1);
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    assert_eq!(h.metrics.service.dedup_hits_total.get(), hits + 1);
+    assert_eq!(h.last_log_index(), last, "the retry proposed nothing");
+}
+
+/// The Message Expiry of a reply is what is left of the request's after the time it spent
+/// here, rounded up to whole seconds; a request whose expiry has passed before it is taken up
+/// is dropped at the door.
+#[tokio::test]
+async fn the_reply_carries_the_message_expiry_left_rounded_up() {
+    let mut h = Harness::start_with(Setup {
+        wall: Some(ManualClock::new(WALL_MS)),
+        ..Setup::new(Duration::from_secs(60))
+    })
+    .await;
+    assert_eq!(
+        &h.send(&resp(&[b"SET", b"k", b"v"])).await[0].payload[..],
+        b"+OK\r\n"
+    );
+    // Reads only from here: a write cannot commit on a frozen clock (see FrozenClock). The
+    // expiry of a reply is computed the same way for every command.
+    let _frozen = FrozenClock::freeze();
+    let ms = Duration::from_millis;
+    let get = resp(&[b"GET", b"k"]);
+    for (spent, left) in [
+        (ms(0), 10),
+        (ms(1), 10),
+        (ms(2_500), 8),
+        (ms(3_000), 7),
+        (ms(9_001), 1),
+        (ms(9_999), 1),
+    ] {
+        let message = h.request(&get, Some(10));
+        tokio::time::advance(spent).await;
+        let replies = h.handle(message).await;
+        assert_eq!(replies.len(), 1, "after {spent:?}");
+        assert_eq!(&replies[0].payload[..], b"$1\r\nv\r\n");
+        assert_eq!(
+            replies[0].message_expiry_secs,
+            Some(left),
+            "10 s of expiry after {spent:?}"
+        );
+    }
+    let expired = h.dropped("expired");
+    let message = h.request(&resp(&[b"GET", b"k"]), Some(10));
+    tokio::time::advance(ms(10_000)).await;
+    assert!(h.handle(message).await.is_empty());
+    assert_eq!(h.dropped("expired"), expired + 1);
+}
+
+/// The injected wall clock is the service's: it stamps versions, bounds request timestamps and
+/// decides key expiry (and a GET never goes back to before an earlier one).
+#[tokio::test]
+async fn the_service_reads_wall_time_from_the_injected_clock() {
+    let wall = ManualClock::new(WALL_MS);
+    let mut h = Harness::start_with(Setup {
+        wall: Some(wall.clone()),
+        ..Setup::new(Duration::from_secs(10))
+    })
+    .await;
+    let replies = h.send(&resp(&[b"SET", b"k", b"v", b"PX", b"1000"])).await;
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    let version = replies[0]
+        .user_properties
+        .iter()
+        .find(|(name, _)| *name == "__ts")
+        .map(|(_, v)| v.clone())
+        .expect("a SET reply carries its version");
+    assert!(
+        version.starts_with(&format!("{WALL_MS:015}:")),
+        "stamped at the manual clock's time: {version}"
+    );
+
+    wall.advance(999);
+    assert_eq!(
+        &h.send(&resp(&[b"GET", b"k"])).await[0].payload[..],
+        b"$1\r\nv\r\n"
+    );
+    wall.advance(1);
+    assert_eq!(
+        &h.send(&resp(&[b"GET", b"k"])).await[0].payload[..],
+        b"$-1\r\n",
+        "expired 1000 ms after the write, by the manual clock"
+    );
+    wall.set(WALL_MS + 500);
+    assert_eq!(
+        &h.send(&resp(&[b"GET", b"k"])).await[0].payload[..],
+        b"$-1\r\n",
+        "a clock stepping back does not revive what a GET saw expired"
+    );
+
+    // A request timestamp more than the allowed drift ahead of the manual clock is refused.
+    let mut message = h.request(&resp(&[b"SET", b"j", b"v"]), Some(10));
+    let ahead = wall.now_ms() + MAX_CLOCK_DRIFT_MS + 1;
+    for (name, value) in &mut message.user_properties {
+        if name == "__ts" {
+            *value = format!("{ahead:015}:00000:c1");
+        }
+    }
+    let replies = h.handle(message).await;
+    assert!(
+        replies[0]
+            .payload
+            .starts_with(b"-ERR the request timestamp is too far in the future"),
+        "{:?}",
+        replies[0].payload
     );
 }

@@ -2,7 +2,8 @@
 //! into the registry the node owns (names follow `statestore_<subsystem>_<name>_<unit>`).
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use crate::types::RaftMetrics;
@@ -90,6 +91,85 @@ impl RaftStorageMetrics {
         registry.register(Box::new(self.snapshot_seconds.clone()))?;
         registry.register(Box::new(self.disk_errors_total.clone()))?;
         Ok(())
+    }
+}
+
+/// Kinds of peer RPC, the `kind` label of `statestore_raft_rpcs_sent_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    /// An AppendEntries of a replication stream (entries, or an empty one moving the commit).
+    Append,
+    /// An empty AppendEntries sent as a heartbeat (periodic, or for a read barrier).
+    Heartbeat,
+    /// A RequestVote.
+    Vote,
+    /// A pre-vote (asks whether a vote would be granted, changes nothing).
+    PreVote,
+    /// A whole snapshot transfer.
+    Snapshot,
+    /// A request to take over leadership.
+    TransferLeader,
+}
+
+impl RpcKind {
+    /// Every kind, in label order.
+    pub const ALL: [RpcKind; 6] = [
+        RpcKind::Append,
+        RpcKind::Heartbeat,
+        RpcKind::Vote,
+        RpcKind::PreVote,
+        RpcKind::Snapshot,
+        RpcKind::TransferLeader,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            RpcKind::Append => "append",
+            RpcKind::Heartbeat => "heartbeat",
+            RpcKind::Vote => "vote",
+            RpcKind::PreVote => "pre_vote",
+            RpcKind::Snapshot => "snapshot",
+            RpcKind::TransferLeader => "transfer_leader",
+        }
+    }
+}
+
+/// RPCs the TCP peer network sent to other nodes. A heartbeat to each follower is one quorum
+/// round's cost on an idle leader, so `{kind="heartbeat"}` shows whether linearizable reads
+/// share rounds.
+#[derive(Clone)]
+pub struct PeerRpcMetrics {
+    /// `statestore_raft_rpcs_sent_total{kind}`
+    sent: IntCounterVec,
+}
+
+impl Default for PeerRpcMetrics {
+    fn default() -> Self {
+        let sent = IntCounterVec::new(
+            Opts::new(
+                "statestore_raft_rpcs_sent_total",
+                "Peer RPCs this node sent (written to the connection), by kind.",
+            ),
+            &["kind"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        for kind in RpcKind::ALL {
+            sent.with_label_values(&[kind.label()]).reset();
+        }
+        PeerRpcMetrics { sent }
+    }
+}
+
+impl PeerRpcMetrics {
+    /// Registers every metric into `registry`.
+    pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
+        registry.register(Box::new(self.sent.clone()))
+    }
+
+    /// The counter of RPCs of `kind`.
+    pub fn sent(&self, kind: RpcKind) -> IntCounter {
+        self.sent.with_label_values(&[kind.label()])
     }
 }
 

@@ -20,7 +20,7 @@ use crate::batcher::Batcher;
 use crate::error::{Error, Result};
 use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
-use crate::metrics::{ConsensusMetrics, RaftStorageMetrics};
+use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
 use crate::network::{NetworkFactory, PeerTimeouts};
 use crate::read_barrier;
 use crate::snapshot::SnapshotData;
@@ -154,15 +154,19 @@ pub struct RaftNode {
 
 impl RaftNode {
     /// Opens the log (in `<data dir>/raft-log`) and the state machine on `store` and starts
-    /// Raft. Committed key events are delivered to `sink`. Metrics are registered into
-    /// `registry`. Serve peers with [`RaftNode::serve_peers`].
+    /// Raft over the TCP peer network. Committed key events are delivered to `sink`. Metrics
+    /// (the peer RPC counters among them) are registered into `registry`. Serve peers with
+    /// [`RaftNode::serve_peers`].
     pub async fn start(
         config: &RaftConfig,
         store: Store,
         sink: Arc<dyn EventSink>,
         registry: &Registry,
     ) -> Result<RaftNode> {
-        let network = NetworkFactory::new(config.id, config.peer_timeouts);
+        let rpcs = PeerRpcMetrics::default();
+        rpcs.register(registry)
+            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs);
         Self::start_with_network(config, store, sink, registry, network).await
     }
 

@@ -3,7 +3,8 @@
 //! Invariant: a leader cut off from the majority never passes the linearizable-read barrier,
 //! even though its local state machine still holds the old value (so a read without the
 //! barrier would be stale); the majority elects a new leader and commits; after healing, the
-//! old leader converges.
+//! old leader converges. The barrier of a cut-off leader fails with
+//! [`statestore_raft::Error::QuorumNotReached`] in bounded time rather than waiting for ever.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -182,17 +183,14 @@ async fn wait_leader(nodes: &[RaftNode], among: &[usize], timeout: Duration) -> 
     }
 }
 
-/// An isolated leader's read barrier fails while a new majority leader serves; healing
-/// converges the old leader.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn isolated_leader_never_passes_the_read_barrier() {
-    let router = Router::default();
-    let ids = [1u64, 2, 3];
+/// Starts and bootstraps one node per id, connected through `router`; the temporary
+/// directories must outlive the nodes.
+async fn start_cluster(router: &Router, ids: &[NodeId]) -> (Vec<RaftNode>, Vec<tempfile::TempDir>) {
     let members: BTreeMap<NodeId, String> =
         ids.iter().map(|id| (*id, format!("node-{id}"))).collect();
     let mut dirs = Vec::new();
     let mut nodes = Vec::new();
-    for id in ids {
+    for &id in ids {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
         let config = RaftConfig {
@@ -227,6 +225,16 @@ async fn isolated_leader_never_passes_the_read_barrier() {
     for node in &nodes {
         node.bootstrap(members.clone()).await.expect("bootstrap");
     }
+    (nodes, dirs)
+}
+
+/// An isolated leader's read barrier fails while a new majority leader serves; healing
+/// converges the old leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_leader_never_passes_the_read_barrier() {
+    let router = Router::default();
+    let ids = [1u64, 2, 3];
+    let (nodes, _dirs) = start_cluster(&router, &ids).await;
 
     let old = wait_leader(&nodes, &[0, 1, 2], Duration::from_secs(10)).await;
     assert_eq!(
@@ -303,6 +311,34 @@ async fn isolated_leader_never_passes_the_read_barrier() {
         None,
         "a follower has no quorum age"
     );
+    for node in &nodes {
+        let _ = node.shutdown().await;
+    }
+}
+
+/// A leader whose links to both followers are cut answers its read barrier with
+/// `QuorumNotReached` — after its bounded retries, not never — and so does every later one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_leader_read_barrier_fails_with_quorum_not_reached() {
+    let router = Router::default();
+    let ids = [1u64, 2, 3];
+    let (nodes, _dirs) = start_cluster(&router, &ids).await;
+    let leader = wait_leader(&nodes, &[0, 1, 2], Duration::from_secs(10)).await;
+
+    router.isolate(ids[leader], &ids);
+    for _ in 0..2 {
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(20), nodes[leader].ensure_linearizable())
+                .await
+                .expect("the read barrier of a cut-off leader must return, not hang");
+        assert!(
+            matches!(outcome, Err(statestore_raft::Error::QuorumNotReached)),
+            "{outcome:?}"
+        );
+    }
+    // It never heard of a newer term, so it still believes it leads: the failure is the
+    // barrier's own, not a redirect.
+    assert!(nodes[leader].leadership().borrow().is_leader);
     for node in &nodes {
         let _ = node.shutdown().await;
     }

@@ -177,6 +177,13 @@ impl WallClock for ManualClock {
     }
 }
 
+/// A shared clock (`Arc<dyn WallClock>` lets a service pick its clock at run time).
+impl<C: WallClock + ?Sized> WallClock for Arc<C> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+}
+
 /// The leader's clock: issues HLCs that never go backwards and merges remote ones.
 #[derive(Debug)]
 pub struct HlcClock<C: WallClock> {

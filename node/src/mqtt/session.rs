@@ -222,7 +222,10 @@ impl Connected<'_> {
                     ProtocolMessage::Publish(publish) => {
                         // A message read right after the process was frozen may have waited in
                         // the socket buffer all along: date it back for the expiry check.
-                        let received_at = stalls.arrival_bound(Instant::now());
+                        // The detector keeps std time; request deadlines are Tokio instants
+                        // (the same clock unless a test pauses Tokio's, which never runs this).
+                        let received_at =
+                            tokio::time::Instant::from_std(stalls.arrival_bound(Instant::now()));
                         let payload = publish.read_all().await.unwrap_or_default();
                         let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();
@@ -461,7 +464,7 @@ impl Connected<'_> {
 fn inbound_message(
     packet: &codec::Publish,
     payload: &[u8],
-    received_at: Instant,
+    received_at: tokio::time::Instant,
 ) -> InboundMessage {
     let properties = &packet.properties;
     InboundMessage {

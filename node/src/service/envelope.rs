@@ -1,10 +1,12 @@
 //! The MQTT 5 envelope rules of protocol §1: which requests get no reply at all, who the
 //! requester is, which protocol version it speaks, and the properties of every reply.
-//! Pure functions of the received message and the current instant.
+//! Pure functions of the received message and the current instant (a
+//! [`tokio::time::Instant`], like [`InboundMessage::received_at`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use crate::transport::{
     InboundMessage, NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage, REQUEST_TOPIC,

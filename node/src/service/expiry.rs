@@ -3,10 +3,11 @@
 //! time, so a key renewed after the scan survives.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use statestore_storage::keyspace::{Mutation, Outcome, read};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::service::Service;
 use crate::transport::Outbox;

@@ -8,15 +8,18 @@
 //! nothing). Duties come back only after a fresh quorum-confirmed take-over. A leader cut off
 //! from the broker cannot receive requests at all: it hands leadership to another voter.
 //!
-//! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session.
+//! [`decide`] is the pure rule; [`run`] applies it to the live Raft and MQTT session. Its
+//! timing (quorum age, broker outage, hand-over spacing) runs on [`tokio::time::Instant`], the
+//! clock openraft's own quorum acknowledgements are measured on.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use statestore_raft::Leadership;
 use statestore_storage::keyspace::{Limits, Mutation, read};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::mqtt::MqttHandle;
 use crate::service::Service;
@@ -401,5 +404,32 @@ mod tests {
         };
         assert!(old.age(None) >= ms(5_000));
         assert_eq!(old.age(Some(ms(20))), ms(20));
+    }
+
+    /// On a paused Tokio clock the age is exactly the time advanced: the duty timing reads
+    /// Tokio's clock (the one openraft reports quorum acknowledgements on), not the OS's.
+    #[tokio::test(start_paused = true)]
+    async fn the_quorum_age_runs_on_the_tokio_clock_and_releases_past_the_timeout() {
+        let mut quorum = QuorumAge::confirmed_now();
+        tokio::time::advance(ms(700)).await;
+        assert_eq!(quorum.age(None), ms(700));
+        assert_eq!(quorum.age(Some(ms(200))), ms(200));
+        let serving = Duty::Serving { term: 4 };
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Stay
+        );
+        tokio::time::advance(ms(301)).await;
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Release(ReleaseReason::QuorumLost)
+        );
+        // A probe's confirmation starts the age again.
+        quorum.confirm();
+        assert_eq!(quorum.age(None), ms(0));
+        assert_eq!(
+            decide(serving, leader(4), quorum.age(None), TIMEOUT),
+            Step::Stay
+        );
     }
 }

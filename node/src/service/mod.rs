@@ -3,6 +3,11 @@
 //!
 //! Validation happens here, at the door; only checked, typed mutations reach the log. The
 //! leader's HLC stamps proposals under one lock, in the same order they enter the log.
+//!
+//! Time: every monotonic instant here and in the submodules (request deadlines, Message Expiry
+//! accounting, leader-duty timing) is a [`tokio::time::Instant`], so a paused Tokio clock
+//! controls it in tests; wall time (HLC stamps, key expiry, the remembered-reply window) is read
+//! from one [`WallClock`], the system's unless [`Service::with_wall_clock`] injects another.
 
 pub mod answer;
 pub mod envelope;
@@ -12,12 +17,13 @@ pub mod notify;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use statestore_raft::RaftNode;
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
 use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::metrics::NodeMetrics;
@@ -129,8 +135,8 @@ impl Drop for InFlightGuard {
 /// The request service of one node.
 pub struct Service<O: Outbox> {
     raft: RaftNode,
-    clock: Mutex<HlcClock<SystemClock>>,
-    wall: SystemClock,
+    clock: Mutex<HlcClock<Arc<dyn WallClock>>>,
+    wall: Arc<dyn WallClock>,
     outbox: O,
     config: ServiceConfig,
     metrics: Arc<NodeMetrics>,
@@ -152,10 +158,11 @@ impl<O: Outbox> Service<O> {
         metrics: Arc<NodeMetrics>,
         serving: Arc<AtomicBool>,
     ) -> Self {
+        let wall: Arc<dyn WallClock> = Arc::new(SystemClock);
         Service {
             raft,
-            clock: Mutex::new(HlcClock::new(node_name, SystemClock)),
-            wall: SystemClock,
+            clock: Mutex::new(HlcClock::new(node_name, wall.clone())),
+            wall,
             outbox,
             config,
             metrics,
@@ -163,6 +170,15 @@ impl<O: Outbox> Service<O> {
             in_flight: Arc::default(),
             read_floor_ms: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The same service reading wall time from `wall` instead of the system clock (tests: a
+    /// [`statestore_storage::hlc::ManualClock`]). Call before the service handles anything.
+    pub fn with_wall_clock(mut self, wall: Arc<dyn WallClock>) -> Self {
+        let node = self.clock.get_mut().node().to_owned();
+        self.clock = Mutex::new(HlcClock::new(node, wall.clone()));
+        self.wall = wall;
+        self
     }
 
     /// Requests being processed.
@@ -222,7 +238,7 @@ impl<O: Outbox> Service<O> {
             });
         let result = match parsed {
             Ok(command) => tokio::time::timeout_at(
-                give_up.into(),
+                give_up,
                 self.execute(command, &message, &envelope)
                     .instrument(span.clone()),
             )

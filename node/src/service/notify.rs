@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_raft::EventSink;
 use statestore_storage::keyspace::{Change, KeyEvent, Mutation};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use crate::metrics::NodeMetrics;
 use crate::mqtt::SessionEvent;

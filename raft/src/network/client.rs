@@ -9,6 +9,10 @@
 //! Error mapping: a refused or failed connection is `Unreachable` (openraft backs off longer);
 //! a broken connection or undecodable answer is `Network`; no answer in time is `Timeout`.
 //! After any error the connection is dropped and the next call opens a new one.
+//!
+//! Every request written to a connection is counted in `statestore_raft_rpcs_sent_total{kind}`
+//! ([`PeerRpcMetrics`]): a heartbeat client's AppendEntries as `heartbeat`, a replication
+//! stream's as `append`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -31,6 +35,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use crate::metrics::{PeerRpcMetrics, RpcKind};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
 use crate::snapshot::SnapshotData;
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
@@ -64,15 +69,20 @@ impl Default for PeerTimeouts {
 pub struct NetworkFactory {
     id: NodeId,
     timeouts: PeerTimeouts,
+    rpcs: PeerRpcMetrics,
 }
 
 impl NetworkFactory {
-    /// Clients of node `id` with these deadlines.
-    pub fn new(id: NodeId, timeouts: PeerTimeouts) -> Self {
-        NetworkFactory { id, timeouts }
+    /// Clients of node `id` with these deadlines, counting what they send in `rpcs`.
+    pub fn new(id: NodeId, timeouts: PeerTimeouts, rpcs: PeerRpcMetrics) -> Self {
+        NetworkFactory { id, timeouts, rpcs }
     }
 
     fn client(&self, target: NodeId, node: &Node, purpose: Purpose) -> PeerClient {
+        let appends = self.rpcs.sent(match purpose {
+            Purpose::Replication => RpcKind::Append,
+            Purpose::Heartbeat => RpcKind::Heartbeat,
+        });
         PeerClient {
             from: self.id,
             target,
@@ -80,6 +90,8 @@ impl NetworkFactory {
             timeouts: self.timeouts,
             purpose,
             conn: None,
+            rpcs: self.rpcs.clone(),
+            appends,
         }
     }
 }
@@ -110,6 +122,9 @@ pub struct PeerClient {
     timeouts: PeerTimeouts,
     purpose: Purpose,
     conn: Option<Conn>,
+    rpcs: PeerRpcMetrics,
+    /// Counts this client's AppendEntries (`append` or `heartbeat`, by purpose).
+    appends: prometheus::IntCounter,
 }
 
 fn network(err: impl std::fmt::Display) -> RpcError {
@@ -185,18 +200,30 @@ impl PeerClient {
         })
     }
 
-    /// Sends one request and reads its answer; keeps the connection only on success.
+    /// The counter of requests of `kind` this client writes (an AppendEntries counts as this
+    /// client's purpose says: `heartbeat` on a heartbeat client, `append` otherwise).
+    fn counter(&self, kind: RpcKind) -> prometheus::IntCounter {
+        match kind {
+            RpcKind::Append | RpcKind::Heartbeat => self.appends.clone(),
+            other => self.rpcs.sent(other),
+        }
+    }
+
+    /// Sends one request of `kind` and reads its answer; keeps the connection only on success.
     async fn call(
         &mut self,
         request: &Request,
+        kind: RpcKind,
         action: RPCTypes,
         within: Duration,
     ) -> Result<Response, RpcError> {
         let mut conn = self.connection().await?;
+        let sent = self.counter(kind);
         let exchange = async {
             conn.send(protocol::encode(request))
                 .await
                 .map_err(network)?;
+            sent.inc();
             read_response(&mut conn).await.map_err(network)
         };
         let response = tokio::time::timeout(within, exchange)
@@ -214,11 +241,13 @@ impl PeerClient {
     }
 }
 
-/// Sends requests from openraft's stream as they come; returns the sink when the stream ends.
+/// Sends requests from openraft's stream as they come, counting each in `counted`; returns the
+/// sink when the stream ends.
 async fn write_requests<S>(
     mut sink: SplitSink<Conn, bytes::Bytes>,
     mut input: S,
     sent: mpsc::Sender<Instant>,
+    counted: prometheus::IntCounter,
 ) -> Option<SplitSink<Conn, bytes::Bytes>>
 where
     S: Stream<Item = AppendEntriesRequest<TypeConfig>> + Unpin,
@@ -235,6 +264,7 @@ where
         {
             return None;
         }
+        counted.inc();
         slot.send(Instant::now());
     }
     Some(sink)
@@ -313,7 +343,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<TypeConfig>, RpcError> {
         let within = self.answer_timeout(&option);
         match self
-            .call(&Request::Append(rpc), RPCTypes::AppendEntries, within)
+            .call(
+                &Request::Append(rpc),
+                RpcKind::Append,
+                RPCTypes::AppendEntries,
+                within,
+            )
             .await?
         {
             Response::Append(Ok(result)) => {
@@ -350,7 +385,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             let conn = self.connection().await?;
             let (sink, answers) = conn.split();
             let (sent_tx, sent) = mpsc::channel(PIPELINE_DEPTH);
-            let writer = tokio::spawn(write_requests(sink, input, sent_tx));
+            let writer = tokio::spawn(write_requests(sink, input, sent_tx, self.appends.clone()));
             let session = Session {
                 client: self,
                 answers: Some(answers),
@@ -374,7 +409,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcError> {
-        self.vote_call(Request::Vote(rpc), option).await
+        self.vote_call(Request::Vote(rpc), RpcKind::Vote, option)
+            .await
     }
 
     async fn pre_vote(
@@ -382,7 +418,8 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcError> {
-        self.vote_call(Request::PreVote(rpc), option).await
+        self.vote_call(Request::PreVote(rpc), RpcKind::PreVote, option)
+            .await
     }
 
     async fn full_snapshot(
@@ -410,6 +447,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         match self
             .call(
                 &Request::TransferLeader(req),
+                RpcKind::TransferLeader,
                 RPCTypes::TransferLeader,
                 option.hard_ttl(),
             )
@@ -429,10 +467,11 @@ impl PeerClient {
     async fn vote_call(
         &mut self,
         request: Request,
+        kind: RpcKind,
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RpcError> {
         match self
-            .call(&request, RPCTypes::Vote, option.hard_ttl())
+            .call(&request, kind, RPCTypes::Vote, option.hard_ttl())
             .await?
         {
             Response::Vote(Ok(response)) => Ok(response),
@@ -454,6 +493,7 @@ impl PeerClient {
         let mut conn = self.connection().await?;
         let Snapshot { meta, snapshot } = snapshot;
         let mut file = snapshot.file;
+        let sent = self.rpcs.sent(RpcKind::Snapshot);
         let transfer = async {
             conn.send(protocol::encode(&Request::SnapshotBegin { vote, meta }))
                 .await
@@ -473,6 +513,7 @@ impl PeerClient {
             conn.send(protocol::encode(&Request::SnapshotEnd))
                 .await
                 .map_err(network)?;
+            sent.inc();
             tokio::time::timeout(within, read_response(&mut conn))
                 .await
                 .map_err(|_| network("snapshot not installed in time"))?
