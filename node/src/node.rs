@@ -13,7 +13,7 @@ use statestore_storage::sled::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use crate::admission::{Intake, RequestBudget};
+use crate::admission::Intake;
 use crate::config::Config;
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
@@ -59,13 +59,15 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     }
 
     let (request_tx, mut request_rx) = mpsc::channel(REQUEST_QUEUE);
-    let intake = Intake {
-        queue: request_tx,
-        budget: RequestBudget::new(
-            config.request_budget_bytes(),
-            metrics.service.request_budget_used_bytes.clone(),
-        ),
-    };
+    let intake = Intake::new(
+        request_tx,
+        config.request_budget_bytes(),
+        metrics.service.request_budget_used_bytes.clone(),
+        metrics
+            .service
+            .requests_dropped_total
+            .with_label_values(&["overloaded"]),
+    );
     let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
     let (mqtt, session_events) =
         MqttHandle::start(config.session()?, intake, metrics.mqtt.clone(), stalls)?;

@@ -289,6 +289,12 @@ impl RaftNode {
         read_barrier::wait(&self.raft).await
     }
 
+    /// Returns once this node has confirmed with a quorum, after the call, that it is the
+    /// leader, without waiting for its state machine to catch up.
+    pub async fn confirm_leadership(&self) -> Result<()> {
+        read_barrier::confirm_leadership(&self.raft).await
+    }
+
     /// Leadership as seen by this node; changes are pushed as they happen.
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.clone()

@@ -4,6 +4,8 @@
 //! precedes a quorum acknowledgement — of a heartbeat or of ordinary replication — so concurrent
 //! reads share one round without help from here. This module only maps its errors and retries
 //! a round that found no quorum in time (a busy follower, not necessarily a lost leader).
+//! [`confirm_leadership`] is the same round without the wait for apply: whether a quorum still
+//! follows, which a busy state machine must not make look like a lost quorum.
 
 use openraft::ReadPolicy;
 use openraft::error::{LinearizableReadError, RaftError};
@@ -17,10 +19,29 @@ const QUORUM_RETRIES: usize = 3;
 /// Returns once this node confirmed with a quorum, after the call, that it leads, and applied
 /// everything committed before the call.
 pub(crate) async fn wait(raft: &Raft) -> Result<()> {
+    confirm(raft, true).await
+}
+
+/// Returns once this node confirmed with a quorum, after the call, that it leads (however far
+/// its state machine is behind).
+pub(crate) async fn confirm_leadership(raft: &Raft) -> Result<()> {
+    confirm(raft, false).await
+}
+
+async fn confirm(raft: &Raft, wait_for_apply: bool) -> Result<()> {
     let mut attempt = 0;
     loop {
-        match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => return Ok(()),
+        let round = if wait_for_apply {
+            raft.ensure_linearizable(ReadPolicy::ReadIndex)
+                .await
+                .map(drop)
+        } else {
+            raft.get_read_linearizer(ReadPolicy::ReadIndex)
+                .await
+                .map(drop)
+        };
+        match round {
+            Ok(()) => return Ok(()),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                 return Err(Error::NotLeader {
                     leader: f.leader_id,

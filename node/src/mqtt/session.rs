@@ -24,7 +24,7 @@ use ntex_util::time::Seconds;
 use tokio::sync::{mpsc, watch};
 
 use super::{Command, SessionConfig, SessionEvent, SessionState};
-use crate::admission::Intake;
+use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, PROBE_TOPIC, REQUEST_TOPIC};
@@ -231,11 +231,20 @@ impl Connected<'_> {
                         metrics.messages_received_total.inc();
                         // Bounded: the request is admitted into the request budget before its
                         // PUBACK; when the budget is spent the PUBACK waits, and the broker
-                        // stops sending once our receive maximum is reached.
-                        if !requests.deliver(inbound).await {
-                            tracing::debug!("request dropped: service stopped");
-                        }
-                        Ok::<_, Infallible>(publish.ack(PublishAckReason::Success))
+                        // stops sending once our receive maximum is reached. When even the
+                        // waiting room is full the request is refused (see `admission`).
+                        let reason = match requests.deliver(inbound).await {
+                            Delivery::Queued => PublishAckReason::Success,
+                            Delivery::Refused => {
+                                tracing::debug!("request refused: request budget full");
+                                PublishAckReason::QuotaExceeded
+                            }
+                            Delivery::Stopped => {
+                                tracing::debug!("request dropped: service stopped");
+                                PublishAckReason::Success
+                            }
+                        };
+                        Ok::<_, Infallible>(publish.ack(reason))
                     }
                     other => Ok(other.ack()),
                 }
