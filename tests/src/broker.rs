@@ -1,7 +1,7 @@
 //! A Mosquitto broker per test, configured like the ones we ship (Nagle off, raised in-flight
 //! limit, sessions persisted on a clean shutdown), listening on a fresh port.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,51 +23,41 @@ impl Broker {
     }
 
     /// Starts Mosquitto listening on `address` (`0.0.0.0`: every interface, so nodes in
-    /// network namespaces reach it too) and waits until it accepts connections on 127.0.0.1.
+    /// network namespaces reach it too) and waits until it runs. If another test took the port
+    /// between [`free_port`] and Mosquitto's bind, Mosquitto exits: it is started again on a
+    /// fresh port (connecting to the port would not tell, it may be the other test's listener).
     pub fn start_on(address: &str) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
         let config = dir.path().join("mosquitto.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "listener {port} {address}\nallow_anonymous true\nset_tcp_nodelay true\nmax_inflight_messages 1000\n\
-                 max_queued_messages 100000\nmessage_size_limit 0\n\
-                 persistence true\npersistence_location {}/\nautosave_interval 0\n\
-                 user root\n",
-                dir.path().display()
-            ),
-        )
-        .expect("write mosquitto.conf");
         let log = dir.path().join("mosquitto.log");
-        let log_file = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(mosquitto_bin())
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .expect("mosquitto must be installed (apt-get install -y mosquitto)");
-        let broker = Broker {
-            child,
-            port,
-            _dir: dir,
-            log,
-        };
-        broker.wait_listening();
-        broker
-    }
-
-    fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "mosquitto did not start: {}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..5 {
+            let port = free_port();
+            std::fs::write(
+                &config,
+                format!(
+                    "listener {port} {address}\nallow_anonymous true\nset_tcp_nodelay true\n\
+                     max_inflight_messages 1000\nmax_queued_messages 100000\n\
+                     message_size_limit 0\npersistence true\npersistence_location {}/\n\
+                     autosave_interval 0\nuser root\n",
+                    dir.path().display()
+                ),
+            )
+            .expect("write mosquitto.conf");
+            let log_file = std::fs::File::create(&log).expect("log file");
+            let mut child = spawn_mosquitto(&config, log_file);
+            if wait_running(&mut child, &log, 0) {
+                return Broker {
+                    child,
+                    port,
+                    _dir: dir,
+                    log,
+                };
+            }
         }
+        panic!(
+            "mosquitto did not start in 5 attempts: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
     }
 
     /// `127.0.0.1:<port>`.
@@ -99,18 +89,56 @@ impl Broker {
 
     fn spawn_again(&mut self) {
         let config = self._dir.path().join("mosquitto.conf");
+        let runs_before = runs_logged(&self.log);
         let log_file = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.log)
             .expect("log file");
-        self.child = Command::new(mosquitto_bin())
-            .arg("-c")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(log_file)
-            .spawn()
-            .expect("restart mosquitto");
-        self.wait_listening();
+        self.child = spawn_mosquitto(&config, log_file);
+        assert!(
+            wait_running(&mut self.child, &self.log, runs_before),
+            "mosquitto did not restart on port {}: {}",
+            self.port,
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+}
+
+fn spawn_mosquitto(config: &Path, log: std::fs::File) -> Child {
+    Command::new(mosquitto_bin())
+        .arg("-c")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("mosquitto must be installed (apt-get install -y mosquitto)")
+}
+
+/// Times Mosquitto logged that it runs (its listeners are bound).
+fn runs_logged(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches(" running")
+        .count()
+}
+
+/// Waits until `log` shows one more run than `runs_before`: true; false if the process
+/// exited first (a listener could not bind). Panics after 10 s.
+fn wait_running(child: &mut Child, log: &Path, runs_before: usize) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if runs_logged(log) > runs_before {
+            return true;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mosquitto did not start: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
