@@ -61,12 +61,7 @@ impl RequestBudget {
             // The semaphore is never closed; should it be, nothing is left to protect.
             Err(_) => unreachable!("request budget semaphore closed"),
         };
-        self.used.add(i64::try_from(bytes).unwrap_or(i64::MAX));
-        Admission {
-            _permit: permit,
-            bytes,
-            used: self.used.clone(),
-        }
+        self.admission(permit, bytes)
     }
 
     /// Takes the request's cost if it fits right now; `None` if it does not.
@@ -78,12 +73,17 @@ impl RequestBudget {
             .clone()
             .try_acquire_many_owned(permits)
             .ok()?;
+        Some(self.admission(permit, bytes))
+    }
+
+    /// Records `bytes` as used for as long as the returned admission lives.
+    fn admission(&self, permit: OwnedSemaphorePermit, bytes: usize) -> Admission {
         self.used.add(i64::try_from(bytes).unwrap_or(i64::MAX));
-        Some(Admission {
+        Admission {
             _permit: permit,
             bytes,
             used: self.used.clone(),
-        })
+        }
     }
 
     /// Bytes not taken right now.

@@ -376,10 +376,17 @@ impl RaftNode {
     }
 
     /// For a leader: time since a quorum last acknowledged it (a heartbeat or replication
-    /// reply). `None` on a follower, or on a leader no quorum has acknowledged yet.
+    /// reply). `None` on a follower, or on a leader no quorum has acknowledged yet. A leader
+    /// that is the only voter is its own quorum: zero (openraft's figure for it only moves
+    /// when its core gets round to it, which a busy core may not for a while).
     pub fn quorum_ack_age(&self) -> Option<Duration> {
         use openraft::Instant as _;
-        let acked = self.metrics.borrow().last_quorum_acked?;
+        let metrics = self.metrics.borrow();
+        let acked = metrics.last_quorum_acked?;
+        let mut voters = metrics.membership_config.membership().voter_ids();
+        if voters.next() == Some(self.id) && voters.next().is_none() {
+            return Some(Duration::ZERO);
+        }
         Some(acked.elapsed())
     }
 

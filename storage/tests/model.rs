@@ -1462,12 +1462,10 @@ proptest! {
     }
 }
 
-/// A reply memory of 5,000 entries that all expire at once is emptied, 32 per proposal, by
-/// the proposals of two batches of 100, exactly as by the same proposals one transaction each.
-#[test]
-fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), TestCaseError> {
-    let mut leader = Leader::new();
-    let fill: Vec<Proposal> = (0..5_000u32)
+/// `n` unconditional SETs of value 1 on keys 0..4 from clients 0..3, each remembered for
+/// `remember_for_ms`.
+fn plain_sets(leader: &mut Leader, n: u32, remember_for_ms: u64) -> Vec<Proposal> {
+    (0..n)
         .map(|i| {
             let cmd = Cmd::Set {
                 key: (i % 4) as usize,
@@ -1476,9 +1474,17 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
                 px: None,
                 token: None,
             };
-            leader.request((i % 3) as usize, 1_000, &cmd)
+            leader.request((i % 3) as usize, remember_for_ms, &cmd)
         })
-        .collect();
+        .collect()
+}
+
+/// A reply memory of 5,000 entries that all expire at once is emptied, 32 per proposal, by
+/// the proposals of two batches of 100, exactly as by the same proposals one transaction each.
+#[test]
+fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), TestCaseError> {
+    let mut leader = Leader::new();
+    let fill = plain_sets(&mut leader, 5_000, 1_000);
     let dir = tempfile::tempdir().map_err(fail)?;
     let store = open_store(dir.path())?;
     let state = store.state().map_err(fail)?;
@@ -1627,18 +1633,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
 #[test]
 fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), TestCaseError> {
     let mut leader = Leader::new();
-    let fill: Vec<Proposal> = (0..100u32)
-        .map(|i| {
-            let cmd = Cmd::Set {
-                key: (i % 4) as usize,
-                value: 1,
-                condition: SetCondition::Always,
-                px: None,
-                token: None,
-            };
-            leader.request((i % 3) as usize, 10, &cmd)
-        })
-        .collect();
+    let fill = plain_sets(&mut leader, 100, 10);
     let dir = tempfile::tempdir().map_err(fail)?;
     let store = open_store(dir.path())?;
     let state = store.state().map_err(fail)?;

@@ -198,7 +198,7 @@ pub async fn run(
         if step == Step::Release(ReleaseReason::QuorumLost)
             && quorum_still_follows(&service, timing.quorum_probe_timeout).await
         {
-            // openraft's report was stale (a single voter, or nothing else changed): a fresh
+            // openraft's report was stale (nothing else changed): a fresh
             // round just confirmed the quorum.
             quorum.confirm();
             step = Step::Stay;
@@ -281,18 +281,11 @@ pub fn should_hand_over(
     leadership.is_leader && broker_down_for.is_some_and(|down| down > timeout)
 }
 
-/// One read-barrier round with a deadline: true if a quorum confirmed this leader now (a
-/// single voter is its own quorum and confirms at once).
 /// One leadership round with the quorum, bounded by `deadline`; apply progress is not waited
-/// for (a state machine behind under load is not a lost quorum). A leader that is the only
-/// voter is its own quorum.
+/// for (a state machine behind under load is not a lost quorum).
 async fn quorum_still_follows<O: Outbox>(service: &Service<O>, deadline: Duration) -> bool {
-    let raft = service.raft();
-    if raft.voters().into_iter().eq([raft.id()]) {
-        return true;
-    }
     matches!(
-        tokio::time::timeout(deadline, raft.confirm_leadership()).await,
+        tokio::time::timeout(deadline, service.raft().confirm_leadership()).await,
         Ok(Ok(()))
     )
 }
