@@ -157,9 +157,9 @@ impl raft_log::Callback for Flushed {
                 started,
                 metrics,
             } => {
-                metrics
-                    .log_fsync_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                let took = started.elapsed();
+                metrics.log_fsync_seconds.observe(took.as_secs_f64());
+                metrics.log_slow_flushes.observe(took);
                 if let Err(err) = &result {
                     metrics.disk_errors_total.inc();
                     tracing::error!(error = %err, "raft log fdatasync failed; entries not acknowledged");

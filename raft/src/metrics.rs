@@ -6,6 +6,7 @@ use prometheus::{
     Registry,
 };
 
+use crate::slow_io::SlowFlushReporter;
 use crate::types::RaftMetrics;
 
 fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
@@ -40,6 +41,8 @@ pub struct RaftStorageMetrics {
     pub snapshot_seconds: HistogramVec,
     /// `statestore_disk_errors_total`
     pub disk_errors_total: IntCounter,
+    /// `statestore_disk_log_slow_flushes_total`, and the rate-limited WARN line about them.
+    pub log_slow_flushes: SlowFlushReporter,
 }
 
 impl Default for RaftStorageMetrics {
@@ -77,6 +80,10 @@ impl Default for RaftStorageMetrics {
                 "statestore_disk_errors_total",
                 "Storage operations that failed.",
             ),
+            log_slow_flushes: SlowFlushReporter::new(counter(
+                "statestore_disk_log_slow_flushes_total",
+                "Log appends that took longer than 50 ms from hand-over to fdatasync.",
+            )),
         }
     }
 }
@@ -90,6 +97,7 @@ impl RaftStorageMetrics {
         registry.register(Box::new(self.apply_commit_seconds.clone()))?;
         registry.register(Box::new(self.snapshot_seconds.clone()))?;
         registry.register(Box::new(self.disk_errors_total.clone()))?;
+        registry.register(Box::new(self.log_slow_flushes.counter()))?;
         Ok(())
     }
 }
