@@ -42,8 +42,8 @@ pub use property_bag::{
     message_expiry_interval_secs, property_bag,
 };
 pub use reply::{
-    DeadLetterEntry, DeviceReply, QueueStats, encode_dead_letters, encode_queue_stats,
-    pull_reply, settlement_payload, settlement_reply,
+    DeadLetterEntry, DeviceReply, QueueStats, encode_dead_letters, encode_queue_stats, pull_reply,
+    settlement_payload, settlement_reply,
 };
 pub use request::{
     AckMode, ApplicationProperty, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement,

@@ -62,11 +62,9 @@ pub fn settlement_reply(settled: bool) -> DeviceReply {
 /// an empty payload with `__stat` 204 when no message is Enqueued.
 pub fn pull_reply(pulled: Option<(&Delivery<'_>, &[u8])>) -> DeviceReply {
     match pulled {
-        Some((delivery, body)) => DeviceReply::new(
-            STATUS_OK,
-            body.to_vec(),
-            delivery_user_properties(delivery),
-        ),
+        Some((delivery, body)) => {
+            DeviceReply::new(STATUS_OK, body.to_vec(), delivery_user_properties(delivery))
+        }
         None => DeviceReply::new(STATUS_NO_CONTENT, Vec::new(), Vec::new()),
     }
 }
@@ -86,9 +84,7 @@ pub struct QueueStats {
 
 /// `*4\r\n:<enqueued>\r\n:<invisible>\r\n:<deadlettered>\r\n:<oldest or -1>\r\n`.
 pub fn encode_queue_stats(stats: &QueueStats) -> Vec<u8> {
-    let oldest = stats
-        .oldest_enqueued_at_ms
-        .map_or(-1, saturating_integer);
+    let oldest = stats.oldest_enqueued_at_ms.map_or(-1, saturating_integer);
     let mut payload = b"*4\r\n".to_vec();
     for number in [
         saturating_integer(stats.enqueued),

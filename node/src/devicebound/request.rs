@@ -541,7 +541,7 @@ fn parse_feedback<'a>(arguments: &[&'a [u8]]) -> Result<DeviceRequest<'a>, Proto
 fn option_pairs<'o, 'a>(
     options: &'o [&'a [u8]],
 ) -> Result<impl Iterator<Item = (&'a [u8], &'a [u8])> + 'o, ProtocolError> {
-    if options.len() % 2 != 0 {
+    if !options.len().is_multiple_of(2) {
         return Err(ProtocolError::Syntax);
     }
     Ok(options.chunks_exact(2).filter_map(|pair| match *pair {

@@ -188,7 +188,7 @@ fn split_device_messages(topic: &str) -> Result<(&str, &str), DeviceTopicError> 
     let under_messages = after_device
         .strip_prefix("messages/")
         .ok_or(DeviceTopicError::NotDeviceMessages)?;
-    let device_id = validate_device_id(device_id.as_bytes())
-        .map_err(|_| DeviceTopicError::InvalidDeviceId)?;
+    let device_id =
+        validate_device_id(device_id.as_bytes()).map_err(|_| DeviceTopicError::InvalidDeviceId)?;
     Ok((device_id, under_messages))
 }

@@ -357,7 +357,10 @@ mod tests {
             (ProtocolError::UnknownCommand, ErrorReply::UnknownCommand),
             (ProtocolError::EmptyKey, ErrorReply::EmptyKey),
             (ProtocolError::InvalidDeviceId, ErrorReply::InvalidDeviceId),
-            (ProtocolError::InvalidMessageId, ErrorReply::InvalidMessageId),
+            (
+                ProtocolError::InvalidMessageId,
+                ErrorReply::InvalidMessageId,
+            ),
             (ProtocolError::MessageTooLarge, ErrorReply::MessageTooLarge),
         ];
         for (protocol_error, reply) in cases {
