@@ -233,10 +233,10 @@ impl Default for DeviceboundConfig {
     }
 }
 
-/// One minute, the shortest TTL (devicebound.md §1, §4).
+/// One minute, the shortest default TTL (devicebound.md §1, §4).
 const MIN_TTL_MS: u64 = 60_000;
 /// Two days, the longest TTL (devicebound.md §1, §4).
-const MAX_TTL_MS: u64 = 172_800_000;
+const MAX_TTL_MS: u64 = crate::devicebound::request::MAX_TTL_MS;
 
 impl DeviceboundConfig {
     /// THE range table of devicebound.md §5: every setting's name, value and
