@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::Config;
+use crate::config::{Config, DeviceboundConfig};
 use crate::error::NodeError;
 
 /// statestore: a replicated, persistent key-value store served over MQTT 5 request/response
@@ -131,6 +131,77 @@ pub struct RunArgs {
     /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Device-bound message queues (`[devicebound]`).
+    #[command(flatten)]
+    pub devicebound: DeviceboundArgs,
+}
+
+/// The `[devicebound]` settings as flags (devicebound.md §5); ranges are
+/// checked with the file's values.
+#[derive(Debug, Default, Args)]
+pub struct DeviceboundArgs {
+    /// Messages a device's queue holds (1-5000, default 50).
+    #[arg(long = "devicebound-max-queue-depth", value_name = "N")]
+    pub max_queue_depth: Option<u64>,
+    /// Largest SEND body in bytes (1-262144, default 65536).
+    #[arg(long = "devicebound-max-message-bytes", value_name = "BYTES")]
+    pub max_message_bytes: Option<u64>,
+    /// Expiry of a message sent without TTL or EXPIRES, ms (60000-172800000, default 1 h).
+    #[arg(long = "devicebound-default-ttl-ms", value_name = "MS")]
+    pub default_ttl_ms: Option<u64>,
+    /// Deliveries before a message is dead-lettered (1-100, default 10).
+    #[arg(long = "devicebound-max-delivery-count", value_name = "N")]
+    pub max_delivery_count: Option<u64>,
+    /// Lock of a delivered message, ms (5000-300000, default 60000).
+    #[arg(long = "devicebound-lock-duration-ms", value_name = "MS")]
+    pub lock_duration_ms: Option<u64>,
+    /// Messages of one device locked at a time (1-32, default 1: strict FIFO).
+    #[arg(long = "devicebound-device-window", value_name = "N")]
+    pub device_window: Option<u64>,
+    /// Expiry of a feedback batch, ms (60000-172800000, default 1 h).
+    #[arg(long = "devicebound-feedback-ttl-ms", value_name = "MS")]
+    pub feedback_ttl_ms: Option<u64>,
+    /// Deliveries of a feedback batch before it is dropped (1-100, default 10).
+    #[arg(long = "devicebound-feedback-max-delivery-count", value_name = "N")]
+    pub feedback_max_delivery_count: Option<u64>,
+    /// Lock of a published feedback batch, ms (5000-300000, default 60000).
+    #[arg(long = "devicebound-feedback-lock-duration-ms", value_name = "MS")]
+    pub feedback_lock_duration_ms: Option<u64>,
+    /// Dead letters kept per device (1-1000, default 100).
+    #[arg(long = "devicebound-max-dead-letters-per-device", value_name = "N")]
+    pub max_dead_letters_per_device: Option<u64>,
+}
+
+impl DeviceboundArgs {
+    /// Overrides the settings given as flags.
+    fn apply(self, config: &mut DeviceboundConfig) {
+        let flags = [
+            (&mut config.max_queue_depth, self.max_queue_depth),
+            (&mut config.max_message_bytes, self.max_message_bytes),
+            (&mut config.default_ttl_ms, self.default_ttl_ms),
+            (&mut config.max_delivery_count, self.max_delivery_count),
+            (&mut config.lock_duration_ms, self.lock_duration_ms),
+            (&mut config.device_window, self.device_window),
+            (&mut config.feedback_ttl_ms, self.feedback_ttl_ms),
+            (
+                &mut config.feedback_max_delivery_count,
+                self.feedback_max_delivery_count,
+            ),
+            (
+                &mut config.feedback_lock_duration_ms,
+                self.feedback_lock_duration_ms,
+            ),
+            (
+                &mut config.max_dead_letters_per_device,
+                self.max_dead_letters_per_device,
+            ),
+        ];
+        for (setting, flag) in flags {
+            if let Some(value) = flag {
+                *setting = value;
+            }
+        }
+    }
 }
 
 /// `statestore cluster ...`
@@ -265,6 +336,7 @@ impl RunArgs {
         if self.otlp_endpoint.is_some() {
             config.telemetry.otlp_endpoint = self.otlp_endpoint;
         }
+        self.devicebound.apply(&mut config.devicebound);
         config.validate()?;
         Ok(config)
     }

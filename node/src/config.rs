@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use statestore_raft::{PeerTimeouts, RaftConfig};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::Limits;
 
+use crate::devicebound::DeviceboundLimits;
 use crate::error::NodeError;
 use crate::mqtt::SessionConfig;
 use crate::protocol::ProtocolLimits;
@@ -43,6 +45,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Logs and traces.
     pub telemetry: TelemetryConfig,
+    /// Device-bound message queues (devicebound.md §5).
+    pub devicebound: DeviceboundConfig,
     /// How long shutdown waits for in-flight requests, ms.
     pub shutdown_grace_ms: u64,
 }
@@ -184,6 +188,117 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: Option<String>,
 }
 
+/// Device-bound message queues (devicebound.md §5). Every setting has a range
+/// ([`DeviceboundConfig::ranged_settings`]); a value outside it stops the node at
+/// start with a message naming the setting and the range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeviceboundConfig {
+    /// Messages a device's queue holds (Enqueued and Invisible); SEND beyond it fails.
+    pub max_queue_depth: u64,
+    /// Largest SEND body, bytes.
+    pub max_message_bytes: u64,
+    /// Expiry of a message sent without TTL or EXPIRES, ms.
+    pub default_ttl_ms: u64,
+    /// Deliveries of a message before it is dead-lettered (DeliveryCountExceeded).
+    pub max_delivery_count: u64,
+    /// How long a delivered message stays locked (Invisible), ms.
+    pub lock_duration_ms: u64,
+    /// Messages of one device Invisible at a time (1: strict FIFO).
+    pub device_window: u64,
+    /// Expiry of a feedback batch, ms.
+    pub feedback_ttl_ms: u64,
+    /// Deliveries of a feedback batch before it is dropped.
+    pub feedback_max_delivery_count: u64,
+    /// How long a published feedback batch stays locked, ms.
+    pub feedback_lock_duration_ms: u64,
+    /// Dead letters kept per device; over it the oldest are dropped.
+    pub max_dead_letters_per_device: u64,
+}
+
+impl Default for DeviceboundConfig {
+    fn default() -> Self {
+        DeviceboundConfig {
+            max_queue_depth: 50,
+            max_message_bytes: DeviceboundLimits::DEFAULT_MAX_MESSAGE_BYTES as u64,
+            default_ttl_ms: 3_600_000,
+            max_delivery_count: 10,
+            lock_duration_ms: 60_000,
+            device_window: 1,
+            feedback_ttl_ms: 3_600_000,
+            feedback_max_delivery_count: 10,
+            feedback_lock_duration_ms: 60_000,
+            max_dead_letters_per_device: 100,
+        }
+    }
+}
+
+/// One minute, the shortest default TTL (devicebound.md §1, §4).
+const MIN_TTL_MS: u64 = 60_000;
+/// Two days, the longest TTL (devicebound.md §1, §4).
+const MAX_TTL_MS: u64 = crate::devicebound::request::MAX_TTL_MS;
+
+impl DeviceboundConfig {
+    /// THE range table of devicebound.md §5: every setting's name, value and
+    /// allowed range.
+    ///
+    /// Where the contract gives no range: `max_message_bytes` is 1–262,144
+    /// (256 KiB, IoT Hub's largest message): each SEND is one Raft entry,
+    /// replicated and fsynced before `+OK`, and a full queue of the largest
+    /// messages (5,000 × 256 KiB) stays a bounded, if large, amount per device.
+    /// `max_dead_letters_per_device` is 1–1,000: dead letters keep their bodies,
+    /// so the cap bounds them like `max_queue_depth` bounds the queue (1,000 ×
+    /// the default 64 KiB is 64 MiB per device at most).
+    pub fn ranged_settings(&self) -> [(&'static str, u64, RangeInclusive<u64>); 10] {
+        [
+            ("max_queue_depth", self.max_queue_depth, 1..=5_000),
+            ("max_message_bytes", self.max_message_bytes, 1..=262_144),
+            (
+                "default_ttl_ms",
+                self.default_ttl_ms,
+                MIN_TTL_MS..=MAX_TTL_MS,
+            ),
+            ("max_delivery_count", self.max_delivery_count, 1..=100),
+            ("lock_duration_ms", self.lock_duration_ms, 5_000..=300_000),
+            ("device_window", self.device_window, 1..=32),
+            (
+                "feedback_ttl_ms",
+                self.feedback_ttl_ms,
+                MIN_TTL_MS..=MAX_TTL_MS,
+            ),
+            (
+                "feedback_max_delivery_count",
+                self.feedback_max_delivery_count,
+                1..=100,
+            ),
+            (
+                "feedback_lock_duration_ms",
+                self.feedback_lock_duration_ms,
+                5_000..=300_000,
+            ),
+            (
+                "max_dead_letters_per_device",
+                self.max_dead_letters_per_device,
+                1..=1_000,
+            ),
+        ]
+    }
+
+    /// Refuses the first setting outside its range, naming it and the range.
+    pub fn validate(&self) -> Result<(), NodeError> {
+        for (name, value, range) in self.ranged_settings() {
+            if !range.contains(&value) {
+                return Err(invalid(format!(
+                    "devicebound.{name} must be between {} and {} (got {value})",
+                    range.start(),
+                    range.end()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -198,6 +313,7 @@ impl Default for Config {
             dedup: DedupConfig::default(),
             storage: StorageConfig::default(),
             telemetry: TelemetryConfig::default(),
+            devicebound: DeviceboundConfig::default(),
             shutdown_grace_ms: 10_000,
         }
     }
@@ -430,6 +546,7 @@ impl Config {
         if self.mqtt.receive_maximum == 0 {
             return Err(invalid("mqtt.receive_maximum must be positive"));
         }
+        self.devicebound.validate()?;
         self.initial_members()?;
         if c.join && !c.peers.is_empty() {
             return Err(invalid(
@@ -482,6 +599,14 @@ impl Config {
         }
     }
 
+    /// Door limits of the device-bound service.
+    pub fn devicebound_limits(&self) -> DeviceboundLimits {
+        DeviceboundLimits {
+            max_message_bytes: usize::try_from(self.devicebound.max_message_bytes)
+                .unwrap_or(usize::MAX),
+        }
+    }
+
     /// Replicated quotas.
     pub fn quota(&self) -> Limits {
         Limits {
@@ -526,9 +651,11 @@ impl Config {
 
     /// MQTT session settings.
     pub fn session(&self) -> Result<SessionConfig, NodeError> {
+        // The largest request is a SET value or a device-bound SEND body.
         let max_packet = self
             .limits
             .max_value_bytes
+            .max(self.devicebound_limits().max_message_bytes)
             .saturating_add(self.limits.max_key_bytes)
             .saturating_add(64 << 10);
         Ok(SessionConfig {
@@ -545,6 +672,9 @@ impl Config {
         })
     }
 }
+
+#[cfg(test)]
+mod devicebound_tests;
 
 #[cfg(test)]
 mod tests {

@@ -4,12 +4,14 @@
 //! [`protocol`], reads linearizably or proposes a typed mutation through
 //! `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
 //! assembles the pieces; [`cli`] and [`config`] describe them; [`http`] and [`metrics`] make
-//! them observable.
+//! them observable. [`devicebound`] holds the pure codecs of the device-bound message queues
+//! (IoT Hub cloud-to-device semantics).
 
 pub mod admin;
 pub mod admission;
 pub mod cli;
 pub mod config;
+pub mod devicebound;
 pub mod error;
 pub mod http;
 pub mod metrics;

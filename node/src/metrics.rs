@@ -111,7 +111,7 @@ impl ServiceMetrics {
             let results = RESULTS
                 .iter()
                 .copied()
-                .chain(ErrorReply::ALL.iter().map(|e| e.result_label()));
+                .chain(ErrorReply::STATE_STORE.iter().map(|e| e.result_label()));
             for result in results {
                 requests_total.with_label_values(&[verb.label(), result]);
             }

@@ -255,8 +255,9 @@ fn parse_key_notify<'a>(
 }
 
 /// Stores `value` in an empty slot; a second occurrence of the same kind of
-/// option is `syntax error` (this also refuses `NX` together with `NEX`).
-fn set_once<T>(slot: &mut Option<T>, value: T) -> Result<(), ProtocolError> {
+/// option is `syntax error` (this also refuses `NX` together with `NEX`, and
+/// `TTL` together with `EXPIRES` in device-bound SEND).
+pub(crate) fn set_once<T>(slot: &mut Option<T>, value: T) -> Result<(), ProtocolError> {
     if slot.is_some() {
         return Err(ProtocolError::Syntax);
     }

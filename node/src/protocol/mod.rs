@@ -67,9 +67,10 @@ impl Default for ProtocolLimits {
     }
 }
 
-/// Why a request payload could not be turned into a [`Command`]. The `Display`
-/// text is the exact wire message of spec §5.1, taken from [`ErrorReply`] so
-/// the two cannot drift.
+/// Why a request payload could not be turned into a [`Command`] (or, for the
+/// device-bound service, a `crate::devicebound::DeviceRequest`). The `Display`
+/// text is the exact wire message of spec §5.1 (devicebound.md §2), taken from
+/// [`ErrorReply`] so the two cannot drift.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ProtocolError {
     /// Malformed RESP, bad option, bad PX, bad or excessive length (§2, §9).
@@ -84,6 +85,18 @@ pub enum ProtocolError {
     /// The key is empty (§5.1).
     #[error("{}", ErrorReply::EmptyKey.message())]
     EmptyKey,
+    /// Device-bound: the device id is empty, longer than 128 bytes or has a byte
+    /// outside IoT Hub's device id alphabet (devicebound.md §1, §2).
+    #[error("{}", ErrorReply::InvalidDeviceId.message())]
+    InvalidDeviceId,
+    /// Device-bound: the message id is empty, longer than 128 bytes, or not text
+    /// an MQTT 5 user property can carry (devicebound.md §2).
+    #[error("{}", ErrorReply::InvalidMessageId.message())]
+    InvalidMessageId,
+    /// Device-bound: the body is over `max_message_bytes`, or the message's
+    /// properties would not fit in a delivery topic (devicebound.md §2, §3).
+    #[error("{}", ErrorReply::MessageTooLarge.message())]
+    MessageTooLarge,
 }
 
 #[cfg(test)]
@@ -113,6 +126,9 @@ mod tests {
             (ProtocolError::WrongArity, "wrong number of arguments"),
             (ProtocolError::UnknownCommand, "unknown command"),
             (ProtocolError::EmptyKey, "the key length is zero"),
+            (ProtocolError::InvalidDeviceId, "invalid device id"),
+            (ProtocolError::InvalidMessageId, "invalid message id"),
+            (ProtocolError::MessageTooLarge, "message too large"),
         ];
         for (error, wire_message) in cases {
             assert_eq!(error.to_string(), wire_message, "{error:?}");

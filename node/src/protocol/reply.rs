@@ -1,7 +1,7 @@
 //! Replies to state store requests (spec §2) and THE single error table
-//! (spec §5.1): every `-ERR` wire message and its metric label come from one
-//! `match`, so the text clients match byte for byte and the label dashboards
-//! count cannot drift apart.
+//! (spec §5.1, and devicebound.md §2 for the device-bound service): every `-ERR`
+//! wire message and its metric label come from one `match`, so the text clients
+//! match byte for byte and the label dashboards count cannot drift apart.
 
 use super::ProtocolError;
 use super::resp3::encode_bulk;
@@ -33,6 +33,17 @@ pub enum ErrorReply {
     MalformedTimestamp,
     /// Empty key.
     EmptyKey,
+    /// Device-bound SEND: the device's queue holds `max_queue_depth` messages
+    /// (devicebound.md §1, §2).
+    DeviceQueueFull,
+    /// Device-bound: empty, too long, or a character outside the device id
+    /// alphabet (devicebound.md §2).
+    InvalidDeviceId,
+    /// Device-bound SEND: message id empty or longer than 128 bytes
+    /// (devicebound.md §2).
+    InvalidMessageId,
+    /// Device-bound SEND: body over `max_message_bytes` (devicebound.md §2).
+    MessageTooLarge,
 }
 
 /// One row of the error table: the wire message and the metric label.
@@ -42,8 +53,8 @@ struct ErrorText {
 }
 
 impl ErrorReply {
-    /// Every error reply, for registering metric label values up front.
-    pub const ALL: [ErrorReply; 12] = [
+    /// Every error reply of both services.
+    pub const ALL: [ErrorReply; 16] = [
         ErrorReply::TimestampSkew,
         ErrorReply::FencingTokenRequired,
         ErrorReply::FencingTokenSkew,
@@ -56,6 +67,39 @@ impl ErrorReply {
         ErrorReply::MissingTimestamp,
         ErrorReply::MalformedTimestamp,
         ErrorReply::EmptyKey,
+        ErrorReply::DeviceQueueFull,
+        ErrorReply::InvalidDeviceId,
+        ErrorReply::InvalidMessageId,
+        ErrorReply::MessageTooLarge,
+    ];
+
+    /// The errors the state store service can answer (spec §5.1), for
+    /// registering its metric label values up front.
+    pub const STATE_STORE: [ErrorReply; 12] = [
+        ErrorReply::TimestampSkew,
+        ErrorReply::FencingTokenRequired,
+        ErrorReply::FencingTokenSkew,
+        ErrorReply::FencingTokenLower,
+        ErrorReply::QuotaExceeded,
+        ErrorReply::Syntax,
+        ErrorReply::NotAuthorized,
+        ErrorReply::UnknownCommand,
+        ErrorReply::WrongArity,
+        ErrorReply::MissingTimestamp,
+        ErrorReply::MalformedTimestamp,
+        ErrorReply::EmptyKey,
+    ];
+
+    /// The errors the device-bound service can answer (devicebound.md §2), for
+    /// registering its metric label values up front.
+    pub const DEVICEBOUND: [ErrorReply; 7] = [
+        ErrorReply::Syntax,
+        ErrorReply::UnknownCommand,
+        ErrorReply::WrongArity,
+        ErrorReply::DeviceQueueFull,
+        ErrorReply::InvalidDeviceId,
+        ErrorReply::InvalidMessageId,
+        ErrorReply::MessageTooLarge,
     ];
 
     /// THE error table (spec §5.1): the only place wire messages and metric
@@ -86,6 +130,10 @@ impl ErrorReply {
             ErrorReply::MissingTimestamp => ("missing timestamp", "timestamp_missing"),
             ErrorReply::MalformedTimestamp => ("malformed timestamp", "timestamp_malformed"),
             ErrorReply::EmptyKey => ("the key length is zero", "key_length_zero"),
+            ErrorReply::DeviceQueueFull => ("device queue is full", "device_queue_full"),
+            ErrorReply::InvalidDeviceId => ("invalid device id", "invalid_device_id"),
+            ErrorReply::InvalidMessageId => ("invalid message id", "invalid_message_id"),
+            ErrorReply::MessageTooLarge => ("message too large", "message_too_large"),
         };
         ErrorText {
             message,
@@ -111,6 +159,9 @@ impl From<ProtocolError> for ErrorReply {
             ProtocolError::WrongArity => ErrorReply::WrongArity,
             ProtocolError::UnknownCommand => ErrorReply::UnknownCommand,
             ProtocolError::EmptyKey => ErrorReply::EmptyKey,
+            ProtocolError::InvalidDeviceId => ErrorReply::InvalidDeviceId,
+            ProtocolError::InvalidMessageId => ErrorReply::InvalidMessageId,
+            ProtocolError::MessageTooLarge => ErrorReply::MessageTooLarge,
         }
     }
 }
@@ -179,7 +230,7 @@ mod tests {
     #[test]
     fn section_5_1_error_table_is_byte_exact() {
         // (variant, exact wire payload per spec §5.1, metric label)
-        let cases: [(ErrorReply, &[u8], &str); 12] = [
+        let cases: [(ErrorReply, &[u8], &str); 16] = [
             (
                 ErrorReply::TimestampSkew,
                 b"-ERR the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized\r\n",
@@ -216,6 +267,27 @@ mod tests {
                 "timestamp_malformed",
             ),
             (ErrorReply::EmptyKey, b"-ERR the key length is zero\r\n", "key_length_zero"),
+            // devicebound.md §2
+            (
+                ErrorReply::DeviceQueueFull,
+                b"-ERR device queue is full\r\n",
+                "device_queue_full",
+            ),
+            (
+                ErrorReply::InvalidDeviceId,
+                b"-ERR invalid device id\r\n",
+                "invalid_device_id",
+            ),
+            (
+                ErrorReply::InvalidMessageId,
+                b"-ERR invalid message id\r\n",
+                "invalid_message_id",
+            ),
+            (
+                ErrorReply::MessageTooLarge,
+                b"-ERR message too large\r\n",
+                "message_too_large",
+            ),
         ];
         for (error, wire, label) in cases {
             assert_eq!(Reply::Error(error).encode(), wire, "{error:?}");
@@ -241,9 +313,14 @@ mod tests {
             .iter()
             .map(|error| error.result_label())
             .collect();
-        assert_eq!(variants.len(), 12, "ALL has no duplicates");
-        assert_eq!(messages.len(), 12, "messages are distinct");
-        assert_eq!(labels.len(), 12, "labels are distinct");
+        assert_eq!(variants.len(), 16, "ALL has no duplicates");
+        assert_eq!(messages.len(), 16, "messages are distinct");
+        assert_eq!(labels.len(), 16, "labels are distinct");
+        let per_service: HashSet<ErrorReply> = ErrorReply::STATE_STORE
+            .into_iter()
+            .chain(ErrorReply::DEVICEBOUND)
+            .collect();
+        assert_eq!(per_service, variants, "every error belongs to a service");
         for error in ErrorReply::ALL {
             let message = error.message();
             assert!(!message.is_empty() && message.is_ascii(), "{error:?}");
@@ -279,6 +356,12 @@ mod tests {
             (ProtocolError::WrongArity, ErrorReply::WrongArity),
             (ProtocolError::UnknownCommand, ErrorReply::UnknownCommand),
             (ProtocolError::EmptyKey, ErrorReply::EmptyKey),
+            (ProtocolError::InvalidDeviceId, ErrorReply::InvalidDeviceId),
+            (
+                ProtocolError::InvalidMessageId,
+                ErrorReply::InvalidMessageId,
+            ),
+            (ProtocolError::MessageTooLarge, ErrorReply::MessageTooLarge),
         ];
         for (protocol_error, reply) in cases {
             assert_eq!(ErrorReply::from(protocol_error), reply);

@@ -52,8 +52,8 @@ fn parse_array_of_bulks<'a>(payload: &'a [u8], limits: &ProtocolLimits) -> Optio
 /// The first element of a request array, if the payload starts like one and
 /// that element is a bulk string of at most `max_len` bytes. Nothing after it is
 /// looked at; used only for best-effort metric labels on requests that failed
-/// to parse.
-pub(super) fn sniff_first_element(payload: &[u8], max_len: usize) -> Option<&[u8]> {
+/// to parse (state store and device-bound requests alike).
+pub(crate) fn sniff_first_element(payload: &[u8], max_len: usize) -> Option<&[u8]> {
     let mut reader = Reader::new(payload);
     reader.expect_byte(b'*')?;
     reader.read_length_line(usize::MAX)?;
@@ -146,7 +146,7 @@ impl<'a> Reader<'a> {
 /// A non-empty run of ASCII decimal digits whose value is at most `max`.
 /// Leading zeros are accepted; a sign, a space, any other byte, an empty run or
 /// a value above `max` (overflow included) is `None`.
-pub(super) fn parse_decimal(digits: &[u8], max: u64) -> Option<u64> {
+pub(crate) fn parse_decimal(digits: &[u8], max: u64) -> Option<u64> {
     if digits.is_empty() {
         return None;
     }
