@@ -33,6 +33,10 @@ pub enum ErrorReply {
     MalformedTimestamp,
     /// Empty key.
     EmptyKey,
+    /// SEND to a device queue holding `max_queue_depth` messages (devicebound §2).
+    DeviceQueueFull,
+    /// SEND with a body over `max_message_bytes` (devicebound §2).
+    MessageTooLarge,
 }
 
 /// One row of the error table: the wire message and the metric label.
@@ -43,7 +47,7 @@ struct ErrorText {
 
 impl ErrorReply {
     /// Every error reply, for registering metric label values up front.
-    pub const ALL: [ErrorReply; 12] = [
+    pub const ALL: [ErrorReply; 14] = [
         ErrorReply::TimestampSkew,
         ErrorReply::FencingTokenRequired,
         ErrorReply::FencingTokenSkew,
@@ -56,6 +60,8 @@ impl ErrorReply {
         ErrorReply::MissingTimestamp,
         ErrorReply::MalformedTimestamp,
         ErrorReply::EmptyKey,
+        ErrorReply::DeviceQueueFull,
+        ErrorReply::MessageTooLarge,
     ];
 
     /// THE error table (spec §5.1): the only place wire messages and metric
@@ -86,6 +92,8 @@ impl ErrorReply {
             ErrorReply::MissingTimestamp => ("missing timestamp", "timestamp_missing"),
             ErrorReply::MalformedTimestamp => ("malformed timestamp", "timestamp_malformed"),
             ErrorReply::EmptyKey => ("the key length is zero", "key_length_zero"),
+            ErrorReply::DeviceQueueFull => ("device queue is full", "device_queue_full"),
+            ErrorReply::MessageTooLarge => ("message too large", "message_too_large"),
         };
         ErrorText {
             message,
@@ -179,7 +187,7 @@ mod tests {
     #[test]
     fn section_5_1_error_table_is_byte_exact() {
         // (variant, exact wire payload per spec §5.1, metric label)
-        let cases: [(ErrorReply, &[u8], &str); 12] = [
+        let cases: [(ErrorReply, &[u8], &str); 14] = [
             (
                 ErrorReply::TimestampSkew,
                 b"-ERR the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized\r\n",
@@ -216,6 +224,16 @@ mod tests {
                 "timestamp_malformed",
             ),
             (ErrorReply::EmptyKey, b"-ERR the key length is zero\r\n", "key_length_zero"),
+            (
+                ErrorReply::DeviceQueueFull,
+                b"-ERR device queue is full\r\n",
+                "device_queue_full",
+            ),
+            (
+                ErrorReply::MessageTooLarge,
+                b"-ERR message too large\r\n",
+                "message_too_large",
+            ),
         ];
         for (error, wire, label) in cases {
             assert_eq!(Reply::Error(error).encode(), wire, "{error:?}");
@@ -241,9 +259,9 @@ mod tests {
             .iter()
             .map(|error| error.result_label())
             .collect();
-        assert_eq!(variants.len(), 12, "ALL has no duplicates");
-        assert_eq!(messages.len(), 12, "messages are distinct");
-        assert_eq!(labels.len(), 12, "labels are distinct");
+        assert_eq!(variants.len(), 14, "ALL has no duplicates");
+        assert_eq!(messages.len(), 14, "messages are distinct");
+        assert_eq!(labels.len(), 14, "labels are distinct");
         for error in ErrorReply::ALL {
             let message = error.message();
             assert!(!message.is_empty() && message.is_ascii(), "{error:?}");
