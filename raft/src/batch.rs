@@ -76,6 +76,7 @@ pub fn approximate_bytes(proposal: &Proposal) -> usize {
         Mutation::Expire { keys } => keys.iter().map(|k| k.len()).sum(),
         Mutation::ForgetClient { client } => client.len(),
         Mutation::SetLimits(_) => 0,
+        Mutation::Device(command) => command.approximate_bytes(),
     }
 }
 

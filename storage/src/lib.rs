@@ -2,9 +2,11 @@
 //! protocol, and the sled-backed Raft log and state machine they persist into.
 //!
 //! Knows nothing about openraft or MQTT: the consensus layer hands it opaque log records and
-//! typed [`keyspace::Proposal`]s.
+//! typed [`keyspace::Proposal`]s. The device-bound message queues ([`devicebound`]) live in the
+//! same state and are reached through [`keyspace::Mutation::Device`].
 
 pub mod codec;
+pub mod devicebound;
 pub mod error;
 pub mod hlc;
 pub mod keyspace;

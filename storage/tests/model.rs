@@ -773,6 +773,9 @@ impl Model {
                 self.max_reply_bytes = limits.max_remembered_reply_bytes;
                 Outcome::LimitsSet
             }
+            // The keyspace model never generates device commands (tests/devicebound_model.rs
+            // models those).
+            Mutation::Device(command) => unreachable!("not generated here: {command:?}"),
         };
         if let Some(request) = &p.request {
             self.remember(request, &outcome);

@@ -92,7 +92,8 @@ impl ErrorReply {
 
     /// The errors the device-bound service can answer (devicebound.md §2), for
     /// registering its metric label values up front.
-    pub const DEVICEBOUND: [ErrorReply; 7] = [
+    pub const DEVICEBOUND: [ErrorReply; 8] = [
+        ErrorReply::QuotaExceeded,
         ErrorReply::Syntax,
         ErrorReply::UnknownCommand,
         ErrorReply::WrongArity,

@@ -1,6 +1,7 @@
 //! From what apply decided ([`Outcome`]) to what the client reads ([`Reply`] plus the `__ts`
 //! version, protocol §1.2 and §2). The one place this mapping lives.
 
+use statestore_storage::devicebound::{DeviceRejection, DeviceResult};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{Outcome, Rejection};
 
@@ -40,8 +41,38 @@ pub fn from_outcome(outcome: Outcome) -> Answer {
         | Outcome::ForgotClient { .. }
         | Outcome::LimitsSet
         | Outcome::Nothing => (Reply::Ok, None),
+        Outcome::Device(device) => (device_reply(&device.result), None),
     };
     Answer { reply, version }
+}
+
+/// The reply to a device-bound command (devicebound §2, §3). QUEUE and DEADLETTERS are reads
+/// and never come through here. Results of leader-internal commands (deliveries, sweeps,
+/// feedback cuts) answer no client; they map to `+OK` like the keyspace's sweeps.
+fn device_reply(result: &DeviceResult) -> Reply {
+    let count = |n: u32| Reply::Integer(i64::from(n));
+    match result {
+        DeviceResult::Sent { .. } | DeviceResult::SettingsSet => Reply::Ok,
+        DeviceResult::Rejected(rejection) => Reply::Error(match rejection {
+            DeviceRejection::QueueFull => ErrorReply::DeviceQueueFull,
+            DeviceRejection::MessageTooLarge => ErrorReply::MessageTooLarge,
+            DeviceRejection::TooManyDevices => ErrorReply::QuotaExceeded,
+        }),
+        DeviceResult::Purged { messages } => count(*messages),
+        DeviceResult::Forgot {
+            messages,
+            dead_letters,
+            ..
+        } => count(messages.saturating_add(*dead_letters)),
+        DeviceResult::Settled { settled } => count(u32::from(*settled)),
+        DeviceResult::Delivered { .. }
+        | DeviceResult::Received(_)
+        | DeviceResult::Undelivered { .. }
+        | DeviceResult::LocksExpired { .. }
+        | DeviceResult::Expired { .. }
+        | DeviceResult::FeedbackCut { .. }
+        | DeviceResult::FeedbackDelivered { .. } => Reply::Ok,
+    }
 }
 
 fn rejection_error(rejection: Rejection) -> ErrorReply {
@@ -55,6 +86,14 @@ fn rejection_error(rejection: Rejection) -> ErrorReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use statestore_storage::devicebound::DeviceOutcome;
+
+    fn device(result: DeviceResult) -> Outcome {
+        Outcome::Device(Box::new(DeviceOutcome {
+            result,
+            counters: Default::default(),
+        }))
+    }
 
     #[test]
     fn outcomes_map_to_the_byte_exact_replies_of_section_2() {
@@ -79,6 +118,14 @@ mod tests {
                 false,
             ),
             (Outcome::Rejected(Rejection::QuotaExceeded), b"-ERR the quota has been exceeded\r\n".to_vec(), false),
+            (device(DeviceResult::Sent { expires_at_ms: 5 }), b"+OK\r\n".to_vec(), false),
+            (device(DeviceResult::Rejected(DeviceRejection::QueueFull)), b"-ERR device queue is full\r\n".to_vec(), false),
+            (device(DeviceResult::Rejected(DeviceRejection::MessageTooLarge)), b"-ERR message too large\r\n".to_vec(), false),
+            (device(DeviceResult::Rejected(DeviceRejection::TooManyDevices)), b"-ERR the quota has been exceeded\r\n".to_vec(), false),
+            (device(DeviceResult::Purged { messages: 3 }), b":3\r\n".to_vec(), false),
+            (device(DeviceResult::Forgot { messages: 2, dead_letters: 4, feedback_records: 9 }), b":6\r\n".to_vec(), false),
+            (device(DeviceResult::Settled { settled: true }), b":1\r\n".to_vec(), false),
+            (device(DeviceResult::Settled { settled: false }), b":0\r\n".to_vec(), false),
         ];
         for (outcome, bytes, has_version) in cases {
             let answer = from_outcome(outcome.clone());

@@ -74,6 +74,7 @@
 //!   what it removes, in one proposal).
 
 use crate::codec;
+use crate::devicebound::{self, DeviceCounters};
 use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
@@ -261,6 +262,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             Mutation::Expire { keys } => self.expire(&proposal.stamp, time, keys, &mut events)?,
             Mutation::ForgetClient { client } => self.forget_client(client)?,
             Mutation::SetLimits(limits) => self.set_limits(*limits),
+            Mutation::Device(command) => {
+                Outcome::Device(Box::new(devicebound::apply(&mut *self.txn, time, command)?))
+            }
         };
 
         if let Some(slot) = slot {
@@ -591,10 +595,21 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             self.forget_reply_counts(old.size);
         }
         let expires_at_ms = time.saturating_add(request.remember_for_ms);
-        let remembered = codec::encode(&RememberedReplyOut {
-            expires_at_ms,
-            outcome,
-        });
+        let remembered = match outcome {
+            // A retry that gets this reply changes nothing: it must count nothing either.
+            Outcome::Device(device) if device.counters != DeviceCounters::default() => {
+                let mut quiet = device.clone();
+                quiet.counters = DeviceCounters::default();
+                codec::encode(&RememberedReplyOut {
+                    expires_at_ms,
+                    outcome: &Outcome::Device(quiet),
+                })
+            }
+            _ => codec::encode(&RememberedReplyOut {
+                expires_at_ms,
+                outcome,
+            }),
+        };
         let size = reply_size(key.len(), remembered.len());
         let limits = self.meta.limits;
         self.meta_changed = true;

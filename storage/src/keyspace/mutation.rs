@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::devicebound::DeviceCommand;
 use crate::hlc::Hlc;
 
 /// One log entry's payload.
@@ -112,6 +113,9 @@ pub enum Mutation {
     },
     /// Replace the replicated quota limits (proposed by a leader whose configuration differs).
     SetLimits(Limits),
+    /// A device-bound queue command (`shared/spec/devicebound.md`), applied by
+    /// [`crate::devicebound::apply`] under the same reply memory as the keyspace commands.
+    Device(DeviceCommand),
 }
 
 impl Mutation {
@@ -126,6 +130,7 @@ impl Mutation {
             Mutation::Expire { .. } => "expire",
             Mutation::ForgetClient { .. } => "forget_client",
             Mutation::SetLimits(_) => "set_limits",
+            Mutation::Device(command) => command.kind(),
         }
     }
 }

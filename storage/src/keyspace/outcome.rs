@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::devicebound::DeviceOutcome;
 use crate::hlc::Hlc;
 
 /// Result of one entry, the same on every replica. The node maps it to the wire reply.
@@ -47,6 +48,8 @@ pub enum Outcome {
     },
     /// New limits are in force.
     LimitsSet,
+    /// What a device-bound command did.
+    Device(Box<DeviceOutcome>),
     /// Entries without application payload (blank, membership).
     Nothing,
 }

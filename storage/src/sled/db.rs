@@ -19,10 +19,14 @@ use crate::sled::state::StateTree;
 const FORMAT_FILE: &str = "FORMAT";
 /// Layout written by this build: sled holds the state machine only; the Raft log is a WAL in
 /// `raft-log/`; the keyspace meta counts registrations and the reply memory, the replicated
-/// limits include their caps, and reply-expiry index entries hold the reply's counted size.
+/// limits include their caps, and reply-expiry index entries hold the reply's counted size;
+/// the device-bound queue tables and their meta record sit next to the keyspace, and log
+/// entries may carry `Mutation::Device`.
 /// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
-/// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here.)
-const FORMAT: &str = "statestore-data 3\n";
+/// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here; format 3
+/// has no device-bound queues, and a build of format 3 cannot read the log or snapshots of this
+/// one, so the two must not share a cluster.)
+const FORMAT: &str = "statestore-data 4\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -137,12 +141,21 @@ fn sync_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Accepts an empty or format-3 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-4 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if found == "statestore-data 3\n" => Err(StorageError::DataDir(format!(
+            "{} says `{}`: written by an earlier statestore, before the device-bound message \
+             queues; this build reads `{}` and does not convert it (nodes of the two formats \
+             cannot share a cluster). Move it aside and start this node empty with --join (it \
+             receives a snapshot from a cluster of this build), or start a new cluster",
+            marker.display(),
+            found.trim(),
+            FORMAT.trim()
+        ))),
         Ok(found) if found == "statestore-data 2\n" => Err(StorageError::DataDir(format!(
             "{} says `{}`: written by an earlier statestore, before the registration and \
              reply-memory caps; this build reads `{}` and does not convert it. Move it aside \
@@ -197,13 +210,32 @@ mod tests {
             Err(StorageError::DataDir(_))
         ));
 
+        let before_queues = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            before_queues.path().join(FORMAT_FILE),
+            "statestore-data 3\n",
+        )
+        .expect("write");
+        match check_format(before_queues.path()) {
+            Err(StorageError::DataDir(message)) => {
+                assert!(
+                    message.contains("statestore-data 3")
+                        && message.contains("statestore-data 4")
+                        && message.contains("device-bound")
+                        && message.contains("--join"),
+                    "the message names both formats and the way out: {message}"
+                );
+            }
+            other => panic!("a format-3 directory must be refused, got {other:?}"),
+        }
+
         let previous = tempfile::tempdir().expect("tempdir");
         std::fs::write(previous.path().join(FORMAT_FILE), "statestore-data 2\n").expect("write");
         match check_format(previous.path()) {
             Err(StorageError::DataDir(message)) => {
                 assert!(
                     message.contains("statestore-data 2")
-                        && message.contains("statestore-data 3")
+                        && message.contains("statestore-data 4")
                         && message.contains("earlier statestore")
                         && message.contains("--join"),
                     "the message names both formats and the way out: {message}"

@@ -1,0 +1,34 @@
+//! Device-bound message queues (`shared/spec/devicebound.md`): the replicated semantics of
+//! IoT Hub style cloud-to-device queues as pure, deterministic functions over a [`Txn`].
+//!
+//! Owns what a SEND/PURGE/FORGET, a delivery, a settlement, a sweep or a feedback step does to
+//! the replicated state: per-device FIFO queues with locks and delivery counts, dead letters,
+//! feedback records and feedback batches. Reached through
+//! [`crate::keyspace::Mutation::Device`], so the keyspace's reply memory (§6 of the state store
+//! protocol) covers these commands too. Knows nothing about sled, openraft or MQTT, and never
+//! reads a clock: time is the entry's store time handed in by [`crate::keyspace::Keyspace`].
+//!
+//! [`Txn`]: crate::keyspace::Txn
+
+mod apply;
+mod command;
+pub mod layout;
+mod outcome;
+pub mod read;
+mod record;
+mod settings;
+
+pub use apply::{MAX_SWEEP_PER_ENTRY, apply};
+pub use command::{Ack, DeviceCommand, Expiry, FeedbackSettlement, SendMessage, Settlement};
+pub use outcome::{
+    DeviceCounters, DeviceOutcome, DeviceRejection, DeviceResult, FeedbackDelivery, MessageDelivery,
+};
+pub use read::{DeliverableDevice, QueueStats};
+pub use record::{
+    DeadLetter, DeadLetterReason, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord,
+    FeedbackStatus, LockState, Message, StoredMessage,
+};
+pub use settings::DeviceboundSettings;
+
+#[cfg(test)]
+mod tests;

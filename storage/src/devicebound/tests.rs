@@ -1,0 +1,947 @@
+//! Unit tests of the device-bound semantics, one per rule of `shared/spec/devicebound.md` (and
+//! of the rules the `apply` module documents where the spec is silent), driven through
+//! [`Keyspace::apply`] on an in-memory map so the reply memory is in the path.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::hlc::Hlc;
+use crate::keyspace::{Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId};
+
+const T0: u64 = 1_700_000_000_000;
+const DEV: &[u8] = b"dev-1";
+const OTHER: &[u8] = b"dev-2";
+
+struct Replica {
+    map: BTreeMap<Vec<u8>, Vec<u8>>,
+    wall_ms: u64,
+    counter: u64,
+}
+
+impl Replica {
+    fn new() -> Self {
+        Replica {
+            map: BTreeMap::new(),
+            wall_ms: T0,
+            counter: 0,
+        }
+    }
+
+    fn with(settings: DeviceboundSettings) -> Self {
+        let mut replica = Replica::new();
+        assert_eq!(
+            replica.run(DeviceCommand::SetSettings(settings)).result,
+            DeviceResult::SettingsSet
+        );
+        replica
+    }
+
+    fn proposal(&mut self, command: DeviceCommand, request: Option<RequestId>) -> Proposal {
+        self.counter += 1;
+        Proposal {
+            stamp: Hlc::new(self.wall_ms, self.counter, "n1"),
+            wall_ms: self.wall_ms,
+            request,
+            mutation: Mutation::Device(command),
+        }
+    }
+
+    fn apply_proposal(&mut self, proposal: &Proposal) -> DeviceOutcome {
+        let mut txn = Overlay::new(&self.map);
+        let mut keyspace = Keyspace::open(&mut txn).expect("open");
+        let applied = keyspace.apply(proposal).expect("apply");
+        keyspace.finish();
+        for (k, w) in txn.into_writes() {
+            match w {
+                Some(v) => self.map.insert(k, v),
+                None => self.map.remove(&k),
+            };
+        }
+        match applied.outcome {
+            Outcome::Device(outcome) => *outcome,
+            other => panic!("a device command gave {other:?}"),
+        }
+    }
+
+    fn run(&mut self, command: DeviceCommand) -> DeviceOutcome {
+        let proposal = self.proposal(command, None);
+        self.apply_proposal(&proposal)
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.wall_ms += ms;
+    }
+
+    fn send(&mut self, device: &[u8], id: &str) -> DeviceResult {
+        self.run(send(device, id, Ack::None, Expiry::Default))
+            .result
+    }
+
+    fn deliver(&mut self, device: &[u8], max: u32) -> Vec<MessageDelivery> {
+        match self
+            .run(DeviceCommand::Deliver {
+                device: device.to_vec(),
+                max,
+            })
+            .result
+        {
+            DeviceResult::Delivered { messages } => messages,
+            other => panic!("deliver gave {other:?}"),
+        }
+    }
+
+    fn deliver_one(&mut self, device: &[u8]) -> MessageDelivery {
+        let mut delivered = self.deliver(device, 1);
+        assert_eq!(delivered.len(), 1, "one message delivered");
+        delivered.remove(0)
+    }
+
+    fn settle(&mut self, device: &[u8], token: &str, settlement: Settlement) -> bool {
+        match self
+            .run(DeviceCommand::Settle {
+                device: device.to_vec(),
+                token: token.to_owned(),
+                settlement,
+            })
+            .result
+        {
+            DeviceResult::Settled { settled } => settled,
+            other => panic!("settle gave {other:?}"),
+        }
+    }
+
+    fn stats(&self, device: &[u8]) -> QueueStats {
+        read::queue_stats(&self.map, device).expect("stats")
+    }
+
+    fn ids(&self, device: &[u8]) -> Vec<String> {
+        read::messages(&self.map, device, usize::MAX)
+            .expect("messages")
+            .into_iter()
+            .map(|(_, m)| String::from_utf8_lossy(&m.message.message_id).into_owned())
+            .collect()
+    }
+
+    fn meta(&self) -> DeviceboundMeta {
+        read::meta(&self.map).expect("meta")
+    }
+
+    fn pending(&self) -> Vec<FeedbackRecord> {
+        read::pending_feedback(&self.map, usize::MAX).expect("pending")
+    }
+
+    fn cut(&mut self) -> u32 {
+        match self.run(DeviceCommand::CutFeedbackBatch).result {
+            DeviceResult::FeedbackCut { records } => records,
+            other => panic!("cut gave {other:?}"),
+        }
+    }
+
+    fn deliver_feedback(&mut self, max: u32) -> Vec<FeedbackDelivery> {
+        match self.run(DeviceCommand::DeliverFeedback { max }).result {
+            DeviceResult::FeedbackDelivered { batches } => batches,
+            other => panic!("deliver feedback gave {other:?}"),
+        }
+    }
+
+    fn settle_feedback(&mut self, token: &str, settlement: FeedbackSettlement) -> bool {
+        match self
+            .run(DeviceCommand::SettleFeedback {
+                token: token.to_owned(),
+                settlement,
+            })
+            .result
+        {
+            DeviceResult::Settled { settled } => settled,
+            other => panic!("settle feedback gave {other:?}"),
+        }
+    }
+}
+
+fn send(device: &[u8], id: &str, ack: Ack, expiry: Expiry) -> DeviceCommand {
+    DeviceCommand::Send(SendMessage {
+        device: device.to_vec(),
+        message_id: id.as_bytes().to_vec(),
+        body: format!("body of {id}").into_bytes(),
+        properties: vec![("b".into(), "2".into()), ("a".into(), "1".into())],
+        content_type: Some(b"text/plain".to_vec()),
+        content_encoding: None,
+        ack,
+        expiry,
+        generation: Some(b"gen-7".to_vec()),
+    })
+}
+
+fn id_of(delivery: &MessageDelivery) -> String {
+    String::from_utf8_lossy(&delivery.message.message_id).into_owned()
+}
+
+fn sent() -> DeviceResult {
+    DeviceResult::Sent {
+        expires_at_ms: T0 + 3_600_000,
+    }
+}
+
+#[test]
+fn layout_prefixes_are_distinct_and_inside_the_digested_range() {
+    let keyspace: Vec<u8> = layout::keyspace_tables()
+        .iter()
+        .map(|t| t.prefix())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for table in layout::DeviceTable::ALL {
+        let prefix = table.prefix();
+        assert!(seen.insert(prefix), "{table:?} prefix used twice");
+        assert!(
+            !keyspace.contains(&prefix),
+            "{table:?} collides with a keyspace table"
+        );
+        assert!(
+            prefix < crate::keyspace::layout::Table::ConsensusState.prefix(),
+            "{table:?} must be covered by digests and snapshots"
+        );
+        let resident = crate::keyspace::layout::Table::ReplyExpiry.prefix()
+            ..=crate::keyspace::layout::Table::Replies.prefix();
+        assert!(
+            !resident.contains(&prefix),
+            "{table:?} must not fall into the resident reply tables"
+        );
+    }
+}
+
+#[test]
+fn section_1_send_keeps_everything_the_message_carries() {
+    let mut r = Replica::new();
+    let outcome = r.run(send(DEV, "m1", Ack::Full, Expiry::Default));
+    assert_eq!(outcome.result, sent());
+    assert_eq!(outcome.counters.enqueued, 1);
+    let delivery = r.deliver_one(DEV);
+    assert_eq!(delivery.device, DEV);
+    assert_eq!(delivery.delivery_count, 1);
+    assert_eq!(delivery.lock_expires_at_ms, T0 + 60_000);
+    let message = &delivery.message;
+    assert_eq!(message.message_id, b"m1");
+    assert_eq!(message.body, b"body of m1");
+    assert_eq!(
+        message.properties,
+        vec![
+            ("b".to_owned(), "2".to_owned()),
+            ("a".to_owned(), "1".to_owned())
+        ],
+        "application properties keep their order"
+    );
+    assert_eq!(message.content_type.as_deref(), Some(&b"text/plain"[..]));
+    assert_eq!(message.content_encoding, None);
+    assert_eq!(message.generation.as_deref(), Some(&b"gen-7"[..]));
+    assert_eq!(message.ack, Ack::Full);
+    assert_eq!(message.enqueued_ms, T0);
+    assert!(delivery.token.is_ascii() && delivery.token.len() <= 64);
+}
+
+#[test]
+fn section_1_queue_is_fifo_and_the_51st_send_fails() {
+    let mut r = Replica::new();
+    for i in 0..50 {
+        assert_eq!(r.send(DEV, &format!("m{i}")), sent(), "send {i}");
+    }
+    assert_eq!(
+        r.send(DEV, "m50"),
+        DeviceResult::Rejected(DeviceRejection::QueueFull)
+    );
+    assert_eq!(r.stats(DEV).enqueued, 50);
+    assert_eq!(
+        r.send(OTHER, "x"),
+        sent(),
+        "another device's queue is its own"
+    );
+    // Invisible messages count against the depth too.
+    let first = r.deliver_one(DEV);
+    assert_eq!(id_of(&first), "m0");
+    assert_eq!(
+        r.send(DEV, "m50"),
+        DeviceResult::Rejected(DeviceRejection::QueueFull)
+    );
+    assert!(
+        r.deliver(DEV, 1).is_empty(),
+        "window 1: m0 is still Invisible"
+    );
+    let mut token = first.token;
+    for i in 1..50 {
+        assert!(
+            r.settle(DEV, &token, Settlement::Complete),
+            "settle m{}",
+            i - 1
+        );
+        let next = r.deliver_one(DEV);
+        assert_eq!(id_of(&next), format!("m{i}"), "FIFO order");
+        token = next.token;
+    }
+    assert!(r.settle(DEV, &token, Settlement::Complete));
+    assert_eq!(r.stats(DEV), QueueStats::default());
+}
+
+#[test]
+fn section_1_oversized_body_and_device_cap_are_refused_at_apply() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_message_bytes: 4,
+        max_devices: 1,
+        ..DeviceboundSettings::default()
+    });
+    assert_eq!(
+        r.send(DEV, "m1"),
+        DeviceResult::Rejected(DeviceRejection::MessageTooLarge)
+    );
+    let small = |device: &[u8]| {
+        DeviceCommand::Send(SendMessage {
+            device: device.to_vec(),
+            message_id: b"s".to_vec(),
+            body: b"1234".to_vec(),
+            properties: Vec::new(),
+            content_type: None,
+            content_encoding: None,
+            ack: Ack::None,
+            expiry: Expiry::Default,
+            generation: None,
+        })
+    };
+    assert_eq!(r.run(small(DEV)).result, sent());
+    assert_eq!(
+        r.run(small(OTHER)).result,
+        DeviceResult::Rejected(DeviceRejection::TooManyDevices)
+    );
+    assert_eq!(
+        r.run(small(DEV)).result,
+        sent(),
+        "a device with state may grow"
+    );
+    assert_eq!(r.meta().devices, 1);
+    r.run(DeviceCommand::Purge {
+        device: DEV.to_vec(),
+    });
+    assert_eq!(
+        r.meta().devices,
+        0,
+        "a purged device without dead letters has no state"
+    );
+    assert_eq!(r.run(small(OTHER)).result, sent(), "room again");
+}
+
+#[test]
+fn section_1_ttl_expires_and_the_two_day_cap() {
+    let mut r = Replica::new();
+    let two_days = 2 * 24 * 3_600_000;
+    let cases = [
+        (Expiry::Ttl(5_000), T0 + 5_000),
+        (Expiry::At(T0 + 7_000), T0 + 7_000),
+        (Expiry::Default, T0 + 3_600_000),
+        (Expiry::Ttl(two_days + 1), T0 + two_days),
+        (Expiry::At(u64::MAX), T0 + two_days),
+        (Expiry::Ttl(u64::MAX), T0 + two_days),
+    ];
+    for (i, (expiry, expected)) in cases.into_iter().enumerate() {
+        assert_eq!(
+            r.run(send(DEV, &format!("m{i}"), Ack::None, expiry)).result,
+            DeviceResult::Sent {
+                expires_at_ms: expected
+            },
+            "{expiry:?}"
+        );
+    }
+}
+
+#[test]
+fn section_1_expired_messages_are_dead_lettered_by_sweep_and_on_delivery() {
+    let mut r = Replica::new();
+    r.run(send(DEV, "short", Ack::Negative, Expiry::Ttl(1_000)));
+    r.run(send(DEV, "long", Ack::None, Expiry::Ttl(10_000)));
+    r.run(send(OTHER, "other", Ack::None, Expiry::Ttl(1_000)));
+    assert_eq!(
+        read::next_message_expiry(&r.map).expect("read"),
+        Some(T0 + 1_000)
+    );
+    r.advance(999);
+    let nothing = r.run(DeviceCommand::ExpireMessages { max: 10 });
+    assert_eq!(nothing.result, DeviceResult::Expired { count: 0 });
+    r.advance(1);
+    // Delivery finds "short" expired on the way and delivers "long" instead.
+    let delivered = r.deliver(DEV, 1);
+    assert_eq!(delivered.iter().map(id_of).collect::<Vec<_>>(), ["long"]);
+    assert_eq!(r.stats(DEV).dead_lettered, 1);
+    let letters = read::dead_letters(&r.map, DEV, 10).expect("read");
+    assert_eq!(letters[0].reason, DeadLetterReason::Expired);
+    assert_eq!(letters[0].time_ms, T0 + 1_000);
+    assert_eq!(r.pending()[0].status, FeedbackStatus::Expired);
+    // The sweep is bounded and takes the earliest first.
+    let swept = r.run(DeviceCommand::ExpireMessages { max: 1 });
+    assert_eq!(swept.result, DeviceResult::Expired { count: 1 });
+    assert_eq!(swept.counters.expired, 1);
+    assert_eq!(r.stats(OTHER).dead_lettered, 1);
+    // An Invisible message that expires is dead-lettered too and its token stops settling.
+    r.advance(9_000);
+    let token = delivered[0].token.clone();
+    let swept = r.run(DeviceCommand::ExpireMessages { max: 10 });
+    assert_eq!(swept.result, DeviceResult::Expired { count: 1 });
+    assert!(!r.settle(DEV, &token, Settlement::Complete));
+    assert_eq!(
+        r.stats(DEV),
+        QueueStats {
+            enqueued: 0,
+            invisible: 0,
+            dead_lettered: 2,
+            oldest_enqueued_ms: None
+        }
+    );
+    assert_eq!(read::next_message_expiry(&r.map).expect("read"), None);
+}
+
+#[test]
+fn section_1_delivery_count_reaching_the_max_dead_letters() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_delivery_count: 3,
+        ..DeviceboundSettings::default()
+    });
+    r.run(send(DEV, "m", Ack::Full, Expiry::Default));
+    r.send(DEV, "next");
+    for count in 1..=3 {
+        let delivery = r.deliver_one(DEV);
+        assert_eq!(id_of(&delivery), "m");
+        assert_eq!(delivery.delivery_count, count);
+        assert!(r.settle(DEV, &delivery.token, Settlement::Abandon));
+    }
+    let outcome = r.run(DeviceCommand::Deliver {
+        device: DEV.to_vec(),
+        max: 1,
+    });
+    match &outcome.result {
+        DeviceResult::Delivered { messages } => {
+            assert_eq!(messages.iter().map(id_of).collect::<Vec<_>>(), ["next"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(outcome.counters.dead_lettered, 1);
+    let letters = read::dead_letters(&r.map, DEV, 10).expect("read");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].reason, DeadLetterReason::DeliveryCountExceeded);
+    assert_eq!(letters[0].delivery_count, 3);
+    assert_eq!(r.pending()[0].status, FeedbackStatus::DeliveryCountExceeded);
+}
+
+#[test]
+fn section_1_lock_expiry_redelivers_with_a_new_token_and_the_old_one_no_longer_settles() {
+    let mut r = Replica::new();
+    r.send(DEV, "m");
+    let first = r.deliver_one(DEV);
+    assert!(r.deliver(DEV, 1).is_empty(), "window 1 is full");
+    assert_eq!(
+        read::next_lock_expiry(&r.map).expect("read"),
+        Some(T0 + 60_000)
+    );
+    r.advance(59_999);
+    assert_eq!(
+        r.run(DeviceCommand::ExpireLocks { max: 10 }).result,
+        DeviceResult::LocksExpired { count: 0 }
+    );
+    r.advance(1);
+    assert!(
+        !r.settle(DEV, &first.token, Settlement::Complete),
+        "an expired lock does not settle even before the sweep"
+    );
+    let swept = r.run(DeviceCommand::ExpireLocks { max: 10 });
+    assert_eq!(swept.result, DeviceResult::LocksExpired { count: 1 });
+    assert_eq!(swept.counters.lock_expiries, 1);
+    assert_eq!(r.stats(DEV).enqueued, 1);
+    let second = r.deliver_one(DEV);
+    assert_eq!(second.delivery_count, 2);
+    assert_ne!(second.token, first.token);
+    assert!(!r.settle(DEV, &first.token, Settlement::Complete));
+    assert!(r.settle(DEV, &second.token, Settlement::Complete));
+    assert!(
+        !r.settle(DEV, &second.token, Settlement::Complete),
+        "settles once"
+    );
+    assert_eq!(r.stats(DEV), QueueStats::default());
+}
+
+#[test]
+fn section_3_abandon_puts_the_message_at_the_head() {
+    let mut r = Replica::with(DeviceboundSettings {
+        device_window: 2,
+        ..DeviceboundSettings::default()
+    });
+    for id in ["a", "b", "c"] {
+        r.send(DEV, id);
+    }
+    let delivered = r.deliver(DEV, 5);
+    assert_eq!(delivered.iter().map(id_of).collect::<Vec<_>>(), ["a", "b"]);
+    assert!(r.settle(DEV, &delivered[1].token, Settlement::Abandon));
+    assert_eq!(r.ids(DEV), ["b", "a", "c"], "b goes in front of everything");
+    let again = r.deliver_one(DEV);
+    assert_eq!(id_of(&again), "b");
+    assert_eq!(again.delivery_count, 2, "abandon keeps the count");
+}
+
+#[test]
+fn section_3_reject_dead_letters_and_complete_gives_success_feedback() {
+    let mut r = Replica::new();
+    r.run(send(DEV, "rejected", Ack::Negative, Expiry::Default));
+    r.run(send(DEV, "completed", Ack::Positive, Expiry::Default));
+    let d = r.deliver_one(DEV);
+    let outcome = r.run(DeviceCommand::Settle {
+        device: DEV.to_vec(),
+        token: d.token.clone(),
+        settlement: Settlement::Reject,
+    });
+    assert_eq!(outcome.result, DeviceResult::Settled { settled: true });
+    assert_eq!(
+        (outcome.counters.rejected, outcome.counters.dead_lettered),
+        (1, 1)
+    );
+    let d = r.deliver_one(DEV);
+    assert!(r.settle(DEV, &d.token, Settlement::Complete));
+    let letters = read::dead_letters(&r.map, DEV, 10).expect("read");
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].message.message_id, b"rejected");
+    assert_eq!(letters[0].reason, DeadLetterReason::Rejected);
+    let statuses: Vec<_> = r.pending().iter().map(|f| f.status).collect();
+    assert_eq!(
+        statuses,
+        [FeedbackStatus::Rejected, FeedbackStatus::Success]
+    );
+    let record = &r.pending()[0];
+    assert_eq!(record.device, DEV);
+    assert_eq!(record.original_message_id, b"rejected");
+    assert_eq!(record.generation.as_deref(), Some(&b"gen-7"[..]));
+}
+
+#[test]
+fn section_3_a_device_cannot_settle_another_devices_message() {
+    let mut r = Replica::new();
+    r.send(DEV, "m");
+    let d = r.deliver_one(DEV);
+    for settlement in [
+        Settlement::Complete,
+        Settlement::Abandon,
+        Settlement::Reject,
+    ] {
+        assert!(!r.settle(OTHER, &d.token, settlement));
+    }
+    assert_eq!(
+        r.run(DeviceCommand::Undeliver {
+            device: OTHER.to_vec(),
+            token: d.token.clone()
+        })
+        .result,
+        DeviceResult::Undelivered { restored: false }
+    );
+    assert!(!r.settle(DEV, "m-not-a-token", Settlement::Complete));
+    assert_eq!(r.stats(DEV).invisible, 1, "untouched");
+    assert!(r.settle(DEV, &d.token, Settlement::Complete));
+}
+
+#[test]
+fn section_3_undeliver_restores_place_and_count() {
+    let mut r = Replica::with(DeviceboundSettings {
+        device_window: 3,
+        ..DeviceboundSettings::default()
+    });
+    for id in ["a", "b", "c"] {
+        r.send(DEV, id);
+    }
+    let delivered = r.deliver(DEV, 2);
+    let outcome = r.run(DeviceCommand::Undeliver {
+        device: DEV.to_vec(),
+        token: delivered[0].token.clone(),
+    });
+    assert_eq!(outcome.result, DeviceResult::Undelivered { restored: true });
+    assert_eq!(outcome.counters.undelivered, 1);
+    assert!(!r.settle(DEV, &delivered[0].token, Settlement::Complete));
+    assert_eq!(r.ids(DEV), ["a", "b", "c"]);
+    let again = r.deliver(DEV, 5);
+    assert_eq!(again.iter().map(id_of).collect::<Vec<_>>(), ["a", "c"]);
+    assert_eq!(
+        again[0].delivery_count, 1,
+        "the undelivered attempt was given back"
+    );
+}
+
+#[test]
+fn section_3_receive_pulls_one_or_none() {
+    let mut r = Replica::new();
+    let receive = |r: &mut Replica| match r
+        .run(DeviceCommand::Receive {
+            device: DEV.to_vec(),
+        })
+        .result
+    {
+        DeviceResult::Received(message) => message,
+        other => panic!("{other:?}"),
+    };
+    assert!(receive(&mut r).is_none());
+    r.send(DEV, "a");
+    r.send(DEV, "b");
+    let got = receive(&mut r).expect("a message");
+    assert_eq!(id_of(&got), "a");
+    assert!(receive(&mut r).is_none(), "window 1");
+    assert!(r.settle(DEV, &got.token, Settlement::Complete));
+    assert_eq!(receive(&mut r).map(|m| id_of(&m)).as_deref(), Some("b"));
+}
+
+#[test]
+fn section_2_queue_stats_report_counts_and_the_oldest_enqueued_time() {
+    let mut r = Replica::with(DeviceboundSettings {
+        device_window: 2,
+        ..DeviceboundSettings::default()
+    });
+    assert_eq!(r.stats(DEV).oldest_enqueued_or_minus_one(), -1);
+    r.send(DEV, "a");
+    r.advance(10);
+    r.send(DEV, "b");
+    r.advance(10);
+    r.send(DEV, "c");
+    assert_eq!(r.stats(DEV).oldest_enqueued_ms, Some(T0));
+    let d = r.deliver(DEV, 2);
+    assert_eq!(
+        r.stats(DEV),
+        QueueStats {
+            enqueued: 1,
+            invisible: 2,
+            dead_lettered: 0,
+            oldest_enqueued_ms: Some(T0 + 20)
+        }
+    );
+    assert!(r.settle(DEV, &d[1].token, Settlement::Abandon));
+    assert_eq!(r.stats(DEV).oldest_enqueued_ms, Some(T0 + 10));
+}
+
+#[test]
+fn section_2_purge_and_forget_count_what_they_remove() {
+    let mut r = Replica::new();
+    r.run(send(DEV, "neg", Ack::Negative, Expiry::Default));
+    r.run(send(DEV, "pos", Ack::Positive, Expiry::Default));
+    r.run(send(DEV, "full", Ack::Full, Expiry::Default));
+    r.deliver_one(DEV);
+    let purged = r.run(DeviceCommand::Purge {
+        device: DEV.to_vec(),
+    });
+    assert_eq!(purged.result, DeviceResult::Purged { messages: 3 });
+    assert_eq!(purged.counters.purged, 3);
+    let purged_ids: Vec<_> = r
+        .pending()
+        .iter()
+        .map(|f| (f.original_message_id.clone(), f.status))
+        .collect();
+    assert_eq!(
+        purged_ids,
+        [
+            (b"neg".to_vec(), FeedbackStatus::Purged),
+            (b"full".to_vec(), FeedbackStatus::Purged)
+        ]
+    );
+    assert_eq!(read::next_lock_expiry(&r.map).expect("read"), None);
+    assert_eq!(
+        r.run(DeviceCommand::Purge {
+            device: DEV.to_vec()
+        })
+        .result,
+        DeviceResult::Purged { messages: 0 }
+    );
+
+    // FORGET: queue, dead letters and the waiting feedback about the device; others stay.
+    r.run(send(DEV, "q1", Ack::Negative, Expiry::Default));
+    r.run(send(DEV, "q2", Ack::None, Expiry::Default));
+    let d = r.deliver_one(DEV);
+    assert!(r.settle(DEV, &d.token, Settlement::Reject));
+    r.run(send(OTHER, "o", Ack::Negative, Expiry::Default));
+    r.run(DeviceCommand::Purge {
+        device: OTHER.to_vec(),
+    });
+    let forgot = r.run(DeviceCommand::Forget {
+        device: DEV.to_vec(),
+    });
+    assert_eq!(
+        forgot.result,
+        DeviceResult::Forgot {
+            messages: 1,
+            dead_letters: 1,
+            feedback_records: 3
+        }
+    );
+    assert_eq!(r.stats(DEV), QueueStats::default());
+    let left: Vec<_> = r.pending().iter().map(|f| f.device.clone()).collect();
+    assert_eq!(left, [OTHER.to_vec()]);
+    assert_eq!(r.meta().pending_feedback, 1);
+    assert_eq!(r.meta().devices, 0);
+    assert_eq!(r.meta().messages, 0);
+    assert_eq!(r.meta().dead_letters, 0);
+}
+
+#[test]
+fn section_1_dead_letter_cap_drops_the_oldest() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_dead_letters_per_device: 2,
+        ..DeviceboundSettings::default()
+    });
+    for id in ["a", "b", "c"] {
+        r.send(DEV, id);
+        let d = r.deliver_one(DEV);
+        assert!(r.settle(DEV, &d.token, Settlement::Reject));
+    }
+    let letters = read::dead_letters(&r.map, DEV, 10).expect("read");
+    let ids: Vec<_> = letters
+        .iter()
+        .map(|l| l.message.message_id.clone())
+        .collect();
+    assert_eq!(ids, [b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(r.stats(DEV).dead_lettered, 2);
+    assert_eq!(r.meta().dead_letters_dropped, 1);
+    assert_eq!(
+        read::dead_letters(&r.map, DEV, 1).expect("read").len(),
+        1,
+        "COUNT"
+    );
+}
+
+#[test]
+fn section_4_feedback_records_follow_the_ack_mode() {
+    // (ack, completed gives Success, rejected gives Rejected)
+    let cases = [
+        (Ack::None, false, false),
+        (Ack::Positive, true, false),
+        (Ack::Negative, false, true),
+        (Ack::Full, true, true),
+    ];
+    for (ack, on_success, on_failure) in cases {
+        let mut r = Replica::new();
+        r.run(send(DEV, "ok", ack, Expiry::Default));
+        r.run(send(DEV, "no", ack, Expiry::Default));
+        let d = r.deliver_one(DEV);
+        assert!(r.settle(DEV, &d.token, Settlement::Complete));
+        let d = r.deliver_one(DEV);
+        assert!(r.settle(DEV, &d.token, Settlement::Reject));
+        let statuses: Vec<_> = r.pending().iter().map(|f| f.status).collect();
+        let mut expected = Vec::new();
+        if on_success {
+            expected.push(FeedbackStatus::Success);
+        }
+        if on_failure {
+            expected.push(FeedbackStatus::Rejected);
+        }
+        assert_eq!(statuses, expected, "{ack:?}");
+        assert!(r.pending().iter().all(|f| f.time_ms == T0));
+    }
+}
+
+#[test]
+fn section_4_pending_feedback_is_capped_dropping_the_oldest() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_pending_feedback_records: 2,
+        ..DeviceboundSettings::default()
+    });
+    for id in ["a", "b", "c"] {
+        r.run(send(DEV, id, Ack::Negative, Expiry::Default));
+    }
+    let purged = r.run(DeviceCommand::Purge {
+        device: DEV.to_vec(),
+    });
+    assert_eq!(purged.counters.feedback_records, 3);
+    assert_eq!(purged.counters.feedback_records_dropped, 1);
+    let ids: Vec<_> = r
+        .pending()
+        .iter()
+        .map(|f| f.original_message_id.clone())
+        .collect();
+    assert_eq!(ids, [b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(r.meta().feedback_records_dropped, 1);
+}
+
+fn make_feedback(r: &mut Replica, n: usize) {
+    for i in 0..n {
+        let device = format!("fb-{}", i / 50);
+        r.run(send(
+            device.as_bytes(),
+            &format!("m{i}"),
+            Ack::Positive,
+            Expiry::Default,
+        ));
+        let d = r.deliver_one(device.as_bytes());
+        assert!(r.settle(device.as_bytes(), &d.token, Settlement::Complete));
+    }
+}
+
+#[test]
+fn section_4_a_batch_is_cut_at_64_records_or_15_s_after_the_last_cut() {
+    let mut r = Replica::new();
+    assert_eq!(r.cut(), 0, "nothing waits");
+    make_feedback(&mut r, 1);
+    assert_eq!(read::next_feedback_cut(&r.meta()), Some(15_000));
+    assert_eq!(r.cut(), 1, "never cut before: the last cut is long past");
+    make_feedback(&mut r, 63);
+    r.advance(14_999);
+    assert_eq!(r.cut(), 0, "63 records, 15 s not passed");
+    make_feedback(&mut r, 2);
+    assert_eq!(read::next_feedback_cut(&r.meta()), Some(0));
+    let outcome = r.run(DeviceCommand::CutFeedbackBatch);
+    assert_eq!(outcome.result, DeviceResult::FeedbackCut { records: 64 });
+    assert_eq!(outcome.counters.feedback_batches_cut, 1);
+    assert_eq!(r.meta().pending_feedback, 1);
+    assert_eq!(r.cut(), 0, "one record, just cut");
+    r.advance(15_000);
+    assert_eq!(r.cut(), 1);
+    let batches = read::feedback_batches(&r.map, 10).expect("read");
+    let sizes: Vec<_> = batches.iter().map(|(_, b)| b.records.len()).collect();
+    assert_eq!(sizes, [1, 64, 1]);
+    assert_eq!(batches[1].1.records[0].original_message_id, b"m0");
+    assert_eq!(batches[1].1.cut_ms, T0 + 14_999);
+}
+
+#[test]
+fn section_4_batches_lock_redeliver_settle_and_expire() {
+    let mut r = Replica::with(DeviceboundSettings {
+        feedback_max_delivery_count: 2,
+        ..DeviceboundSettings::default()
+    });
+    make_feedback(&mut r, 2);
+    assert_eq!(r.cut(), 2);
+    assert!(read::feedback_deliverable(&r.map).expect("read"));
+    let first = r.deliver_feedback(10);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].delivery_count, 1);
+    assert_eq!(first[0].lock_expires_at_ms, T0 + 60_000);
+    assert_eq!(first[0].expires_at_ms, T0 + 3_600_000);
+    assert!(r.deliver_feedback(10).is_empty(), "locked");
+    // Undeliver (PUBACK 0x10) gives the attempt back.
+    assert_eq!(
+        r.run(DeviceCommand::UndeliverFeedback {
+            token: first[0].token.clone()
+        })
+        .result,
+        DeviceResult::Undelivered { restored: true }
+    );
+    let second = r.deliver_feedback(10);
+    assert_eq!(second[0].delivery_count, 1);
+    // Lock expiry: published again with a new token; the old one does not settle.
+    r.advance(60_000);
+    assert!(!r.settle_feedback(&second[0].token, FeedbackSettlement::Complete));
+    let swept = r.run(DeviceCommand::ExpireFeedbackLocks { max: 10 });
+    assert_eq!(swept.result, DeviceResult::LocksExpired { count: 1 });
+    assert_eq!(swept.counters.feedback_batches_redelivered, 1);
+    let third = r.deliver_feedback(10);
+    assert_eq!(third[0].delivery_count, 2);
+    assert_ne!(third[0].token, second[0].token);
+    assert!(r.settle_feedback(&third[0].token, FeedbackSettlement::Abandon));
+    // Max delivery count reached: the next delivery drops it.
+    let outcome = r.run(DeviceCommand::DeliverFeedback { max: 10 });
+    assert_eq!(
+        outcome.result,
+        DeviceResult::FeedbackDelivered {
+            batches: Vec::new()
+        }
+    );
+    assert_eq!(outcome.counters.feedback_batches_dropped, 1);
+    assert_eq!(r.meta().feedback_batches, 0);
+
+    // Complete removes; TTL drops.
+    make_feedback(&mut r, 1);
+    r.advance(15_000);
+    assert_eq!(r.cut(), 1);
+    let d = r.deliver_feedback(1);
+    assert!(r.settle_feedback(&d[0].token, FeedbackSettlement::Complete));
+    assert!(!r.settle_feedback(&d[0].token, FeedbackSettlement::Complete));
+    assert_eq!(r.meta().feedback_batches, 0);
+    make_feedback(&mut r, 1);
+    r.advance(15_000);
+    assert_eq!(r.cut(), 1);
+    assert_eq!(
+        read::next_feedback_expiry(&r.map).expect("read"),
+        Some(r.wall_ms + 3_600_000)
+    );
+    r.advance(3_600_000);
+    let expired = r.run(DeviceCommand::ExpireFeedbackBatches { max: 10 });
+    assert_eq!(expired.result, DeviceResult::Expired { count: 1 });
+    assert_eq!(r.meta().feedback_batches, 0);
+    assert!(!read::feedback_deliverable(&r.map).expect("read"));
+}
+
+#[test]
+fn section_4_the_batch_cap_drops_the_oldest_batch() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_feedback_batches: 1,
+        ..DeviceboundSettings::default()
+    });
+    make_feedback(&mut r, 1);
+    assert_eq!(r.cut(), 1);
+    make_feedback(&mut r, 1);
+    r.advance(15_000);
+    let outcome = r.run(DeviceCommand::CutFeedbackBatch);
+    assert_eq!(outcome.counters.feedback_batches_dropped, 1);
+    let batches = read::feedback_batches(&r.map, 10).expect("read");
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].1.records[0].original_message_id, b"m0");
+    assert_eq!(batches[0].1.cut_ms, T0 + 15_000, "the newer batch stays");
+}
+
+#[test]
+fn deliverable_devices_are_found_through_their_index() {
+    let mut r = Replica::with(DeviceboundSettings {
+        device_window: 2,
+        ..DeviceboundSettings::default()
+    });
+    for device in [&b"d1"[..], b"d2", b"d3"] {
+        r.send(device, "a");
+        r.send(device, "b");
+    }
+    r.deliver(b"d2", 2);
+    r.deliver(b"d3", 1);
+    let all = read::deliverable_devices(&r.map, 2, None, 10).expect("read");
+    let names: Vec<_> = all.iter().map(|d| d.device.clone()).collect();
+    assert_eq!(
+        names,
+        [b"d1".to_vec(), b"d3".to_vec()],
+        "d2's window is full"
+    );
+    let page = read::deliverable_devices(&r.map, 2, Some(&all[0]), 10).expect("read");
+    assert_eq!(page, all[1..]);
+    let strict = read::deliverable_devices(&r.map, 1, None, 10).expect("read");
+    assert_eq!(strict.len(), 1, "with a window of 1 only d1 could take one");
+}
+
+#[test]
+fn retried_send_takes_effect_once_and_counts_nothing_the_second_time() {
+    let mut r = Replica::new();
+    let request = RequestId {
+        client: b"backend".to_vec(),
+        correlation: b"c-1".to_vec(),
+        remember_for_ms: 10_000,
+    };
+    let proposal = r.proposal(send(DEV, "m", Ack::None, Expiry::Default), Some(request));
+    let first = r.apply_proposal(&proposal);
+    assert_eq!(first.result, sent());
+    assert_eq!(first.counters.enqueued, 1);
+    let retry = r.apply_proposal(&proposal);
+    assert_eq!(retry.result, first.result, "the remembered reply");
+    assert_eq!(
+        retry.counters,
+        DeviceCounters::default(),
+        "nothing happened again"
+    );
+    assert_eq!(r.stats(DEV).enqueued, 1, "enqueued once");
+}
+
+#[test]
+fn tokens_are_unique_across_devices_forget_and_feedback() {
+    let mut r = Replica::new();
+    let mut tokens = std::collections::HashSet::new();
+    for round in 0..3 {
+        r.send(DEV, "m");
+        let d = r.deliver_one(DEV);
+        assert!(tokens.insert(d.token.clone()), "round {round}");
+        r.run(DeviceCommand::Forget {
+            device: DEV.to_vec(),
+        });
+    }
+    make_feedback(&mut r, 1);
+    assert_eq!(r.cut(), 1);
+    let batch = r.deliver_feedback(1);
+    assert!(tokens.insert(batch[0].token.clone()));
+    assert!(tokens.iter().all(|t| t.is_ascii() && t.len() <= 64));
+}
