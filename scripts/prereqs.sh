@@ -3,7 +3,8 @@
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
 # for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
 # iproute2 and nftables (the fault tests put each node in its own network namespace), and
-# libfaketime (the fault tests restart a node with a skewed clock).
+# libfaketime (the fault tests restart a node with a skewed clock), and Prometheus for
+# promtool (the alert rules' unit tests); its daemon is not left running.
 set -euo pipefail
 
 missing=()
@@ -18,6 +19,8 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
+need_promtool=false
+command -v promtool >/dev/null 2>&1 || need_promtool=true
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
@@ -26,4 +29,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if $need_promtool; then
+  echo "installing: prometheus (for promtool)"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # Only promtool is needed: stop the daemon the package starts.
+  $sudo systemctl disable --now prometheus >/dev/null 2>&1 ||
+    $sudo service prometheus stop >/dev/null 2>&1 || true
 fi

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ./scripts/prereqs.sh
+# Alert rules: syntax, then their unit tests (each alert fires and stays silent).
+promtool check rules dashboards/alerts.yaml >/dev/null
+promtool test rules dashboards/alerts_test.yaml
 # The black-box tests start the real binary: build it first (same profile as the tests).
 cargo build --locked --bin statestore
 cargo test --locked --workspace "$@"
