@@ -1,17 +1,93 @@
 //! Logs and traces: a `tracing` subscriber writing to stderr, plus an OpenTelemetry OTLP
 //! exporter when an endpoint is configured. The only module that knows OpenTelemetry.
+//!
+//! Repeated WARN and ERROR lines are throttled ([`log_throttle`]): while a peer is down,
+//! openraft logs the same failure for every retry, hundreds of lines a second. Each distinct
+//! line (same level, target, message and fields; so one per peer) is written the first time,
+//! then at most once per [`REPEAT_WINDOW`]; every [`SUMMARY_INTERVAL`] one line per throttled
+//! line says how many were held back. INFO and below are never throttled.
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use std::time::Duration;
+
+use tracing::Level;
+use tracing_subscriber::filter::{EnvFilter, FilterExt, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Context, Filter};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
+use tracing_throttle::{Policy, TracingRateLimitLayer};
 
 use crate::config::TelemetryConfig;
 use crate::error::NodeError;
+
+/// A repeated WARN/ERROR line is written at most once per this window.
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
+/// How often the counts of held-back lines are written.
+pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(30);
+/// Distinct lines whose repeats are tracked (least recently seen forgotten first).
+pub const MAX_THROTTLED_LINES: usize = 10_000;
+
+/// The throttle for WARN and ERROR lines (see the module docs). With `summaries`, a Tokio task
+/// writes the held-back counts every [`SUMMARY_INTERVAL`]; it must then be built inside a
+/// Tokio runtime.
+pub fn log_throttle(summaries: bool) -> Result<TracingRateLimitLayer, NodeError> {
+    let policy = Policy::time_window(1, REPEAT_WINDOW)
+        .map_err(|e| NodeError::Telemetry(format!("log throttle policy: {e}")))?;
+    TracingRateLimitLayer::builder()
+        .with_policy(policy)
+        .with_max_signatures(MAX_THROTTLED_LINES)
+        .with_summary_interval(SUMMARY_INTERVAL)
+        .with_active_emission(summaries)
+        .build()
+        .map_err(|e| NodeError::Telemetry(format!("log throttle: {e}")))
+}
+
+/// The filter of the log output besides its level filter: INFO and below pass, WARN and ERROR
+/// go through the throttle.
+pub struct ThrottledWarnings(TracingRateLimitLayer);
+
+impl ThrottledWarnings {
+    /// Throttles WARN and ERROR events with `throttle`.
+    pub fn new(throttle: TracingRateLimitLayer) -> Self {
+        ThrottledWarnings(throttle)
+    }
+}
+
+impl<S> Filter<S> for ThrottledWarnings
+where
+    S: tracing::Subscriber + for<'lookup> LookupSpan<'lookup>,
+{
+    fn enabled(&self, _meta: &tracing::Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, cx: &Context<'_, S>) -> bool {
+        *event.metadata().level() > Level::WARN || Filter::<S>::event_enabled(&self.0, event, cx)
+    }
+
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        Filter::<S>::on_new_span(&self.0, attrs, id, ctx);
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: Context<'_, S>,
+    ) {
+        Filter::<S>::on_record(&self.0, id, values, ctx);
+    }
+}
 
 /// Keeps the trace exporter alive; flushes it on drop.
 pub struct TelemetryGuard {
@@ -36,7 +112,7 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
     let logs = fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true)
-        .with_filter(filter);
+        .with_filter(filter.and(ThrottledWarnings::new(log_throttle(true)?)));
 
     let endpoint = config
         .otlp_endpoint
