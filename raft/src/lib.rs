@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod network;
 mod raft_node;
 mod read_barrier;
+pub mod runtime;
 pub mod slow_io;
 pub mod snapshot;
 pub mod state_machine;
