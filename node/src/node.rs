@@ -22,7 +22,7 @@ use crate::mqtt::MqttHandle;
 use crate::service::notify::{self, NotifySink};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
-use crate::transport::Admitted;
+use crate::transport::{Admitted, DEVICEBOUND_REQUEST_TOPIC};
 
 /// Admitted requests queued between the MQTT session and the dispatcher (the request budget
 /// bounds them; this only sizes the channel).
@@ -98,6 +98,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         mqtt.clone(),
         serving.clone(),
         config.quota(),
+        config.devicebound_settings(),
         config.leader_timing(),
         stop.clone(),
     ));
@@ -125,7 +126,12 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
             while let Some(Admitted { message, admission }) = request_rx.recv().await {
                 // Boxed: the request future is large, and tokio would otherwise copy it by
                 // value several times on its way into the task (2 % of the leader's CPU).
-                let handled = Box::pin(service.clone().handle(message));
+                let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                    if message.topic == DEVICEBOUND_REQUEST_TOPIC {
+                        Box::pin(service.clone().handle_device(message))
+                    } else {
+                        Box::pin(service.clone().handle(message))
+                    };
                 tokio::spawn(async move {
                     handled.await;
                     drop(admission);
