@@ -234,5 +234,290 @@ async fn s2_retried_send_takes_effect_once_and_purge_forget_count() {
     );
 }
 
-#[allow(dead_code)]
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// How long a delivery may take.
+const DELIVERY_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits until QUEUE of `device` equals `expected` (enqueued, invisible, dead-lettered).
+async fn wait_queue(
+    backend: &mut statestore_tests::raw::RawClient,
+    device: &str,
+    expected: (i64, i64, i64),
+) {
+    let deadline = tokio::time::Instant::now() + DELIVERY_WAIT;
+    loop {
+        let (e, i, d, _) = queue(backend, device).await;
+        if (e, i, d) == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "QUEUE {device}: ({e}, {i}, {d}), expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn lock_token(delivery: &statestore_tests::raw::Received) -> String {
+    delivery
+        .user_property("$.lt")
+        .unwrap_or_else(|| panic!("delivery without $.lt: {delivery:?}"))
+        .to_owned()
+}
+
+/// §3: messages sent to an offline device wait (PUBACK 0x10 gives the delivery back and
+/// backs the device off); once the device subscribes and shows activity it receives them in
+/// order, one at a time (window 1), with `$.mid`/`$.lt`/`$.exp`/`$.ct` and the application
+/// properties as user properties and in the property bag; complete removes a message,
+/// abandon redelivers it with a new lock token, reject dead-letters it (DEADLETTERS shape),
+/// an earlier token no longer settles, and a device cannot settle another device's token.
+#[tokio::test]
+async fn s3_push_to_an_offline_device_then_settle_complete_abandon_reject() {
+    let (broker, node) = start_single(&[]).await;
+    let mut backend = connect(&broker, "t95-backend-push").await;
+    let reply = dcall_with(
+        &mut backend,
+        "SEND m1",
+        &[
+            b"SEND",
+            b"dev-a",
+            b"m1",
+            b"one",
+            b"CONTENTTYPE",
+            b"text/plain",
+        ],
+        &[("color", "red"), ("__hidden", "x"), ("size", "big & small")],
+    )
+    .await;
+    assert_eq!(reply.payload.as_ref(), b"+OK\r\n");
+    for (id, body) in [("m2", "two"), ("m3", "three")] {
+        assert_eq!(
+            dcall(
+                &mut backend,
+                "SEND",
+                &[b"SEND", b"dev-a", id.as_bytes(), body.as_bytes()]
+            )
+            .await,
+            b"+OK\r\n"
+        );
+    }
+    // Offline: the push was refused (0x10) and gave the delivery back.
+    let backed_off = statestore_tests::wait_for(DELIVERY_WAIT, || async {
+        node.metric("statestore_devicebound_offline_backoffs_total")
+            .await
+            .filter(|n| *n >= 1.0)
+    })
+    .await;
+    assert!(backed_off.is_some(), "an offline device is backed off");
+    wait_queue(&mut backend, "dev-a", (3, 0, 0)).await;
+
+    let mut dev = device(&broker, "dev-a").await;
+    // Any publish under its messages/ topics ends the backoff at once.
+    publish_plain(&dev, "devices/dev-a/messages/events", b"hello").await;
+    let first = next_delivery(&mut dev, DELIVERY_WAIT)
+        .await
+        .expect("m1 delivered once the device is online");
+    assert_eq!(first.payload.as_ref(), b"one");
+    assert!(
+        first
+            .topic
+            .starts_with("devices/dev-a/messages/devicebound/%24.mid=m1&%24.lt="),
+        "delivery topic {}",
+        first.topic
+    );
+    assert!(
+        first
+            .topic
+            .contains("&%24.ct=text%2Fplain&color=red&size=big%20%26%20small"),
+        "{}",
+        first.topic
+    );
+    assert!(
+        !first.topic.contains("hidden"),
+        "__ properties are not application properties"
+    );
+    assert_eq!(first.user_property("$.mid"), Some("m1"));
+    assert_eq!(first.user_property("$.ct"), Some("text/plain"));
+    assert_eq!(first.user_property("color"), Some("red"));
+    assert_eq!(first.user_property("size"), Some("big & small"));
+    assert_eq!(first.user_property("__hidden"), None);
+    let exp = first.user_property("$.exp").expect("$.exp");
+    assert!(
+        exp.ends_with('Z') && exp.len() == 24,
+        "ISO 8601 with ms: {exp}"
+    );
+    let interval = first
+        .properties
+        .message_expiry_interval
+        .expect("Message Expiry Interval");
+    assert!(
+        (3_500..=3_600).contains(&interval),
+        "remaining TTL {interval}"
+    );
+    let t1 = lock_token(&first);
+    // Window 1: nothing else until m1 is settled.
+    assert!(
+        next_delivery(&mut dev, Duration::from_millis(700))
+            .await
+            .is_none()
+    );
+    wait_queue(&mut backend, "dev-a", (2, 1, 0)).await;
+
+    assert_eq!(settle(&mut dev, "complete", &t1).await, b":1\r\n");
+    assert_eq!(
+        settle(&mut dev, "complete", &t1).await,
+        b":0\r\n",
+        "already completed"
+    );
+    let second = next_delivery(&mut dev, DELIVERY_WAIT).await.expect("m2");
+    assert_eq!(second.user_property("$.mid"), Some("m2"));
+    let t2 = lock_token(&second);
+    assert_eq!(settle(&mut dev, "abandon", &t2).await, b":1\r\n");
+    let again = next_delivery(&mut dev, DELIVERY_WAIT)
+        .await
+        .expect("m2 again");
+    assert_eq!(
+        again.user_property("$.mid"),
+        Some("m2"),
+        "abandon puts it back at the head"
+    );
+    assert_eq!(again.payload.as_ref(), b"two");
+    let t2b = lock_token(&again);
+    assert_ne!(t2, t2b, "every delivery gets a fresh lock token");
+    assert_eq!(
+        settle(&mut dev, "complete", &t2).await,
+        b":0\r\n",
+        "an earlier token settles nothing"
+    );
+    assert_eq!(settle(&mut dev, "reject", &t2b).await, b":1\r\n");
+
+    let third = next_delivery(&mut dev, DELIVERY_WAIT).await.expect("m3");
+    assert_eq!(third.user_property("$.mid"), Some("m3"));
+    let t3 = lock_token(&third);
+    let mut other = device(&broker, "dev-b").await;
+    assert_eq!(
+        settle_as(&mut other, "dev-b", "complete", &t3).await,
+        b":0\r\n",
+        "a device cannot settle another device's message"
+    );
+    wait_queue(&mut backend, "dev-a", (0, 1, 1)).await;
+    assert_eq!(settle(&mut dev, "complete", &t3).await, b":1\r\n");
+    wait_queue(&mut backend, "dev-a", (0, 0, 1)).await;
+
+    let letters = dcall(&mut backend, "DEADLETTERS", &[b"DEADLETTERS", b"dev-a"]).await;
+    let text = String::from_utf8_lossy(&letters).into_owned();
+    let prefix = "*1\r\n*4\r\n$2\r\nm2\r\n$3\r\ntwo\r\n$8\r\nRejected\r\n:";
+    assert!(text.starts_with(prefix), "DEADLETTERS {text:?}");
+    let at: i64 = text[prefix.len()..]
+        .strip_suffix("\r\n")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("time in {text:?}"));
+    assert!(
+        (now_ms() - at).abs() < 60_000,
+        "dead-lettered just now: {at}"
+    );
+    assert_eq!(
+        dcall(
+            &mut backend,
+            "DEADLETTERS COUNT 0",
+            &[b"DEADLETTERS", b"dev-a", b"COUNT", b"1"]
+        )
+        .await,
+        letters
+    );
+    for (transition, at_least) in [
+        ("completed", 2.0),
+        ("abandoned", 1.0),
+        ("rejected", 1.0),
+        ("dead_lettered", 1.0),
+    ] {
+        let series =
+            format!("statestore_devicebound_messages_total{{transition=\"{transition}\"}}");
+        let value = node.metric(&series).await.unwrap_or(0.0);
+        assert!(value >= at_least, "{series} = {value}");
+    }
+}
+
+/// §3 pull: `devices/{id}/messages/receive` locks and returns the head message with its
+/// properties; with the window full (or the queue empty) it answers `__stat` 204 and an
+/// empty payload. Malformed device topics get no reply and the node keeps serving.
+#[tokio::test]
+async fn s3_pull_receive_and_malformed_device_topics() {
+    let (broker, node) = start_single(&[]).await;
+    let mut backend = connect(&broker, "t95-backend-pull").await;
+    assert_eq!(
+        dcall(&mut backend, "SEND", &[b"SEND", b"dev-p", b"p1", b"pulled"]).await,
+        b"+OK\r\n"
+    );
+    // The device never subscribes: it pulls. (The push may hold the message for a moment
+    // before the broker says the device is offline, so pull until it comes.)
+    let mut dev = statestore_tests::raw::RawClient::connect(broker.port, "dev-p").await;
+    let deadline = tokio::time::Instant::now() + DELIVERY_WAIT;
+    let pulled = loop {
+        let p = props(&mut dev);
+        let reply = dev
+            .request_on("devices/dev-p/messages/receive", b"", p, REPLY_WAIT)
+            .await
+            .expect("a pull is answered");
+        if reply.user_property("__stat") == Some("200") {
+            break reply;
+        }
+        assert_eq!(reply.user_property("__stat"), Some("204"));
+        assert!(reply.payload.is_empty());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never pulled the message"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(pulled.payload.as_ref(), b"pulled");
+    assert_eq!(pulled.user_property("$.mid"), Some("p1"));
+    let token = lock_token(&pulled);
+    let p = props(&mut dev);
+    let empty = dev
+        .request_on("devices/dev-p/messages/receive", b"", p, REPLY_WAIT)
+        .await
+        .expect("answered");
+    assert_eq!(
+        empty.user_property("__stat"),
+        Some("204"),
+        "window full: nothing to pull"
+    );
+    assert!(empty.payload.is_empty());
+    assert_eq!(settle(&mut dev, "complete", &token).await, b":1\r\n");
+    wait_queue(&mut backend, "dev-p", (0, 0, 0)).await;
+
+    // Malformed device topics: no reply, counted, and the node keeps serving.
+    for topic in [
+        "devices/dev-p/messages/settle/explode/tok",
+        "devices/dev-p/messages/settle/complete",
+        "devices/bad~id/messages/receive",
+        "devices/dev-p/messages/receive/extra",
+    ] {
+        let p = props(&mut dev);
+        let reply = dev
+            .request_on(topic, b"", p, Duration::from_millis(800))
+            .await;
+        assert!(reply.is_none(), "{topic}: no reply, got {reply:?}");
+    }
+    let dropped = statestore_tests::wait_for(DELIVERY_WAIT, || async {
+        let text = node.metrics().await?;
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("statestore_devicebound_device_publishes_dropped_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (total >= 2.0).then_some(total)
+    })
+    .await;
+    assert!(dropped.is_some(), "malformed device publishes are counted");
+    assert_eq!(
+        dcall(
+            &mut backend,
+            "still serving",
+            &[b"SEND", b"dev-p", b"p2", b"x"]
+        )
+        .await,
+        b"+OK\r\n"
+    );
+    assert_still_serving(&mut backend, "after malformed device topics").await;
+}

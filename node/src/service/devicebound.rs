@@ -8,7 +8,7 @@ use std::sync::Arc;
 use statestore_storage::devicebound::{
     self as store, DeviceCommand, SendMessage, read as device_read,
 };
-use statestore_storage::keyspace::{Mutation, read};
+use statestore_storage::keyspace::{Mutation, Outcome, read};
 use tokio::time::Instant;
 
 use crate::devicebound::{
@@ -231,16 +231,31 @@ impl<O: Outbox> Service<O> {
                 },
             },
         };
-        let request = self.request_id(envelope, message.message_expiry_secs);
+        let outcome = self
+            .propose_device(Some(envelope), message.message_expiry_secs, command)
+            .await?;
+        Ok(answer::from_outcome(outcome).reply.into())
+    }
+
+    /// Proposes `command`; with an `envelope`, under the reply memory (a retry gets the
+    /// remembered outcome and changes nothing).
+    pub(super) async fn propose_device(
+        &self,
+        envelope: Option<&Envelope>,
+        message_expiry_secs: Option<u32>,
+        command: DeviceCommand,
+    ) -> Result<Outcome, Unavailable> {
+        let Some(envelope) = envelope else {
+            return self.propose(None, Mutation::Device(command), None).await;
+        };
+        let request = self.request_id(envelope, message_expiry_secs);
         if let Some(outcome) =
             read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {
             self.metrics.service.dedup_hits_total.inc();
-            return Ok(answer::from_outcome(outcome).reply.into());
+            return Ok(outcome);
         }
-        let outcome = self
-            .propose(Some(request), Mutation::Device(command), None)
-            .await?;
-        Ok(answer::from_outcome(outcome).reply.into())
+        self.propose(Some(request), Mutation::Device(command), None)
+            .await
     }
 }

@@ -10,6 +10,7 @@
 //! from one [`WallClock`], the system's unless [`Service::with_wall_clock`] injects another.
 
 pub mod answer;
+pub mod device_push;
 pub mod devicebound;
 pub mod envelope;
 pub mod expiry;
@@ -472,7 +473,9 @@ impl<O: Outbox> Service<O> {
         if let Outcome::Device(device) = &outcome {
             // Remembered replies carry zero counters: nothing is counted twice.
             self.metrics.devicebound.record(&device.counters);
-            self.device_wake.notify_one();
+            if device.counters != Default::default() {
+                self.device_wake.notify_one();
+            }
         }
         Ok(outcome)
     }
