@@ -21,6 +21,7 @@ use crate::metrics::NodeMetrics;
 use crate::mqtt::MqttHandle;
 use crate::mqtt::SessionEvent;
 use crate::service::device_push::DevicePush;
+use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
@@ -122,6 +123,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     ));
     tokio::spawn(push.clone().run_events(device_rx, stop.clone()));
     tokio::spawn(push.clone().run(stop.clone()));
+    tokio::spawn(device_sweep::run(push.clone(), stop.clone()));
     tokio::spawn(sample_gauges(
         raft.clone(),
         store.clone(),

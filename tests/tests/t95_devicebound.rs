@@ -521,3 +521,188 @@ async fn s3_pull_receive_and_malformed_device_topics() {
     );
     assert_still_serving(&mut backend, "after malformed device topics").await;
 }
+
+/// §1 lock expiry: a delivered message nobody settles is Enqueued again when its lock runs
+/// out (5 s here) and redelivered with a new token; the stale token settles nothing.
+#[tokio::test]
+async fn s1_an_unsettled_lock_expires_and_the_message_is_redelivered() {
+    let (broker, node) = start_single(&["--devicebound-lock-duration-ms", "5000"]).await;
+    let mut backend = connect(&broker, "t95-backend-lock").await;
+    let mut dev = device(&broker, "dev-l").await;
+    assert_eq!(
+        dcall(&mut backend, "SEND", &[b"SEND", b"dev-l", b"l1", b"locked"]).await,
+        b"+OK\r\n"
+    );
+    let first = next_delivery(&mut dev, DELIVERY_WAIT)
+        .await
+        .expect("delivered");
+    let t1 = lock_token(&first);
+    let delivered_at = tokio::time::Instant::now();
+    let again = next_delivery(&mut dev, Duration::from_secs(15))
+        .await
+        .expect("redelivered after the lock expired");
+    let waited = delivered_at.elapsed();
+    assert!(
+        waited >= Duration::from_millis(4_000),
+        "not before the 5 s lock ran out: {waited:?}"
+    );
+    assert_eq!(again.user_property("$.mid"), Some("l1"));
+    assert_eq!(again.payload.as_ref(), b"locked");
+    let t2 = lock_token(&again);
+    assert_ne!(t1, t2);
+    assert_eq!(
+        settle(&mut dev, "complete", &t1).await,
+        b":0\r\n",
+        "the expired lock"
+    );
+    assert_eq!(settle(&mut dev, "complete", &t2).await, b":1\r\n");
+    wait_queue(&mut backend, "dev-l", (0, 0, 0)).await;
+    let expiries = node
+        .metric("statestore_devicebound_lock_expiries_total")
+        .await
+        .unwrap_or(0.0);
+    assert!(expiries >= 1.0, "lock expiries counted: {expiries}");
+}
+
+/// §4 feedback: messages sent with `ACK full` yield `Success` when completed and `Rejected`
+/// when rejected; the records arrive batched on `messages/servicebound/feedback` (content
+/// type, `$.lt`, `iothub-enqueuedtime`, IoT Hub's JSON fields in order), and
+/// `FEEDBACK COMPLETE <token>` settles a batch once.
+#[tokio::test]
+async fn s4_feedback_batches_arrive_with_exact_fields_and_feedback_complete_settles() {
+    let (broker, node) = start_single(&[]).await;
+    let mut backend = connect(&broker, "t95-backend-feedback").await;
+    backend.subscribe(FEEDBACK_TOPIC).await;
+    let mut dev = device(&broker, "dev-f").await;
+    for (id, ack) in [("f1", "full"), ("f2", "FULL"), ("f3", "none")] {
+        assert_eq!(
+            dcall(
+                &mut backend,
+                "SEND",
+                &[
+                    b"SEND",
+                    b"dev-f",
+                    id.as_bytes(),
+                    b"x",
+                    b"ACK",
+                    ack.as_bytes(),
+                    b"GENERATION",
+                    b"gen-7"
+                ]
+            )
+            .await,
+            b"+OK\r\n"
+        );
+    }
+    let started = now_ms();
+    for action in ["complete", "reject", "complete"] {
+        let delivery = next_delivery(&mut dev, DELIVERY_WAIT)
+            .await
+            .expect("delivered");
+        assert_eq!(
+            settle(&mut dev, action, &lock_token(&delivery)).await,
+            b":1\r\n"
+        );
+    }
+    // Both records arrive (the first batch may be cut at once, the next 15 s later).
+    let mut records: Vec<serde_json::Value> = Vec::new();
+    let mut tokens = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while records.len() < 2 {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let message = backend
+            .next(left)
+            .await
+            .unwrap_or_else(|| panic!("feedback records so far: {records:?}"));
+        if message.topic != FEEDBACK_TOPIC {
+            continue;
+        }
+        assert_eq!(
+            message.properties.content_type.as_deref(),
+            Some("application/vnd.microsoft.iothub.feedback.json")
+        );
+        let enqueued = message
+            .user_property("iothub-enqueuedtime")
+            .expect("iothub-enqueuedtime");
+        assert!(
+            enqueued.ends_with('Z') && enqueued.len() == 24,
+            "{enqueued}"
+        );
+        tokens.push(message.user_property("$.lt").expect("$.lt").to_owned());
+        let text = String::from_utf8(message.payload.to_vec()).expect("JSON text");
+        let order = [
+            "originalMessageId",
+            "enqueuedTimeUtc",
+            "statusCode",
+            "description",
+            "deviceId",
+            "deviceGenerationId",
+        ];
+        let positions: Vec<usize> = order
+            .iter()
+            .map(|k| {
+                text.find(&format!("\"{k}\""))
+                    .unwrap_or_else(|| panic!("{k} in {text}"))
+            })
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "field order in {text}"
+        );
+        let batch: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON array");
+        assert!(!batch.is_empty());
+        records.extend(batch);
+    }
+    assert_eq!(records.len(), 2, "ACK none yields no record: {records:?}");
+    let by_id = |id: &str| {
+        records
+            .iter()
+            .find(|r| r["originalMessageId"] == id)
+            .unwrap_or_else(|| panic!("record of {id} in {records:?}"))
+            .clone()
+    };
+    let success = by_id("f1");
+    assert_eq!(success["statusCode"], "Success");
+    assert_eq!(success["description"], "Success");
+    assert_eq!(success["deviceId"], "dev-f");
+    assert_eq!(success["deviceGenerationId"], "gen-7");
+    let rejected = by_id("f2");
+    assert_eq!(rejected["statusCode"], "Rejected");
+    assert_eq!(rejected["description"], "Rejected");
+    let at = rejected["enqueuedTimeUtc"].as_str().expect("a time");
+    assert!(at.ends_with('Z') && at.len() == 24, "{at}");
+    assert!(now_ms() - started < 60_000);
+    for token in &tokens {
+        assert_eq!(
+            dcall(
+                &mut backend,
+                "FEEDBACK COMPLETE",
+                &[b"FEEDBACK", b"COMPLETE", token.as_bytes()]
+            )
+            .await,
+            b":1\r\n"
+        );
+        assert_eq!(
+            dcall(
+                &mut backend,
+                "FEEDBACK COMPLETE again",
+                &[b"FEEDBACK", b"complete", token.as_bytes()]
+            )
+            .await,
+            b":0\r\n"
+        );
+    }
+    let published = node
+        .metric(r#"statestore_devicebound_feedback_batches_total{event="published"}"#)
+        .await
+        .unwrap_or(0.0);
+    assert!(
+        published >= tokens.len() as f64,
+        "batches published: {published}"
+    );
+    let settled = node
+        .metric(r#"statestore_devicebound_feedback_batches_total{event="settled"}"#)
+        .await
+        .unwrap_or(0.0);
+    assert_eq!(settled, tokens.len() as f64);
+}

@@ -125,7 +125,12 @@ impl Backoffs {
 pub struct DevicePush<O: Outbox> {
     service: Arc<Service<O>>,
     backoffs: Mutex<Backoffs>,
+    /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
+    feedback_paused_until: Mutex<Option<Instant>>,
 }
+
+/// How long feedback publishing pauses after a PUBACK 0x10.
+pub const FEEDBACK_PAUSE: Duration = Duration::from_secs(1);
 
 impl<O: Outbox> DevicePush<O> {
     /// A push publishing through `service`'s outbox.
@@ -133,7 +138,21 @@ impl<O: Outbox> DevicePush<O> {
         Arc::new(DevicePush {
             service,
             backoffs: Mutex::new(Backoffs::new(MAX_BACKOFF_DEVICES)),
+            feedback_paused_until: Mutex::new(None),
         })
+    }
+
+    /// The service it pushes for.
+    pub fn service(&self) -> &Arc<Service<O>> {
+        &self.service
+    }
+
+    /// True while feedback publishing pauses after a PUBACK 0x10.
+    pub fn feedback_paused(&self) -> bool {
+        self.feedback_paused_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|until| until > Instant::now())
     }
 
     fn with_backoffs<R>(&self, f: impl FnOnce(&mut Backoffs) -> R) -> R {
@@ -322,6 +341,11 @@ impl<O: Outbox> DevicePush<O> {
                     }
                 }
                 SessionEvent::FeedbackUnheard { token } => {
+                    *self
+                        .feedback_paused_until
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some(Instant::now() + FEEDBACK_PAUSE);
                     let command = DeviceCommand::UndeliverFeedback { token };
                     if let Err(err) = self.service.propose_device(None, None, command).await {
                         tracing::debug!(error = ?err, "could not give a feedback batch back");

@@ -11,6 +11,7 @@
 
 pub mod answer;
 pub mod device_push;
+pub mod device_sweep;
 pub mod devicebound;
 pub mod envelope;
 pub mod expiry;
