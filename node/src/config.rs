@@ -615,6 +615,26 @@ impl Config {
         }
     }
 
+    /// The replicated device-bound settings this node's configuration asks for (the
+    /// store-wide caps keep their defaults).
+    pub fn devicebound_settings(&self) -> statestore_storage::devicebound::DeviceboundSettings {
+        let d = &self.devicebound;
+        let small = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        statestore_storage::devicebound::DeviceboundSettings {
+            max_queue_depth: small(d.max_queue_depth),
+            max_message_bytes: d.max_message_bytes,
+            default_ttl_ms: d.default_ttl_ms,
+            max_delivery_count: small(d.max_delivery_count),
+            lock_duration_ms: d.lock_duration_ms,
+            device_window: small(d.device_window),
+            feedback_ttl_ms: d.feedback_ttl_ms,
+            feedback_max_delivery_count: small(d.feedback_max_delivery_count),
+            feedback_lock_duration_ms: d.feedback_lock_duration_ms,
+            max_dead_letters_per_device: small(d.max_dead_letters_per_device),
+            ..Default::default()
+        }
+    }
+
     /// Replicated quotas.
     pub fn quota(&self) -> Limits {
         Limits {
@@ -635,6 +655,7 @@ impl Config {
             max_dedup_window: Duration::from_millis(self.dedup.max_window_ms),
             node_client_id: self.mqtt_client_id(),
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
+            devicebound: self.devicebound_limits(),
         }
     }
 

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod admission;
 pub mod cli;
 pub mod config;
+pub mod device_metrics;
 pub mod devicebound;
 pub mod error;
 pub mod http;

@@ -424,7 +424,7 @@ impl MqttMetrics {
             ),
             &["kind"]
         ));
-        for kind in ["response", "notification"] {
+        for kind in ["response", "notification", "device_message", "feedback"] {
             messages_sent_total.with_label_values(&[kind]);
             publish_failures_total.with_label_values(&[kind]);
         }
@@ -477,6 +477,8 @@ pub struct NodeMetrics {
     pub store: StoreMetrics,
     /// MQTT session.
     pub mqtt: std::sync::Arc<MqttMetrics>,
+    /// Device-bound queues.
+    pub devicebound: crate::device_metrics::DeviceboundMetrics,
 }
 
 impl NodeMetrics {
@@ -540,11 +542,13 @@ impl NodeMetrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        let devicebound = crate::device_metrics::DeviceboundMetrics::register(&registry)?;
         Ok(NodeMetrics {
             registry,
             service,
             store,
             mqtt: std::sync::Arc::new(mqtt),
+            devicebound,
         })
     }
 

@@ -19,10 +19,13 @@ use crate::error::NodeError;
 use crate::http::{self, HttpState};
 use crate::metrics::NodeMetrics;
 use crate::mqtt::MqttHandle;
+use crate::mqtt::SessionEvent;
+use crate::service::device_push::DevicePush;
+use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
-use crate::transport::Admitted;
+use crate::transport::{Admitted, DEVICE_TOPIC_PREFIX, DEVICEBOUND_REQUEST_TOPIC};
 
 /// Admitted requests queued between the MQTT session and the dispatcher (the request budget
 /// bounds them; this only sizes the channel).
@@ -98,6 +101,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         mqtt.clone(),
         serving.clone(),
         config.quota(),
+        config.devicebound_settings(),
         config.leader_timing(),
         stop.clone(),
     ));
@@ -108,11 +112,18 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         stop.clone(),
     ));
     tokio::spawn(notify::run_notifier(event_rx, service.clone()));
+    let push = DevicePush::new(service.clone());
+    let (forget_tx, forget_rx) = mpsc::unbounded_channel();
+    let (device_tx, device_rx) = mpsc::unbounded_channel();
+    tokio::spawn(route_session_events(session_events, forget_tx, device_tx));
     tokio::spawn(notify::run_forgetter(
-        session_events,
+        forget_rx,
         service.clone(),
         stop.clone(),
     ));
+    tokio::spawn(push.clone().run_events(device_rx, stop.clone()));
+    tokio::spawn(push.clone().run(stop.clone()));
+    tokio::spawn(device_sweep::run(push.clone(), stop.clone()));
     tokio::spawn(sample_gauges(
         raft.clone(),
         store.clone(),
@@ -121,11 +132,19 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     ));
     let dispatcher = {
         let service = service.clone();
+        let push = push.clone();
         tokio::spawn(async move {
             while let Some(Admitted { message, admission }) = request_rx.recv().await {
                 // Boxed: the request future is large, and tokio would otherwise copy it by
                 // value several times on its way into the task (2 % of the leader's CPU).
-                let handled = Box::pin(service.clone().handle(message));
+                let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                    if message.topic == DEVICEBOUND_REQUEST_TOPIC {
+                        Box::pin(service.clone().handle_device(message))
+                    } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
+                        Box::pin(push.clone().handle_inbound(message))
+                    } else {
+                        Box::pin(service.clone().handle(message))
+                    };
                 tokio::spawn(async move {
                     handled.await;
                     drop(admission);
@@ -184,6 +203,22 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Splits the session's reports: departed KEYNOTIFY clients to the forgetter, device-bound
+/// PUBACK 0x10s to the device push.
+async fn route_session_events(
+    mut events: mpsc::UnboundedReceiver<SessionEvent>,
+    forget: mpsc::UnboundedSender<SessionEvent>,
+    device: mpsc::UnboundedSender<SessionEvent>,
+) {
+    while let Some(event) = events.recv().await {
+        let to = match event {
+            SessionEvent::NoMatchingSubscribers { .. } => &forget,
+            SessionEvent::DeviceOffline { .. } | SessionEvent::FeedbackUnheard { .. } => &device,
+        };
+        let _ = to.send(event);
+    }
 }
 
 async fn serve(

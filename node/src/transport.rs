@@ -1,11 +1,30 @@
 //! Plain data crossing between the MQTT session and the service: what arrived, what to send.
 //! No MQTT crate types here, so the service never depends on the MQTT client.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use tokio::time::Instant;
 
 /// The request topic of the state store protocol (§1).
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+
+/// The request topic of the device-bound service (devicebound.md §2).
+pub const DEVICEBOUND_REQUEST_TOPIC: &str = crate::devicebound::REQUEST_TOPIC;
+
+/// Prefix of every device topic (devicebound.md §3).
+pub const DEVICE_TOPIC_PREFIX: &str = "devices/";
+
+/// What the leader subscribes to of the device topics. Not `devices/+/messages/#`: a
+/// subscription matching the delivery topics (even with No Local) makes the broker answer
+/// PUBACK 0x00 to deliveries to an offline device, and offline detection relies on 0x10.
+/// Any single-level publish (`.../messages/receive`, `.../messages/events`), settlements and
+/// telemetry under `.../messages/events/` reach the leader.
+pub const DEVICE_FILTERS: [&str; 3] = [
+    "devices/+/messages/+",
+    "devices/+/messages/settle/#",
+    "devices/+/messages/events/#",
+];
 
 /// Prefix of the notification topics; response topics under it are refused (§1, §7).
 pub const NOTIFY_TOPIC_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
@@ -65,6 +84,18 @@ pub enum OutboundKind {
     /// A liveness probe of the broker connection (nobody subscribes to it; only its PUBACK
     /// matters).
     Probe,
+    /// A message pushed to a device (PUBACK 0x10 means the device is offline).
+    DeviceMessage {
+        /// The device id.
+        device: String,
+        /// The delivery's lock token.
+        token: String,
+    },
+    /// A feedback batch (PUBACK 0x10 means no service listens).
+    Feedback {
+        /// The delivery's lock token.
+        token: String,
+    },
 }
 
 impl OutboundKind {
@@ -74,6 +105,8 @@ impl OutboundKind {
             OutboundKind::Response => "response",
             OutboundKind::Notification { .. } => "notification",
             OutboundKind::Probe => "probe",
+            OutboundKind::DeviceMessage { .. } => "device_message",
+            OutboundKind::Feedback { .. } => "feedback",
         }
     }
 }
@@ -94,8 +127,8 @@ pub struct OutboundMessage {
     pub message_expiry_secs: Option<u32>,
     /// Content Type property.
     pub content_type: Option<&'static str>,
-    /// User properties.
-    pub user_properties: Vec<(&'static str, String)>,
+    /// User properties (names are mostly static; device messages carry application ones).
+    pub user_properties: Vec<(Cow<'static, str>, String)>,
     /// What it is.
     pub kind: OutboundKind,
 }

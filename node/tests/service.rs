@@ -109,6 +109,7 @@ impl Harness {
                 max_dedup_window: Duration::from_secs(600),
                 node_client_id: "statestore-test".to_owned(),
                 request_timeout: setup.request_timeout,
+                devicebound: Default::default(),
             },
             metrics.clone(),
             serving.clone(),

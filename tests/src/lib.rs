@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod cluster;
+pub mod devicebound;
 pub mod history;
 pub mod linearizability;
 pub mod netlab;

@@ -171,9 +171,21 @@ impl RawClient {
         properties: PublishProperties,
         wait: Duration,
     ) -> Option<Received> {
+        self.request_on(REQUEST_TOPIC, payload, properties, wait)
+            .await
+    }
+
+    /// Like [`RawClient::request_with`], published on `topic`.
+    pub async fn request_on(
+        &mut self,
+        topic: &str,
+        payload: &[u8],
+        properties: PublishProperties,
+        wait: Duration,
+    ) -> Option<Received> {
         let correlation = properties.correlation_data.clone();
         self.publish(
-            REQUEST_TOPIC,
+            topic,
             QoS::AtLeastOnce,
             Bytes::copy_from_slice(payload),
             properties,

@@ -53,6 +53,18 @@ pub enum SessionEvent {
         /// The client that is gone.
         client_id: String,
     },
+    /// A message pushed to `device` was acked with "no matching subscribers": it is offline.
+    DeviceOffline {
+        /// The device id.
+        device: String,
+        /// The delivery's lock token.
+        token: String,
+    },
+    /// A feedback batch was acked with "no matching subscribers".
+    FeedbackUnheard {
+        /// The delivery's lock token.
+        token: String,
+    },
 }
 
 /// Connection state as the service sees it.

@@ -27,7 +27,18 @@ use super::{Command, SessionConfig, SessionEvent, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
-use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, PROBE_TOPIC, REQUEST_TOPIC};
+use crate::transport::{
+    DEVICE_FILTERS, DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage,
+    PROBE_TOPIC, REQUEST_TOPIC,
+};
+
+/// The request topics the serving leader subscribes to, with the device topics (No Local:
+/// the leader never reads its own deliveries back).
+fn serving_filters() -> impl Iterator<Item = (&'static str, bool)> {
+    [(REQUEST_TOPIC, false), (DEVICEBOUND_REQUEST_TOPIC, false)]
+        .into_iter()
+        .chain(DEVICE_FILTERS.into_iter().map(|filter| (filter, true)))
+}
 
 enum Ended {
     Shutdown,
@@ -203,10 +214,22 @@ impl Connected<'_> {
                     }
                     return;
                 }
-                if ack.reason_code == PublishAckReason::NoMatchingSubscribers
-                    && let Some(OutboundKind::Notification { client_id }) = kind
-                {
-                    let _ = events.send(SessionEvent::NoMatchingSubscribers { client_id });
+                if ack.reason_code == PublishAckReason::NoMatchingSubscribers {
+                    let event = match kind {
+                        Some(OutboundKind::Notification { client_id }) => {
+                            Some(SessionEvent::NoMatchingSubscribers { client_id })
+                        }
+                        Some(OutboundKind::DeviceMessage { device, token }) => {
+                            Some(SessionEvent::DeviceOffline { device, token })
+                        }
+                        Some(OutboundKind::Feedback { token }) => {
+                            Some(SessionEvent::FeedbackUnheard { token })
+                        }
+                        _ => None,
+                    };
+                    if let Some(event) = event {
+                        let _ = events.send(event);
+                    }
                 }
             });
         }
@@ -350,7 +373,13 @@ impl Connected<'_> {
             p.content_type = content_type.map(ByteString::from_static);
             p.user_properties = user_properties
                 .into_iter()
-                .map(|(k, v)| (ByteString::from_static(k), ByteString::from(v)))
+                .map(|(k, v)| {
+                    let name = match k {
+                        std::borrow::Cow::Borrowed(k) => ByteString::from_static(k),
+                        std::borrow::Cow::Owned(k) => ByteString::from(k),
+                    };
+                    (name, ByteString::from(v))
+                })
                 .collect();
         });
         let label = kind.label();
@@ -380,17 +409,17 @@ impl Connected<'_> {
             return true;
         }
         if wanted {
-            let options = SubscriptionOptions {
-                qos: QoS::AtLeastOnce,
-                no_local: false,
-                retain_as_published: false,
-                retain_handling: RetainHandling::NoAtSubscribe,
-            };
-            let subscribe = self
-                .sink
-                .subscribe(None)
-                .topic_filter(ByteString::from_static(REQUEST_TOPIC), options)
-                .send();
+            let mut subscribe = self.sink.subscribe(None);
+            for (filter, no_local) in serving_filters() {
+                let options = SubscriptionOptions {
+                    qos: QoS::AtLeastOnce,
+                    no_local,
+                    retain_as_published: false,
+                    retain_handling: RetainHandling::NoAtSubscribe,
+                };
+                subscribe = subscribe.topic_filter(ByteString::from_static(filter), options);
+            }
+            let subscribe = subscribe.send();
             let Ok(answer) = tokio::time::timeout(self.ack_timeout, subscribe).await else {
                 tracing::warn!(timeout = ?self.ack_timeout, "no SUBACK from the broker");
                 return false;
@@ -411,11 +440,11 @@ impl Connected<'_> {
                 Err(err) => tracing::warn!(error = ?err, "request subscription failed"),
             }
         } else {
-            let unsubscribe = self
-                .sink
-                .unsubscribe()
-                .topic_filter(ByteString::from_static(REQUEST_TOPIC))
-                .send();
+            let mut unsubscribe = self.sink.unsubscribe();
+            for (filter, _) in serving_filters() {
+                unsubscribe = unsubscribe.topic_filter(ByteString::from_static(filter));
+            }
+            let unsubscribe = unsubscribe.send();
             // Unanswered, the subscription goes with the connection, which is dropped next.
             let answered = match tokio::time::timeout(self.ack_timeout, unsubscribe).await {
                 Ok(Ok(_)) => {

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::transport::{
-    InboundMessage, NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage, REQUEST_TOPIC,
+    DEVICEBOUND_REQUEST_TOPIC, InboundMessage, NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage,
+    REQUEST_TOPIC,
 };
 
 /// Content type of every reply and notification (§1.2, §7).
@@ -71,6 +72,7 @@ pub fn check(message: &InboundMessage, now: Instant) -> Result<Envelope, Refusal
         return Err(Refusal::NoCorrelationData);
     };
     if response_topic == REQUEST_TOPIC
+        || response_topic == DEVICEBOUND_REQUEST_TOPIC
         || response_topic.starts_with(NOTIFY_TOPIC_PREFIX)
         || has_wildcards(response_topic)
     {
@@ -149,13 +151,13 @@ pub fn reply(
     expiry_secs: Option<u32>,
 ) -> OutboundMessage {
     let mut user_properties = vec![
-        ("__stat", "200".to_owned()),
-        ("__protVer", PROTOCOL_VERSION.to_owned()),
+        ("__stat".into(), "200".to_owned()),
+        ("__protVer".into(), PROTOCOL_VERSION.to_owned()),
     ];
     if let Some(version) = version {
-        user_properties.push(("__ts", version));
+        user_properties.push(("__ts".into(), version));
     }
-    user_properties.push(("__srcId", node_client_id.to_owned()));
+    user_properties.push(("__srcId".into(), node_client_id.to_owned()));
     OutboundMessage {
         topic: envelope.response_topic.clone(),
         payload: Bytes::from(payload),
@@ -180,10 +182,10 @@ pub fn unsupported_version(
         message_expiry_secs: expiry_secs,
         content_type: None,
         user_properties: vec![
-            ("__stat", "505".to_owned()),
-            ("__protVer", PROTOCOL_VERSION.to_owned()),
-            ("__supProtMajVer", "1".to_owned()),
-            ("__requestProtVer", requested),
+            ("__stat".into(), "505".to_owned()),
+            ("__protVer".into(), PROTOCOL_VERSION.to_owned()),
+            ("__supProtMajVer".into(), "1".to_owned()),
+            ("__requestProtVer".into(), requested),
         ],
         kind: OutboundKind::Response,
     }
@@ -313,7 +315,7 @@ mod tests {
         let props: Vec<(&str, &str)> = out
             .user_properties
             .iter()
-            .map(|(k, v)| (*k, v.as_str()))
+            .map(|(k, v)| (k.as_ref(), v.as_str()))
             .collect();
         assert!(props.contains(&("__stat", "200")));
         assert!(props.contains(&("__protVer", "1.0")));

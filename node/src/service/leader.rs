@@ -1,6 +1,7 @@
 //! Leadership lifecycle, keyed by term. When Raft makes this node leader of term `t`, it
 //! confirms leadership with a quorum, catches up on every committed entry, raises its HLC above
-//! the stored versions, brings the replicated quota limits in line with its configuration and
+//! the stored versions, brings the replicated quota limits and device-bound settings in line
+//! with its configuration and
 //! only then takes the request subscription and runs leader duties (sweeps, notifications) for
 //! term `t`. It gives them up at once when it is no longer leader, when the term changes, or
 //! when no quorum has acknowledged it for longer than the quorum timeout (a leader cut off
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statestore_raft::Leadership;
+use statestore_storage::devicebound::{DeviceCommand, DeviceboundSettings, read as device_read};
 use statestore_storage::keyspace::{Limits, Mutation, read};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -145,6 +147,7 @@ pub async fn run(
     mqtt: MqttHandle,
     serving: Arc<AtomicBool>,
     limits: Limits,
+    device_settings: DeviceboundSettings,
     timing: LeaderTiming,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -230,8 +233,11 @@ pub async fn run(
                 continue;
             }
             Step::TakeOver { term } => {
-                match tokio::time::timeout(timing.take_over_timeout, take_over(&service, limits))
-                    .await
+                match tokio::time::timeout(
+                    timing.take_over_timeout,
+                    take_over(&service, limits, device_settings),
+                )
+                .await
                 {
                     Ok(Ok(())) if still_leader_of(&leadership, term) => {
                         serving.store(true, Ordering::SeqCst);
@@ -295,7 +301,11 @@ fn still_leader_of(leadership: &watch::Receiver<Leadership>, term: u64) -> bool 
     now.is_leader && now.term == term
 }
 
-async fn take_over<O: Outbox>(service: &Service<O>, limits: Limits) -> Result<(), String> {
+async fn take_over<O: Outbox>(
+    service: &Service<O>,
+    limits: Limits,
+    device_settings: DeviceboundSettings,
+) -> Result<(), String> {
     service
         .raft()
         .ensure_linearizable()
@@ -312,6 +322,20 @@ async fn take_over<O: Outbox>(service: &Service<O>, limits: Limits) -> Result<()
         tracing::info!(
             ?limits,
             "replicated quota limits updated from this node's configuration"
+        );
+    }
+    let replicated = device_read::meta(&service.raft().view())
+        .map_err(|e| e.to_string())?
+        .settings;
+    if replicated != device_settings {
+        service
+            .propose_internal(Mutation::Device(DeviceCommand::SetSettings(
+                device_settings,
+            )))
+            .await?;
+        tracing::info!(
+            ?device_settings,
+            "replicated device-bound settings updated from this node's configuration"
         );
     }
     Ok(())

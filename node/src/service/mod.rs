@@ -10,6 +10,9 @@
 //! from one [`WallClock`], the system's unless [`Service::with_wall_clock`] injects another.
 
 pub mod answer;
+pub mod device_push;
+pub mod device_sweep;
+pub mod devicebound;
 pub mod envelope;
 pub mod expiry;
 pub mod leader;
@@ -49,6 +52,8 @@ pub struct ServiceConfig {
     /// Longest a request may take (less when its Message Expiry is sooner); past it the
     /// request gets no reply and the client's retry finds the remembered reply, if any.
     pub request_timeout: Duration,
+    /// Door limits of the device-bound service.
+    pub devicebound: crate::devicebound::DeviceboundLimits,
 }
 
 /// Why a request could not be served here (it gets no reply; the client retries).
@@ -146,6 +151,8 @@ pub struct Service<O: Outbox> {
     /// Highest time a GET on this node has used: a key seen expired stays expired for later
     /// reads even if the wall clock steps back.
     read_floor_ms: std::sync::atomic::AtomicU64,
+    /// Woken whenever a device-bound command commits here (the device push looks again).
+    device_wake: Arc<Notify>,
 }
 
 impl<O: Outbox> Service<O> {
@@ -169,6 +176,7 @@ impl<O: Outbox> Service<O> {
             serving,
             in_flight: Arc::default(),
             read_floor_ms: std::sync::atomic::AtomicU64::new(0),
+            device_wake: Arc::default(),
         }
     }
 
@@ -378,16 +386,7 @@ impl<O: Outbox> Service<O> {
             }
         };
 
-        let request = RequestId {
-            client: envelope
-                .client_id
-                .as_deref()
-                .unwrap_or(&envelope.response_topic)
-                .as_bytes()
-                .to_vec(),
-            correlation: envelope.correlation_data.to_vec(),
-            remember_for_ms: self.dedup_window(message.message_expiry_secs),
-        };
+        let request = self.request_id(envelope, message.message_expiry_secs);
         if let Some(outcome) =
             read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {
@@ -398,6 +397,20 @@ impl<O: Outbox> Service<O> {
             .propose(Some(request), mutation, request_ts.as_ref())
             .await?;
         Ok(answer::from_outcome(outcome))
+    }
+
+    /// Who asked what (§6): the reply memory's key for a request with `envelope`.
+    fn request_id(&self, envelope: &Envelope, message_expiry_secs: Option<u32>) -> RequestId {
+        RequestId {
+            client: envelope
+                .client_id
+                .as_deref()
+                .unwrap_or(&envelope.response_topic)
+                .as_bytes()
+                .to_vec(),
+            correlation: envelope.correlation_data.to_vec(),
+            remember_for_ms: self.dedup_window(message_expiry_secs),
+        }
     }
 
     fn dedup_window(&self, message_expiry_secs: Option<u32>) -> u64 {
@@ -457,7 +470,20 @@ impl<O: Outbox> Service<O> {
             // Submitted under the clock lock: stamps enter the log in increasing order.
             self.raft.submit(proposal)?
         };
-        Ok(pending.outcome().await?)
+        let outcome = pending.outcome().await?;
+        if let Outcome::Device(device) = &outcome {
+            // Remembered replies carry zero counters: nothing is counted twice.
+            self.metrics.devicebound.record(&device.counters);
+            if device.counters != Default::default() {
+                self.device_wake.notify_one();
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Woken whenever a device-bound command commits on this node.
+    pub fn device_wake(&self) -> Arc<Notify> {
+        self.device_wake.clone()
     }
 
     /// Internal proposal (sweeps, departed clients, limits) with no reply memory.

@@ -90,8 +90,8 @@ pub fn notifications(event: KeyEvent) -> Vec<OutboundMessage> {
             message_expiry_secs: None,
             content_type: Some(CONTENT_TYPE),
             user_properties: vec![
-                ("__ts", version.clone()),
-                ("__protVer", PROTOCOL_VERSION.to_owned()),
+                ("__ts".into(), version.clone()),
+                ("__protVer".into(), PROTOCOL_VERSION.to_owned()),
             ],
             kind: OutboundKind::Notification { client_id },
         })
@@ -142,7 +142,9 @@ pub async fn run_forgetter<O: Outbox>(
             event = events.recv() => match event { Some(event) => event, None => return },
             _ = stop.changed() => return,
         };
-        let SessionEvent::NoMatchingSubscribers { client_id } = event;
+        let SessionEvent::NoMatchingSubscribers { client_id } = event else {
+            continue; // device-bound events go to the device push
+        };
         let now = Instant::now();
         recent.retain(|_, at| now.duration_since(*at) < COALESCE);
         if recent.contains_key(&client_id) || !service.is_serving() {
@@ -204,7 +206,7 @@ mod tests {
         assert!(
             messages[0]
                 .user_properties
-                .contains(&("__ts", "000000000000005:00001:n1".to_owned()))
+                .contains(&("__ts".into(), "000000000000005:00001:n1".to_owned()))
         );
         assert_eq!(messages[0].content_type, Some("application/octet-stream"));
         let delete = KeyEvent {

@@ -1,0 +1,339 @@
+//! The `statestore_devicebound_*` metric families (devicebound.md): requests of the
+//! device-bound service by verb and result, device topics dropped, message and feedback
+//! transitions from the [`DeviceCounters`] apply reports, and the push's offline backoff.
+//! Every labelled series is created up front so dashboards see zeros, not gaps.
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
+use statestore_storage::devicebound::DeviceCounters;
+
+use crate::devicebound::{DeviceTopicError, DeviceVerb};
+use crate::protocol::ErrorReply;
+
+/// `result` labels of a device-bound request besides the error labels.
+const RESULTS: [&str; 7] = [
+    "ok",
+    "not_found",
+    "not_applied",
+    "not_leader",
+    "overloaded",
+    "timed_out",
+    "internal",
+];
+
+/// Message transitions (`statestore_devicebound_messages_total{transition}`).
+pub const TRANSITIONS: [&str; 10] = [
+    "enqueued",
+    "delivered",
+    "undelivered",
+    "completed",
+    "abandoned",
+    "rejected",
+    "expired",
+    "dead_lettered",
+    "purged",
+    "forgotten",
+];
+
+/// Feedback batch events (`statestore_devicebound_feedback_batches_total{event}`).
+pub const BATCH_EVENTS: [&str; 6] = [
+    "cut",
+    "published",
+    "undelivered",
+    "settled",
+    "redelivered",
+    "dropped",
+];
+
+/// The device-bound families.
+#[derive(Clone)]
+pub struct DeviceboundMetrics {
+    /// Requests answered, by verb and result.
+    pub requests_total: IntCounterVec,
+    /// Request latency, by verb and result.
+    pub request_duration_seconds: HistogramVec,
+    /// Device publishes dropped without effect (malformed topic, not serving), by reason.
+    pub device_topics_dropped_total: IntCounterVec,
+    /// Device publishes handled (settle, receive, activity).
+    pub device_requests_total: IntCounterVec,
+    /// Message transitions.
+    pub messages_total: IntCounterVec,
+    /// Message locks that ran out.
+    pub lock_expiries_total: IntCounter,
+    /// Dead letters dropped to stay within the per-device cap.
+    pub dead_letters_dropped_total: IntCounter,
+    /// Feedback records written.
+    pub feedback_records_total: IntCounter,
+    /// Feedback batch events.
+    pub feedback_batches_total: IntCounterVec,
+    /// Times a device's push backed off because it was offline (PUBACK 0x10).
+    pub offline_backoffs_total: IntCounter,
+    /// Devices whose push is backing off now.
+    pub devices_in_backoff: IntGauge,
+    /// Devices not backed off because the backoff map was full.
+    pub backoff_overflow_total: IntCounter,
+}
+
+macro_rules! metric {
+    ($e:expr) => {
+        $e.unwrap_or_else(|err| unreachable!("static metric definition: {err}"))
+    };
+}
+
+fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
+    let vec = metric!(IntCounterVec::new(Opts::new(name, help), &[label]));
+    for value in values {
+        vec.with_label_values(&[value]);
+    }
+    vec
+}
+
+impl DeviceboundMetrics {
+    /// Creates the families and registers them in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let requests_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_devicebound_requests_total",
+                "Device-bound service requests answered, by command and result."
+            ),
+            &["command", "result"]
+        ));
+        let request_duration_seconds = metric!(HistogramVec::new(
+            HistogramOpts::new(
+                "statestore_devicebound_request_duration_seconds",
+                "Time from receiving a device-bound request to queueing its reply."
+            )
+            .buckets(prometheus::exponential_buckets(0.0001, 2.0, 17).unwrap_or_default()),
+            &["command", "result"]
+        ));
+        for verb in DeviceVerb::ALL {
+            let results = RESULTS
+                .iter()
+                .copied()
+                .chain(ErrorReply::DEVICEBOUND.iter().map(|e| e.result_label()));
+            for result in results {
+                requests_total.with_label_values(&[verb.label(), result]);
+            }
+        }
+        let drop_reasons: Vec<&str> = DeviceTopicError::ALL
+            .iter()
+            .map(|e| e.label())
+            .chain(["not_leader", "no_envelope", "failed"])
+            .collect();
+        let metrics = DeviceboundMetrics {
+            requests_total,
+            request_duration_seconds,
+            device_topics_dropped_total: counter_vec(
+                "statestore_devicebound_device_publishes_dropped_total",
+                "Device publishes dropped without effect or reply, by reason.",
+                "reason",
+                &drop_reasons,
+            ),
+            device_requests_total: counter_vec(
+                "statestore_devicebound_device_publishes_total",
+                "Device publishes handled, by kind.",
+                "kind",
+                &["settle", "receive", "activity"],
+            ),
+            messages_total: counter_vec(
+                "statestore_devicebound_messages_total",
+                "Device-bound message transitions.",
+                "transition",
+                &TRANSITIONS,
+            ),
+            lock_expiries_total: metric!(IntCounter::new(
+                "statestore_devicebound_lock_expiries_total",
+                "Message locks that ran out (the message was Enqueued again)."
+            )),
+            dead_letters_dropped_total: metric!(IntCounter::new(
+                "statestore_devicebound_dead_letters_dropped_total",
+                "Dead letters dropped to stay within max_dead_letters_per_device."
+            )),
+            feedback_records_total: metric!(IntCounter::new(
+                "statestore_devicebound_feedback_records_total",
+                "Feedback records written."
+            )),
+            feedback_batches_total: counter_vec(
+                "statestore_devicebound_feedback_batches_total",
+                "Feedback batch events.",
+                "event",
+                &BATCH_EVENTS,
+            ),
+            offline_backoffs_total: metric!(IntCounter::new(
+                "statestore_devicebound_offline_backoffs_total",
+                "Times a device's push backed off after a PUBACK 0x10 (device offline)."
+            )),
+            devices_in_backoff: metric!(IntGauge::new(
+                "statestore_devicebound_devices_in_backoff",
+                "Devices whose push is backing off now (bounded)."
+            )),
+            backoff_overflow_total: metric!(IntCounter::new(
+                "statestore_devicebound_backoff_overflow_total",
+                "Offline devices not backed off because the backoff map was full."
+            )),
+        };
+        registry.register(Box::new(metrics.requests_total.clone()))?;
+        registry.register(Box::new(metrics.request_duration_seconds.clone()))?;
+        registry.register(Box::new(metrics.device_topics_dropped_total.clone()))?;
+        registry.register(Box::new(metrics.device_requests_total.clone()))?;
+        registry.register(Box::new(metrics.messages_total.clone()))?;
+        registry.register(Box::new(metrics.lock_expiries_total.clone()))?;
+        registry.register(Box::new(metrics.dead_letters_dropped_total.clone()))?;
+        registry.register(Box::new(metrics.feedback_records_total.clone()))?;
+        registry.register(Box::new(metrics.feedback_batches_total.clone()))?;
+        registry.register(Box::new(metrics.offline_backoffs_total.clone()))?;
+        registry.register(Box::new(metrics.devices_in_backoff.clone()))?;
+        registry.register(Box::new(metrics.backoff_overflow_total.clone()))?;
+        Ok(metrics)
+    }
+
+    /// Records one answered request.
+    pub fn observe(&self, verb: DeviceVerb, result: &str, seconds: f64) {
+        self.requests_total
+            .with_label_values(&[verb.label(), result])
+            .inc();
+        self.request_duration_seconds
+            .with_label_values(&[verb.label(), result])
+            .observe(seconds);
+    }
+
+    /// Counts a device publish dropped for `reason`.
+    pub fn dropped(&self, reason: &str) {
+        self.device_topics_dropped_total
+            .with_label_values(&[reason])
+            .inc();
+    }
+
+    /// Adds the transitions one committed command made.
+    pub fn record(&self, counters: &DeviceCounters) {
+        let messages = [
+            ("enqueued", counters.enqueued),
+            ("delivered", counters.delivered),
+            ("undelivered", counters.undelivered),
+            ("completed", counters.completed),
+            ("abandoned", counters.abandoned),
+            ("rejected", counters.rejected),
+            ("expired", counters.expired),
+            ("dead_lettered", counters.dead_lettered),
+            ("purged", counters.purged),
+            ("forgotten", counters.forgotten),
+        ];
+        for (transition, n) in messages {
+            if n > 0 {
+                self.messages_total
+                    .with_label_values(&[transition])
+                    .inc_by(u64::from(n));
+            }
+        }
+        let batches = [
+            ("cut", counters.feedback_batches_cut),
+            ("published", counters.feedback_batches_delivered),
+            ("undelivered", counters.feedback_batches_undelivered),
+            ("settled", counters.feedback_batches_settled),
+            ("redelivered", counters.feedback_batches_redelivered),
+            ("dropped", counters.feedback_batches_dropped),
+        ];
+        for (event, n) in batches {
+            if n > 0 {
+                self.feedback_batches_total
+                    .with_label_values(&[event])
+                    .inc_by(u64::from(n));
+            }
+        }
+        self.lock_expiries_total
+            .inc_by(u64::from(counters.lock_expiries));
+        self.dead_letters_dropped_total
+            .inc_by(u64::from(counters.dead_letters_dropped));
+        self.feedback_records_total
+            .inc_by(u64::from(counters.feedback_records));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(rendered: &str, series: &str) -> Option<f64> {
+        rendered
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn every_series_exists_at_start_and_counters_add_up() {
+        let registry = Registry::new();
+        let metrics = DeviceboundMetrics::register(&registry).expect("registers");
+        let render = || {
+            let mut out = String::new();
+            prometheus::TextEncoder::new()
+                .encode_utf8(&registry.gather(), &mut out)
+                .expect("encodes");
+            out
+        };
+        let out = render();
+        for transition in TRANSITIONS {
+            let series =
+                format!("statestore_devicebound_messages_total{{transition=\"{transition}\"}}");
+            assert_eq!(value(&out, &series), Some(0.0), "{series}");
+        }
+        for event in BATCH_EVENTS {
+            let series =
+                format!("statestore_devicebound_feedback_batches_total{{event=\"{event}\"}}");
+            assert_eq!(value(&out, &series), Some(0.0), "{series}");
+        }
+        for verb in DeviceVerb::ALL {
+            for error in ErrorReply::DEVICEBOUND {
+                let series = format!(
+                    "statestore_devicebound_requests_total{{command=\"{}\",result=\"{}\"}}",
+                    verb.label(),
+                    error.result_label()
+                );
+                assert_eq!(value(&out, &series), Some(0.0), "{series}");
+            }
+        }
+        metrics.record(&DeviceCounters {
+            enqueued: 3,
+            completed: 1,
+            dead_lettered: 2,
+            lock_expiries: 4,
+            feedback_batches_delivered: 5,
+            feedback_batches_redelivered: 1,
+            ..DeviceCounters::default()
+        });
+        metrics.record(&DeviceCounters {
+            enqueued: 1,
+            ..DeviceCounters::default()
+        });
+        let out = render();
+        for (series, expected) in [
+            (
+                r#"statestore_devicebound_messages_total{transition="enqueued"}"#,
+                4.0,
+            ),
+            (
+                r#"statestore_devicebound_messages_total{transition="completed"}"#,
+                1.0,
+            ),
+            (
+                r#"statestore_devicebound_messages_total{transition="dead_lettered"}"#,
+                2.0,
+            ),
+            (
+                r#"statestore_devicebound_messages_total{transition="purged"}"#,
+                0.0,
+            ),
+            ("statestore_devicebound_lock_expiries_total", 4.0),
+            (
+                r#"statestore_devicebound_feedback_batches_total{event="published"}"#,
+                5.0,
+            ),
+            (
+                r#"statestore_devicebound_feedback_batches_total{event="redelivered"}"#,
+                1.0,
+            ),
+        ] {
+            assert_eq!(value(&out, series), Some(expected), "{series}");
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! Push delivery to devices and the device side of the protocol (devicebound.md §3).
+//!
+//! While this node serves as leader, [`DevicePush::run`] looks for devices with deliverable
+//! messages, proposes `Deliver{device,max}` and, only once it committed, publishes each
+//! locked message QoS 1 to its delivery topic. A PUBACK 0x10 (nobody subscribed: the device
+//! is offline) gives the delivery back (`Undeliver`) and backs the device off, 1 s doubling
+//! to 30 s, until the device publishes anything under its `messages/` topics.
+//! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity.
+//! Malformed device topics are dropped (and counted) without a reply.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use statestore_storage::devicebound::{
+    DeliverableDevice, DeviceCommand, DeviceResult, MessageDelivery, Settlement,
+    read as device_read,
+};
+use statestore_storage::keyspace::Outcome;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::devicebound::{
+    Delivery, DeviceReply, DeviceTopic, SettleAction, delivery_topic, delivery_user_properties,
+    message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
+};
+use crate::mqtt::SessionEvent;
+use crate::service::envelope::{self, Envelope};
+use crate::service::{Service, Unavailable};
+use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
+
+/// First backoff of an offline device.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest backoff of an offline device.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Devices tracked in backoff at once; beyond it an offline device is not backed off (its
+/// deliveries are retried at the push's normal pace) and the overflow is counted.
+pub const MAX_BACKOFF_DEVICES: usize = 100_000;
+/// Devices read from the deliverable index per page.
+const PAGE: usize = 256;
+/// Devices looked at per push round (the next round starts from the beginning again).
+const MAX_DEVICES_PER_ROUND: usize = 16_384;
+/// A push round runs at least this often while serving (locks that expired, backoffs that
+/// ran out).
+const TICK: Duration = Duration::from_millis(250);
+
+/// One device's backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backoff {
+    until: Instant,
+    delay: Duration,
+}
+
+/// The offline devices' backoffs, bounded by `cap`.
+#[derive(Debug)]
+pub struct Backoffs {
+    devices: HashMap<String, Backoff>,
+    cap: usize,
+}
+
+impl Backoffs {
+    /// Empty, holding at most `cap` devices.
+    pub fn new(cap: usize) -> Self {
+        Backoffs {
+            devices: HashMap::new(),
+            cap,
+        }
+    }
+
+    /// The device was found offline at `now`: its backoff starts at 1 s or doubles (up to
+    /// 30 s). False if the map is full (the device is not backed off).
+    pub fn offline(&mut self, device: &str, now: Instant) -> bool {
+        if let Some(backoff) = self.devices.get_mut(device) {
+            backoff.delay = (backoff.delay * 2).min(MAX_BACKOFF);
+            backoff.until = now + backoff.delay;
+            return true;
+        }
+        if self.devices.len() >= self.cap {
+            // Forget the devices whose backoff ran out long ago before refusing.
+            self.devices
+                .retain(|_, b| now.saturating_duration_since(b.until) < MAX_BACKOFF);
+            if self.devices.len() >= self.cap {
+                return false;
+            }
+        }
+        self.devices.insert(
+            device.to_owned(),
+            Backoff {
+                until: now + FIRST_BACKOFF,
+                delay: FIRST_BACKOFF,
+            },
+        );
+        true
+    }
+
+    /// The device showed up: no backoff any more. True if it had one.
+    pub fn reset(&mut self, device: &str) -> bool {
+        self.devices.remove(device).is_some()
+    }
+
+    /// True while `device` is backing off at `now`.
+    pub fn blocked(&self, device: &str, now: Instant) -> bool {
+        self.devices.get(device).is_some_and(|b| b.until > now)
+    }
+
+    /// When `device`'s backoff ends, if it has one.
+    pub fn until(&self, device: &str) -> Option<Instant> {
+        self.devices.get(device).map(|b| b.until)
+    }
+
+    /// Devices tracked.
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// True when no device is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+}
+
+/// The device push of one node.
+pub struct DevicePush<O: Outbox> {
+    service: Arc<Service<O>>,
+    backoffs: Mutex<Backoffs>,
+    /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
+    feedback_paused_until: Mutex<Option<Instant>>,
+}
+
+/// How long feedback publishing pauses after a PUBACK 0x10.
+pub const FEEDBACK_PAUSE: Duration = Duration::from_secs(1);
+
+impl<O: Outbox> DevicePush<O> {
+    /// A push publishing through `service`'s outbox.
+    pub fn new(service: Arc<Service<O>>) -> Arc<Self> {
+        Arc::new(DevicePush {
+            service,
+            backoffs: Mutex::new(Backoffs::new(MAX_BACKOFF_DEVICES)),
+            feedback_paused_until: Mutex::new(None),
+        })
+    }
+
+    /// The service it pushes for.
+    pub fn service(&self) -> &Arc<Service<O>> {
+        &self.service
+    }
+
+    /// True while feedback publishing pauses after a PUBACK 0x10.
+    pub fn feedback_paused(&self) -> bool {
+        self.feedback_paused_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some_and(|until| until > Instant::now())
+    }
+
+    fn with_backoffs<R>(&self, f: impl FnOnce(&mut Backoffs) -> R) -> R {
+        let mut backoffs = self
+            .backoffs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = f(&mut backoffs);
+        self.service
+            .metrics()
+            .devicebound
+            .devices_in_backoff
+            .set(i64::try_from(backoffs.len()).unwrap_or(i64::MAX));
+        result
+    }
+
+    /// Runs push rounds while this node serves, until `stop` flips to true.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let wake = self.service.device_wake();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            if self.service.is_serving()
+                && let Err(err) = self.push_round().await
+            {
+                tracing::debug!(error = %err, "device push round failed; retrying");
+            }
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    /// Delivers to every deliverable device not backing off (bounded per round).
+    async fn push_round(&self) -> Result<(), String> {
+        let view = self.service.raft().view();
+        let window = device_read::meta(&view)
+            .map_err(|e| e.to_string())?
+            .settings
+            .device_window;
+        let mut after: Option<DeliverableDevice> = None;
+        let mut seen = 0;
+        while seen < MAX_DEVICES_PER_ROUND {
+            let page = device_read::deliverable_devices(
+                &self.service.raft().view(),
+                window,
+                after.as_ref(),
+                PAGE,
+            )
+            .map_err(|e| e.to_string())?;
+            seen += page.len();
+            for candidate in &page {
+                if !self.service.is_serving() {
+                    return Ok(());
+                }
+                let device = String::from_utf8_lossy(&candidate.device).into_owned();
+                if self.with_backoffs(|b| b.blocked(&device, Instant::now())) {
+                    continue;
+                }
+                let max = window.saturating_sub(candidate.invisible).max(1);
+                let outcome = self
+                    .service
+                    .propose_device(
+                        None,
+                        None,
+                        DeviceCommand::Deliver {
+                            device: candidate.device.clone(),
+                            max,
+                        },
+                    )
+                    .await
+                    .map_err(|e| format!("{e:?}"))?;
+                if let Outcome::Device(outcome) = outcome
+                    && let DeviceResult::Delivered { messages } = outcome.result
+                {
+                    for message in messages {
+                        self.publish(message).await;
+                    }
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == PAGE => after = Some(last.clone()),
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes one committed delivery (only while serving: otherwise its lock runs out and
+    /// the next leader delivers it again).
+    async fn publish(&self, delivered: MessageDelivery) {
+        if !self.service.is_serving() {
+            return;
+        }
+        let device = String::from_utf8_lossy(&delivered.device).into_owned();
+        let message_id = String::from_utf8_lossy(&delivered.message.message_id).into_owned();
+        let content_type = delivered
+            .message
+            .content_type
+            .as_ref()
+            .map(|t| String::from_utf8_lossy(t).into_owned());
+        let content_encoding = delivered
+            .message
+            .content_encoding
+            .as_ref()
+            .map(|e| String::from_utf8_lossy(e).into_owned());
+        let delivery = Delivery {
+            device_id: &device,
+            message_id: &message_id,
+            lock_token: &delivered.token,
+            expires_at_ms: delivered.message.expires_at_ms,
+            content_type: content_type.as_deref(),
+            content_encoding: content_encoding.as_deref(),
+            application_properties: &delivered.message.properties,
+        };
+        let Ok(topic) = delivery_topic(&delivery) else {
+            // Refused at SEND already; should one slip through, dead-letter it rather than
+            // publish a topic the broker would refuse.
+            tracing::warn!(
+                device,
+                "delivery topic too long: dead-lettering the message"
+            );
+            let _ = self
+                .service
+                .propose_device(
+                    None,
+                    None,
+                    DeviceCommand::Settle {
+                        device: delivered.device.clone(),
+                        token: delivered.token.clone(),
+                        settlement: Settlement::Reject,
+                    },
+                )
+                .await;
+            return;
+        };
+        let user_properties = owned_properties(delivery_user_properties(&delivery));
+        let expiry =
+            message_expiry_interval_secs(delivered.message.expires_at_ms, self.service.wall_ms());
+        let token = delivered.token.clone();
+        let message = OutboundMessage {
+            topic,
+            payload: Bytes::from(delivered.message.body),
+            correlation_data: None,
+            message_expiry_secs: Some(expiry),
+            content_type: None,
+            user_properties,
+            kind: OutboundKind::DeviceMessage { device, token },
+        };
+        self.service.outbox().publish(message).await;
+    }
+
+    /// Handles what the session reports about device-bound publishes, until `stop`.
+    pub async fn run_events(
+        self: Arc<Self>,
+        mut events: mpsc::UnboundedReceiver<SessionEvent>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let event = tokio::select! {
+                event = events.recv() => match event { Some(event) => event, None => return },
+                _ = stop.changed() => return,
+            };
+            if !self.service.is_serving() {
+                continue;
+            }
+            match event {
+                SessionEvent::DeviceOffline { device, token } => {
+                    let metrics = &self.service.metrics().devicebound;
+                    if self.with_backoffs(|b| b.offline(&device, Instant::now())) {
+                        metrics.offline_backoffs_total.inc();
+                    } else {
+                        metrics.backoff_overflow_total.inc();
+                    }
+                    let until = self.with_backoffs(|b| b.until(&device));
+                    tracing::debug!(device, ?until, "device offline: delivery given back");
+                    let command = DeviceCommand::Undeliver {
+                        device: device.into_bytes(),
+                        token,
+                    };
+                    if let Err(err) = self.service.propose_device(None, None, command).await {
+                        tracing::debug!(error = ?err, "could not give a delivery back");
+                    }
+                }
+                SessionEvent::FeedbackUnheard { token } => {
+                    *self
+                        .feedback_paused_until
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some(Instant::now() + FEEDBACK_PAUSE);
+                    let command = DeviceCommand::UndeliverFeedback { token };
+                    if let Err(err) = self.service.propose_device(None, None, command).await {
+                        tracing::debug!(error = ?err, "could not give a feedback batch back");
+                    }
+                }
+                SessionEvent::NoMatchingSubscribers { .. } => {}
+            }
+        }
+    }
+
+    /// Serves one publish under `devices/`: settle, receive or activity.
+    pub async fn handle_inbound(self: Arc<Self>, message: InboundMessage) {
+        let metrics = &self.service.metrics().devicebound;
+        let topic = match parse_device_topic(&message.topic) {
+            Ok(topic) => topic,
+            Err(err) => {
+                metrics.dropped(err.label());
+                tracing::debug!(topic = %message.topic, reason = err.label(), "device publish dropped");
+                return;
+            }
+        };
+        if !self.service.is_serving() {
+            metrics.dropped("not_leader");
+            return;
+        }
+        // Any publish under the device's messages/ topics says it is online.
+        if self.with_backoffs(|b| b.reset(topic.device_id())) {
+            self.service.device_wake().notify_one();
+        }
+        let envelope = envelope::check(&message, Instant::now()).ok();
+        let device = topic.device_id().as_bytes().to_vec();
+        let (kind, command) = match topic {
+            DeviceTopic::Activity { .. } => {
+                metrics
+                    .device_requests_total
+                    .with_label_values(&["activity"])
+                    .inc();
+                return;
+            }
+            DeviceTopic::Settle {
+                action, lock_token, ..
+            } => (
+                "settle",
+                DeviceCommand::Settle {
+                    device,
+                    token: lock_token.to_owned(),
+                    settlement: match action {
+                        SettleAction::Complete => Settlement::Complete,
+                        SettleAction::Abandon => Settlement::Abandon,
+                        SettleAction::Reject => Settlement::Reject,
+                    },
+                },
+            ),
+            DeviceTopic::Receive { .. } => {
+                if envelope.is_none() {
+                    // A pull nobody can answer would lock a message for nothing.
+                    metrics.dropped("no_envelope");
+                    return;
+                }
+                ("receive", DeviceCommand::Receive { device })
+            }
+        };
+        metrics
+            .device_requests_total
+            .with_label_values(&[kind])
+            .inc();
+        let outcome = self
+            .service
+            .propose_device(envelope.as_ref(), message.message_expiry_secs, command)
+            .await;
+        let result = match outcome {
+            Ok(Outcome::Device(outcome)) => outcome.result,
+            Ok(_) => return,
+            Err(err) => {
+                metrics.dropped("failed");
+                if let Unavailable::Internal(err) = err {
+                    tracing::warn!(error = %err, "device request failed");
+                }
+                return;
+            }
+        };
+        let Some(envelope) = envelope else {
+            return; // settled without a reply
+        };
+        let reply = match result {
+            DeviceResult::Settled { settled } => settlement_reply(settled),
+            DeviceResult::Received(None) => pull_reply(None),
+            DeviceResult::Received(Some(delivered)) => {
+                let device = String::from_utf8_lossy(&delivered.device).into_owned();
+                let message_id =
+                    String::from_utf8_lossy(&delivered.message.message_id).into_owned();
+                let content_type = delivered
+                    .message
+                    .content_type
+                    .as_ref()
+                    .map(|t| String::from_utf8_lossy(t).into_owned());
+                let content_encoding = delivered
+                    .message
+                    .content_encoding
+                    .as_ref()
+                    .map(|e| String::from_utf8_lossy(e).into_owned());
+                let delivery = Delivery {
+                    device_id: &device,
+                    message_id: &message_id,
+                    lock_token: &delivered.token,
+                    expires_at_ms: delivered.message.expires_at_ms,
+                    content_type: content_type.as_deref(),
+                    content_encoding: content_encoding.as_deref(),
+                    application_properties: &delivered.message.properties,
+                };
+                pull_reply(Some((&delivery, &delivered.message.body)))
+            }
+            _ => return,
+        };
+        self.reply(&envelope, reply).await;
+    }
+
+    async fn reply(&self, envelope: &Envelope, reply: DeviceReply) {
+        let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
+        if expiry == Some(0) {
+            return;
+        }
+        let message = OutboundMessage {
+            topic: envelope.response_topic.clone(),
+            payload: Bytes::from(reply.payload),
+            correlation_data: Some(envelope.correlation_data.clone()),
+            message_expiry_secs: expiry,
+            content_type: None,
+            user_properties: owned_properties(reply.user_properties),
+            kind: OutboundKind::Response,
+        };
+        self.service.outbox().publish(message).await;
+    }
+}
+
+fn owned_properties(pairs: Vec<(String, String)>) -> Vec<(Cow<'static, str>, String)> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| (Cow::Owned(name), value))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_starts_at_one_second_doubles_to_thirty_and_resets_on_activity() {
+        let mut backoffs = Backoffs::new(2);
+        let t0 = Instant::now();
+        assert!(backoffs.offline("d", t0));
+        assert!(backoffs.blocked("d", t0 + Duration::from_millis(999)));
+        assert!(!backoffs.blocked("d", t0 + Duration::from_secs(1)));
+        let mut expected = 1;
+        for _ in 0..8 {
+            assert!(backoffs.offline("d", t0));
+            expected = (expected * 2).min(30);
+            assert_eq!(
+                backoffs.until("d"),
+                Some(t0 + Duration::from_secs(expected))
+            );
+        }
+        assert_eq!(expected, 30, "capped at 30 s");
+        assert!(backoffs.reset("d"));
+        assert!(!backoffs.blocked("d", t0));
+        assert!(!backoffs.reset("d"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_backoff_map_is_bounded() {
+        let mut backoffs = Backoffs::new(2);
+        let t0 = Instant::now();
+        assert!(backoffs.offline("a", t0));
+        assert!(backoffs.offline("b", t0));
+        assert!(!backoffs.offline("c", t0), "full: not tracked");
+        assert_eq!(backoffs.len(), 2);
+        // Long-expired entries make room.
+        let later = t0 + Duration::from_secs(120);
+        assert!(backoffs.offline("c", later));
+        assert!(backoffs.len() <= 2);
+    }
+}
