@@ -308,6 +308,7 @@ impl Model {
         &mut self,
         device: &[u8],
         max: u32,
+        pull: bool,
         issued: &mut dyn Iterator<Item = String>,
     ) -> Vec<MessageDelivery> {
         let s = self.s;
@@ -316,7 +317,12 @@ impl Model {
             return Vec::new();
         };
         let invisible = d.queue.iter().filter(|m| m.lock.is_some()).count() as u32;
-        let budget = max.min(s.device_window.saturating_sub(invisible));
+        // A pull takes the head Enqueued message whatever is locked (spec §3).
+        let budget = if pull {
+            max
+        } else {
+            max.min(s.device_window.saturating_sub(invisible))
+        };
         if budget == 0 || d.queue.iter().all(|m| m.lock.is_some()) {
             return Vec::new();
         }
@@ -834,11 +840,11 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 DeviceCommand::Purge { device } => model.purge(device),
                 DeviceCommand::Forget { device } => model.forget(device),
                 DeviceCommand::Deliver { device, max } => DeviceResult::Delivered {
-                    messages: model.deliver(device, *max, &mut issued_iter),
+                    messages: model.deliver(device, *max, false, &mut issued_iter),
                 },
                 DeviceCommand::Receive { device } => DeviceResult::Received(
                     model
-                        .deliver(device, 1, &mut issued_iter)
+                        .deliver(device, 1, true, &mut issued_iter)
                         .into_iter()
                         .next()
                         .map(Box::new),

@@ -438,8 +438,7 @@ async fn s3_push_to_an_offline_device_then_settle_complete_abandon_reject() {
 }
 
 /// §3 pull: `devices/{id}/messages/receive` locks and returns the head message with its
-/// properties; with the window full (or the queue empty) it answers `__stat` 204 and an
-/// empty payload. Malformed device topics get no reply and the node keeps serving.
+/// properties; with no Enqueued message left it answers `__stat` 204 and an empty payload. Malformed device topics get no reply and the node keeps serving.
 #[tokio::test]
 async fn s3_pull_receive_and_malformed_device_topics() {
     let (broker, node) = start_single(&[]).await;
@@ -480,7 +479,7 @@ async fn s3_pull_receive_and_malformed_device_topics() {
     assert_eq!(
         empty.user_property("__stat"),
         Some("204"),
-        "window full: nothing to pull"
+        "the only message is locked: nothing to pull"
     );
     assert!(empty.payload.is_empty());
     assert_eq!(settle(&mut dev, "complete", &token).await, b":1\r\n");

@@ -9,7 +9,9 @@
 //!   (Enqueued + Invisible) at `max_queue_depth` (`QueueFull`), a device without state while
 //!   `max_devices` devices have state (`TooManyDevices`). Expiry is `t + TTL`, `EXPIRES`, or
 //!   `t + default_ttl_ms`, then at most `t + 2 days`.
-//! - Deliver/Receive: the budget is `min(max, device_window - invisible)` (Receive: max 1).
+//! - Deliver: the budget is `min(max, device_window - invisible)`. Receive (a pull) takes the
+//!   head Enqueued message whatever the push window holds (spec §3: `204` only when there is
+//!   none), so its budget is 1.
 //!   Messages are visited in queue order, Invisible ones skipped; an expired one is
 //!   dead-lettered (`Expired`), one whose delivery count reached `max_delivery_count` is
 //!   dead-lettered (`DeliveryCountExceeded`), any other is locked (count + 1, lock until
@@ -114,6 +116,15 @@ struct Machine<'t, T: Txn> {
     counters: DeviceCounters,
 }
 
+/// Whether a delivery respects the push window (`device_window` Invisible at most).
+#[derive(Clone, Copy)]
+enum Window {
+    /// Push: at most `device_window` Invisible at a time.
+    Push,
+    /// Pull (`receive`): the head Enqueued message, whatever is Invisible.
+    Pull,
+}
+
 /// What a delivery visit decided for one message.
 enum Visit {
     Lock(u64, StoredMessage),
@@ -148,10 +159,13 @@ impl<T: Txn> Machine<'_, T> {
             DeviceCommand::Purge { device } => self.purge(device),
             DeviceCommand::Forget { device } => self.forget(device),
             DeviceCommand::Deliver { device, max } => Ok(DeviceResult::Delivered {
-                messages: self.deliver(device, *max)?,
+                messages: self.deliver(device, *max, Window::Push)?,
             }),
             DeviceCommand::Receive { device } => Ok(DeviceResult::Received(
-                self.deliver(device, 1)?.into_iter().next().map(Box::new),
+                self.deliver(device, 1, Window::Pull)?
+                    .into_iter()
+                    .next()
+                    .map(Box::new),
             )),
             DeviceCommand::Undeliver { device, token } => Ok(DeviceResult::Undelivered {
                 restored: self.undeliver(device, token)?,
@@ -606,12 +620,15 @@ impl<T: Txn> Machine<'_, T> {
         })
     }
 
-    fn deliver(&mut self, device: &[u8], max: u32) -> Result<Vec<MessageDelivery>> {
+    fn deliver(&mut self, device: &[u8], max: u32, window: Window) -> Result<Vec<MessageDelivery>> {
         let Some(before) = self.device_state(device)? else {
             return Ok(Vec::new());
         };
         let settings = self.meta.settings;
-        let budget = max.min(settings.device_window.saturating_sub(before.invisible));
+        let budget = match window {
+            Window::Push => max.min(settings.device_window.saturating_sub(before.invisible)),
+            Window::Pull => max,
+        };
         if budget == 0 || before.enqueued == 0 {
             return Ok(Vec::new());
         }
