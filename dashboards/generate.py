@@ -433,7 +433,7 @@ def details():
 
     d.row("MQTT and request path")
     d.stat("Broker connection", "Per member: connected to the broker or not (alert "
-           "StatestoreBrokerDisconnected).",
+           "StatestoreMqttDisconnected).",
            [(f'max by (instance) (statestore_mqtt_connection_state{{{SEL}, state="connected"}})', "{{instance}}")],
            "none", steps(RED, (1, GREEN)), w=8,
            mappings=[{"type": "value", "options": {"0": {"text": "DOWN", "color": RED, "index": 0},

@@ -11,6 +11,7 @@ pub mod linearizability;
 pub mod netlab;
 pub mod node;
 pub mod process_faults;
+pub mod prometheus;
 pub mod raw;
 pub mod raw_helpers;
 pub mod sdk;
