@@ -115,8 +115,9 @@ class Layout:
         )
 
     def timeseries(self, title, description, queries, unit, thresholds, w=8, h=8,
-                   show_thresholds=True, stack=False, minimum=0):
+                   show_thresholds=True, stack=False, minimum=0, log=False):
         custom = {
+            "scaleDistribution": {"type": "log", "log": 10} if log else {"type": "linear"},
             "drawStyle": "line",
             "fillOpacity": 10,
             "lineWidth": 1,
@@ -127,11 +128,11 @@ class Layout:
         }
         options = {
             "legend": {"calcs": ["lastNotNull", "max"], "displayMode": "table", "placement": "bottom",
-                       "showLegend": True},
+                       "showLegend": True, "sortBy": "Max", "sortDesc": True},
             "tooltip": {"mode": "multi", "sort": "desc"},
         }
         self._panel("timeseries", title, description, queries, unit, thresholds, w, h, options,
-                    custom, minimum=minimum)
+                    custom, minimum=None if log else minimum)
 
     def stat(self, title, description, queries, unit, thresholds, w=4, h=4, mappings=None,
              decimals=None, text_mode="value_and_name"):
@@ -310,14 +311,16 @@ def overview():
                  "(last log index - applied index). Above 10 000 for 5 min raises StatestoreHighApplyLag.",
                  [(f"statestore_raft_last_log_index{{{SEL}}} - statestore_raft_applied_index{{{SEL}}}",
                    "{{instance}}")], "short", steps(GREEN, (1000, ORANGE), (10000, RED)), w=8)
-    d.timeseries("Keys against quota", "Keys stored (replicated: every member reports the same) and the key quota.",
+    d.timeseries("Keys against quota", "Keys stored (replicated: every member reports the same) and the key "
+                 "quota (limits.max_keys), on a log scale.",
                  [(f"max by (job) (statestore_keyspace_keys{{{SEL}}})", "keys"),
                   (f"max by (job) (statestore_keyspace_quota_limit_keys{{{SEL}}})", "quota")],
-                 "short", steps(GREEN), w=8, show_thresholds=False)
-    d.timeseries("Bytes against quota", "Key and value bytes stored and the byte quota.",
+                 "short", steps(GREEN), w=8, show_thresholds=False, log=True)
+    d.timeseries("Bytes against quota", "Key and value bytes stored and the byte quota (limits.max_bytes), "
+                 "on a log scale.",
                  [(f"max by (job) (statestore_keyspace_size_bytes{{{SEL}}})", "stored"),
                   (f"max by (job) (statestore_keyspace_quota_limit_bytes{{{SEL}}})", "quota")],
-                 "bytes", steps(GREEN), w=8, show_thresholds=False)
+                 "bytes", steps(GREEN), w=8, show_thresholds=False, log=True)
     d.timeseries("Failovers: term and leader", "Raft term (steps up at each election) and the leader's id; "
                  "a step is a failover.",
                  [(f"max by (job) (statestore_raft_term{{{SEL}}})", "term"),

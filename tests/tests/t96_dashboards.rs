@@ -544,7 +544,7 @@ async fn write_render_data(
         out.push(serde_json::json!({
             "title": panel["title"], "type": panel["type"], "gridPos": panel["gridPos"],
             "unit": defaults["unit"], "thresholds": defaults["thresholds"],
-            "mappings": defaults["mappings"], "targets": targets,
+            "mappings": defaults["mappings"], "custom": defaults["custom"], "targets": targets,
         }));
     }
     let data = serde_json::json!({
