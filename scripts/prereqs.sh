@@ -3,8 +3,10 @@
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
 # for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
 # iproute2 and nftables (the fault tests put each node in its own network namespace), and
-# libfaketime (the fault tests restart a node with a skewed clock), and Prometheus for
-# promtool (the alert rules' unit tests); its daemon is not left running.
+# libfaketime (the fault tests restart a node with a skewed clock), npm (the dashboards'
+# schema check), and Prometheus for promtool (the alert rules' unit tests) and for the
+# dashboards' live test (tests/tests/t96_dashboards.rs starts its own server); its daemon
+# is not left running.
 set -euo pipefail
 
 missing=()
@@ -19,6 +21,8 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
+# node/npm for scripts/check-dashboards.sh (the dashboards' schema check); tested with Node 20.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 need_promtool=false
 command -v promtool >/dev/null 2>&1 || need_promtool=true
 

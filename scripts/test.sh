@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 # Alert rules: syntax, then their unit tests (each alert fires and stays silent).
 promtool check rules dashboards/alerts.yaml >/dev/null
 promtool test rules dashboards/alerts_test.yaml
+# Grafana dashboards: JSON Schema from @grafana/schema (npm tools cached outside the repo).
+./scripts/check-dashboards.sh
 # The black-box tests start the real binary: build it first (same profile as the tests).
 cargo build --locked --bin statestore
 cargo test --locked --workspace "$@"
