@@ -166,22 +166,24 @@ pub async fn dcall_retry(
 
 /// Settles `token` as `device` like [`settle`], but publishes the same settlement (same
 /// correlation data) again every [`RETRY_ATTEMPT_WAIT`] until a reply comes; panics after
-/// `within`. Returns the reply payload.
+/// `within`. Returns the reply payload and how many attempts it took.
 pub async fn settle_retry(
     device: &mut RawClient,
     action: &str,
     token: &str,
     within: Duration,
-) -> Vec<u8> {
+) -> (Vec<u8>, usize) {
     let p = props(device);
     let topic = format!("devices/{}/messages/settle/{action}/{token}", device.id);
     let deadline = tokio::time::Instant::now() + within;
+    let mut attempts = 0;
     loop {
+        attempts += 1;
         if let Some(reply) = device
             .request_on(&topic, b"", p.clone(), RETRY_ATTEMPT_WAIT)
             .await
         {
-            return reply.payload.to_vec();
+            return (reply.payload.to_vec(), attempts);
         }
         assert!(
             tokio::time::Instant::now() < deadline,
