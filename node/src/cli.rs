@@ -91,9 +91,6 @@ pub struct RunArgs {
     /// Log entries kept behind a snapshot (for followers only slightly behind).
     #[arg(long, value_name = "N")]
     pub entries_kept_after_snapshot: Option<u64>,
-    /// Worker threads of Raft's own runtime (0: share the request runtime).
-    #[arg(long, value_name = "N")]
-    pub raft_threads: Option<usize>,
     /// Longest key in bytes (§9, default 1024).
     #[arg(long, value_name = "BYTES")]
     pub max_key_bytes: Option<usize>,
@@ -312,7 +309,6 @@ impl RunArgs {
             &mut config.cluster.entries_kept_after_snapshot,
             self.entries_kept_after_snapshot,
         );
-        set(&mut config.cluster.raft_threads, self.raft_threads);
         set(&mut config.limits.max_key_bytes, self.max_key_bytes);
         set(&mut config.limits.max_value_bytes, self.max_value_bytes);
         set(&mut config.limits.max_array_len, self.max_array_len);

@@ -91,9 +91,6 @@ pub struct ClusterConfig {
     pub replication_timeout_ms: u64,
     /// Raft log payload kept in memory for replication and apply, MiB.
     pub log_cache_mb: u64,
-    /// Worker threads of the runtime Raft and the peer server run on, apart from request
-    /// handling (0: share the request runtime).
-    pub raft_threads: usize,
 }
 
 /// Broker connection.
@@ -346,7 +343,6 @@ impl Default for ClusterConfig {
             entries_kept_after_snapshot: raft.entries_kept_after_snapshot,
             replication_timeout_ms: as_ms(raft.peer_timeouts.replication),
             log_cache_mb: (raft.log_cache_bytes >> 20) as u64,
-            raft_threads: 2,
         }
     }
 }
@@ -515,9 +511,6 @@ impl Config {
         if c.log_cache_mb == 0 || c.log_cache_mb > 64 << 10 {
             return Err(invalid("cluster.log_cache_mb must be between 1 and 65536"));
         }
-        if c.raft_threads > 64 {
-            return Err(invalid("cluster.raft_threads must be between 0 and 64"));
-        }
         let l = &self.limits;
         if l.max_key_bytes == 0
             || l.max_value_bytes == 0
@@ -592,7 +585,6 @@ impl Config {
                 ..PeerTimeouts::default()
             },
             log_cache_bytes: usize::try_from(c.log_cache_mb << 20).unwrap_or(usize::MAX),
-            runtime_threads: c.raft_threads,
             ..RaftConfig::default()
         }
     }

@@ -19,7 +19,6 @@ pub mod metrics;
 pub mod network;
 mod raft_node;
 mod read_barrier;
-pub mod runtime;
 pub mod slow_io;
 pub mod snapshot;
 pub mod state_machine;

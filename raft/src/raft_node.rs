@@ -23,7 +23,6 @@ use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
 use crate::network::{NetworkFactory, PeerTimeouts};
 use crate::read_barrier;
-use crate::runtime::RaftRuntime;
 use crate::snapshot::SnapshotData;
 use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
 use crate::types::{NodeId, Raft, RaftMetrics, TypeConfig};
@@ -51,9 +50,6 @@ pub struct RaftConfig {
     pub snapshot_timeout: Duration,
     /// Log payload bytes kept in memory for replication and apply.
     pub log_cache_bytes: usize,
-    /// Worker threads of the consensus layer's own runtime ([`RaftRuntime`]); 0 runs Raft on
-    /// the caller's runtime.
-    pub runtime_threads: usize,
 }
 
 impl Default for RaftConfig {
@@ -72,7 +68,6 @@ impl Default for RaftConfig {
             peer_timeouts: PeerTimeouts::default(),
             snapshot_timeout: Duration::from_secs(60),
             log_cache_bytes: 64 << 20,
-            runtime_threads: 0,
         }
     }
 }
@@ -155,7 +150,6 @@ pub struct RaftNode {
     leadership: watch::Receiver<Leadership>,
     metrics: watch::Receiver<RaftMetrics>,
     batcher: Batcher,
-    runtime: RaftRuntime,
 }
 
 impl RaftNode {
@@ -173,15 +167,7 @@ impl RaftNode {
         rpcs.register(registry)
             .map_err(|e| Error::Config(format!("metrics: {e}")))?;
         let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs);
-        let runtime = RaftRuntime::new(config.runtime_threads).map_err(Error::Io)?;
-        let (config, registry) = (config.clone(), registry.clone());
-        let starting = runtime.clone();
-        runtime
-            .run(async move {
-                Self::start_on(&config, store, sink, &registry, network, starting).await
-            })
-            .await
-            .map_err(|e| Error::Stopped(format!("starting raft: {e}")))?
+        Self::start_with_network(config, store, sink, registry, network).await
     }
 
     /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
@@ -191,23 +177,6 @@ impl RaftNode {
         sink: Arc<dyn EventSink>,
         registry: &Registry,
         network: N,
-    ) -> Result<RaftNode>
-    where
-        N: RaftNetworkFactory<TypeConfig>,
-        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
-    {
-        let runtime = RaftRuntime::new(0).map_err(Error::Io)?;
-        Self::start_on(config, store, sink, registry, network, runtime).await
-    }
-
-    /// Starts Raft on the runtime this is called from, which must be `runtime`'s.
-    async fn start_on<N>(
-        config: &RaftConfig,
-        store: Store,
-        sink: Arc<dyn EventSink>,
-        registry: &Registry,
-        network: N,
-        runtime: RaftRuntime,
     ) -> Result<RaftNode>
     where
         N: RaftNetworkFactory<TypeConfig>,
@@ -268,7 +237,6 @@ impl RaftNode {
             leadership,
             metrics,
             batcher,
-            runtime,
         })
     }
 
@@ -282,29 +250,9 @@ impl RaftNode {
         self.id
     }
 
-    /// Serves peers on `listener` until `stop` turns true, on the consensus layer's runtime
-    /// (the listener moves there, so its sockets are driven by that runtime's I/O driver).
+    /// Serves peers on `listener` until `stop` turns true.
     pub async fn serve_peers(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
-        let listener = match listener.into_std() {
-            Ok(listener) => listener,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot move the peer listener to the raft runtime");
-                return;
-            }
-        };
-        let (raft, state) = (self.raft.clone(), self.state.clone());
-        let served = self
-            .runtime
-            .run(async move {
-                match TcpListener::from_std(listener) {
-                    Ok(listener) => crate::network::serve(listener, raft, state, stop).await,
-                    Err(err) => tracing::error!(error = %err, "cannot serve peers"),
-                }
-            })
-            .await;
-        if let Err(err) = served {
-            tracing::error!(error = %err, "the peer server stopped");
-        }
+        crate::network::serve(listener, self.raft.clone(), self.state.clone(), stop).await
     }
 
     /// Initialises a new cluster with `members` (id -> Raft address) unless this node already
