@@ -492,6 +492,41 @@ def details():
                  [(f"max by (job) (rate(statestore_reply_memory_evicted_total{{{SEL}}}[{RATE}]))", "evicted")],
                  "ops", steps(GREEN, (1, ORANGE)))
 
+    d.row("Device-bound queues")
+    d.timeseries("Device-bound requests", "Service requests on devicebound/v1/command/invoke answered per "
+                 "second, by command and result.",
+                 [(f"sum by (command, result) (rate(statestore_devicebound_requests_total{{{SEL}}}[{RATE}]))",
+                   "{{command}} {{result}}")], "reqps", steps(GREEN), show_thresholds=False)
+    d.timeseries("Messages by transition", "Device-bound message transitions per second (enqueued, delivered, "
+                 "completed, abandoned, rejected, expired, dead-lettered, purged, ...).",
+                 [(f"sum by (transition) (rate(statestore_devicebound_messages_total{{{SEL}}}[{RATE}]))",
+                   "{{transition}}")], "ops", steps(GREEN), show_thresholds=False)
+    d.timeseries("Locks and dead letters", "Message locks that ran out (the message is delivered again) and "
+                 "dead letters dropped to stay within max_dead_letters_per_device, per second.",
+                 [(f"sum by (job) (rate(statestore_devicebound_lock_expiries_total{{{SEL}}}[{RATE}]))",
+                   "lock expiries"),
+                  (f"sum by (job) (rate(statestore_devicebound_dead_letters_dropped_total{{{SEL}}}[{RATE}]))",
+                   "dead letters dropped")], "ops", steps(GREEN, (1, ORANGE)))
+    d.timeseries("Feedback", "Feedback records written and batch events (cut, published, settled, "
+                 "redelivered, dropped) per second.",
+                 [(f"sum by (job) (rate(statestore_devicebound_feedback_records_total{{{SEL}}}[{RATE}]))",
+                   "records"),
+                  (f"sum by (event) (rate(statestore_devicebound_feedback_batches_total{{{SEL}}}[{RATE}]))",
+                   "batches {{event}}")], "ops", steps(GREEN), show_thresholds=False)
+    d.timeseries("Offline devices", "Devices whose push is backing off now (PUBACK 0x10: no subscriber), "
+                 "backoffs started per second, and offline devices not backed off because the map was full.",
+                 [(f"sum by (job) (statestore_devicebound_devices_in_backoff{{{SEL}}})", "in backoff"),
+                  (f"sum by (job) (rate(statestore_devicebound_offline_backoffs_total{{{SEL}}}[{RATE}]))",
+                   "backoffs/s"),
+                  (f"sum by (job) (rate(statestore_devicebound_backoff_overflow_total{{{SEL}}}[{RATE}]))",
+                   "overflow/s")], "short", steps(GREEN, (50000, ORANGE), (100000, RED)))
+    d.timeseries("Device publishes", "Publishes from devices handled per second by kind (settle, receive, "
+                 "activity), and dropped without reply by reason (malformed topics).",
+                 [(f"sum by (kind) (rate(statestore_devicebound_device_publishes_total{{{SEL}}}[{RATE}]))",
+                   "{{kind}}"),
+                  (f"sum by (reason) (rate(statestore_devicebound_device_publishes_dropped_total{{{SEL}}}[{RATE}]))",
+                   "dropped {{reason}}")], "ops", steps(GREEN, (1, ORANGE)))
+
     d.row("Process")
     d.timeseries("CPU", "CPU time used per second, per member (1 = one core).",
                  [(f"rate(process_cpu_seconds_total{{{SEL}}}[{RATE}])", "{{instance}}")], "percentunit",
@@ -512,8 +547,8 @@ def details():
              f"* on (job, instance) group_left (version) statestore_build_info{{{SEL}}})",
              "{{instance}} {{version}}")], "s", steps(ORANGE, (300, GREEN)), w=24, h=4)
     return dashboard("statestore-details", "statestore / Details",
-                     "Raft, storage, expiry, notifications, MQTT, reply memory and process metrics of every "
-                     "member.", d.panels, ["statestore"], [link("statestore / Overview", "statestore-overview")])
+                     "Raft, storage, expiry, notifications, MQTT, reply memory, device-bound queue and "
+                     "process metrics of every member.", d.panels, ["statestore"], [link("statestore / Overview", "statestore-overview")])
 
 
 def render(board):
