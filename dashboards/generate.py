@@ -277,7 +277,7 @@ def overview():
            "1: 0 means the broker drops requests, 2 means two members answer.",
            [(f"sum by (job) (statestore_mqtt_request_subscription_active{{{SEL}}})", "{{job}}")], "none",
            steps(RED, (1, GREEN), (2, RED)), w=3, decimals=0)
-    d.gauge("Quota used", "max(keys / key quota, bytes / byte quota) of the replicated keyspace. "
+    d.gauge("Quota used", "max(keys / key quota, bytes / byte quota, registrations / registration quota) of the replicated keyspace. "
             "Writes are refused at 100 % (alerts at 80 % and 95 %).",
             [(f"max by (job) (statestore_keyspace_quota_used_ratio{{{SEL}}})", "{{job}}")], "percentunit",
             steps(GREEN, (0.8, ORANGE), (0.95, RED)), w=3)

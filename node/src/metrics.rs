@@ -269,7 +269,7 @@ impl StoreMetrics {
             )),
             quota_used_ratio: metric!(prometheus::Gauge::new(
                 "statestore_keyspace_quota_used_ratio",
-                "max(keys / key quota, bytes / byte quota)."
+                "max(keys / key quota, bytes / byte quota, registrations / registration quota)."
             )),
             db_size_bytes: metric!(IntGauge::new(
                 "statestore_disk_db_size_bytes",
@@ -356,8 +356,12 @@ impl StoreMetrics {
                 used as f64 / limit as f64
             }
         };
+        // The quotas whose exhaustion fails requests. The reply memory is not one: at its caps
+        // the oldest replies are evicted (statestore_reply_memory_evicted_total), nothing fails.
         self.quota_used_ratio.set(
-            ratio(meta.keys, meta.limits.max_keys).max(ratio(meta.bytes, meta.limits.max_bytes)),
+            ratio(meta.keys, meta.limits.max_keys)
+                .max(ratio(meta.bytes, meta.limits.max_bytes))
+                .max(ratio(meta.registrations, meta.limits.max_registrations)),
         );
         self.registrations.set(as_gauge(meta.registrations));
         self.reply_memory_entries
@@ -566,6 +570,7 @@ impl NodeMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use statestore_storage::keyspace::Limits;
 
     fn sample(rendered: &str, name: &str) -> Option<String> {
         rendered.lines().find_map(|line| {
@@ -619,5 +624,41 @@ mod tests {
             sample(&out, "statestore_reply_memory_entries").as_deref(),
             Some("1")
         );
+    }
+
+    #[test]
+    fn quota_used_ratio_is_the_fullest_of_keys_bytes_and_registrations() {
+        let metrics = NodeMetrics::new().expect("registers");
+        let limits = Limits {
+            max_keys: 100,
+            max_bytes: 1_000,
+            max_registrations: 10,
+            max_remembered_replies: 10,
+            ..Limits::default()
+        };
+        // (keys, bytes, registrations, remembered replies) -> ratio
+        for (keys, bytes, registrations, replies, expected) in [
+            (50, 100, 1, 0, "0.5"),
+            (10, 900, 1, 0, "0.9"),
+            (10, 100, 8, 0, "0.8"),
+            // A full reply memory evicts; it is not a quota that fails requests.
+            (10, 100, 1, 10, "0.1"),
+        ] {
+            let meta = KeyspaceMeta {
+                keys,
+                bytes,
+                registrations,
+                remembered_replies: replies,
+                limits,
+                ..KeyspaceMeta::default()
+            };
+            metrics.store.record_keyspace(&meta);
+            let out = metrics.render();
+            assert_eq!(
+                sample(&out, "statestore_keyspace_quota_used_ratio").as_deref(),
+                Some(expected),
+                "{meta:?}"
+            );
+        }
     }
 }
