@@ -46,6 +46,39 @@ const MAX_DEVICES_PER_ROUND: usize = 16_384;
 /// ran out).
 const TICK: Duration = Duration::from_millis(250);
 
+/// The text fields of a committed delivery (stored as bytes, checked as text at SEND), owned
+/// so a [`Delivery`] can borrow them for the publish or the pull reply.
+struct DeliveryText {
+    device: String,
+    message_id: String,
+    content_type: Option<String>,
+    content_encoding: Option<String>,
+}
+
+impl DeliveryText {
+    fn of(delivered: &MessageDelivery) -> Self {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        DeliveryText {
+            device: text(&delivered.device),
+            message_id: text(&delivered.message.message_id),
+            content_type: delivered.message.content_type.as_deref().map(text),
+            content_encoding: delivered.message.content_encoding.as_deref().map(text),
+        }
+    }
+
+    fn delivery<'a>(&'a self, delivered: &'a MessageDelivery) -> Delivery<'a> {
+        Delivery {
+            device_id: &self.device,
+            message_id: &self.message_id,
+            lock_token: &delivered.token,
+            expires_at_ms: delivered.message.expires_at_ms,
+            content_type: self.content_type.as_deref(),
+            content_encoding: self.content_encoding.as_deref(),
+            application_properties: &delivered.message.properties,
+        }
+    }
+}
+
 /// One device's backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Backoff {
@@ -250,32 +283,13 @@ impl<O: Outbox> DevicePush<O> {
         if !self.service.is_serving() {
             return;
         }
-        let device = String::from_utf8_lossy(&delivered.device).into_owned();
-        let message_id = String::from_utf8_lossy(&delivered.message.message_id).into_owned();
-        let content_type = delivered
-            .message
-            .content_type
-            .as_ref()
-            .map(|t| String::from_utf8_lossy(t).into_owned());
-        let content_encoding = delivered
-            .message
-            .content_encoding
-            .as_ref()
-            .map(|e| String::from_utf8_lossy(e).into_owned());
-        let delivery = Delivery {
-            device_id: &device,
-            message_id: &message_id,
-            lock_token: &delivered.token,
-            expires_at_ms: delivered.message.expires_at_ms,
-            content_type: content_type.as_deref(),
-            content_encoding: content_encoding.as_deref(),
-            application_properties: &delivered.message.properties,
-        };
+        let text = DeliveryText::of(&delivered);
+        let delivery = text.delivery(&delivered);
         let Ok(topic) = delivery_topic(&delivery) else {
             // Refused at SEND already; should one slip through, dead-letter it rather than
             // publish a topic the broker would refuse.
             tracing::warn!(
-                device,
+                device = %text.device,
                 "delivery topic too long: dead-lettering the message"
             );
             let _ = self
@@ -303,7 +317,10 @@ impl<O: Outbox> DevicePush<O> {
             message_expiry_secs: Some(expiry),
             content_type: None,
             user_properties,
-            kind: OutboundKind::DeviceMessage { device, token },
+            kind: OutboundKind::DeviceMessage {
+                device: text.device,
+                token,
+            },
         };
         self.service.outbox().publish(message).await;
     }
@@ -434,28 +451,8 @@ impl<O: Outbox> DevicePush<O> {
             DeviceResult::Settled { settled } => settlement_reply(settled),
             DeviceResult::Received(None) => pull_reply(None),
             DeviceResult::Received(Some(delivered)) => {
-                let device = String::from_utf8_lossy(&delivered.device).into_owned();
-                let message_id =
-                    String::from_utf8_lossy(&delivered.message.message_id).into_owned();
-                let content_type = delivered
-                    .message
-                    .content_type
-                    .as_ref()
-                    .map(|t| String::from_utf8_lossy(t).into_owned());
-                let content_encoding = delivered
-                    .message
-                    .content_encoding
-                    .as_ref()
-                    .map(|e| String::from_utf8_lossy(e).into_owned());
-                let delivery = Delivery {
-                    device_id: &device,
-                    message_id: &message_id,
-                    lock_token: &delivered.token,
-                    expires_at_ms: delivered.message.expires_at_ms,
-                    content_type: content_type.as_deref(),
-                    content_encoding: content_encoding.as_deref(),
-                    application_properties: &delivered.message.properties,
-                };
+                let text = DeliveryText::of(&delivered);
+                let delivery = text.delivery(&delivered);
                 pull_reply(Some((&delivery, &delivered.message.body)))
             }
             _ => return,
