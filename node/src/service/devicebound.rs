@@ -93,25 +93,9 @@ impl<O: Outbox> Service<O> {
         let _guard = self.in_flight.enter();
         let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
         let started = Instant::now();
-        let envelope = match envelope::check(&message, started) {
-            Ok(envelope) => envelope,
-            Err(refusal) => {
-                self.metrics.service.dropped(refusal.label());
-                tracing::debug!(
-                    reason = refusal.label(),
-                    "device-bound request dropped without reply"
-                );
-                return;
-            }
-        };
-        if let Err(requested) = envelope::check_protocol_version(&message) {
-            self.metrics.service.unsupported_version_total.inc();
-            let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
-            self.outbox
-                .publish(envelope::unsupported_version(&envelope, requested, expiry))
-                .await;
+        let Some(envelope) = self.open_envelope(&message, started).await else {
             return;
-        }
+        };
         let parsed = parse_device_request(&message.payload, &self.config.devicebound);
         let verb = match &parsed {
             Ok(request) => request.verb(),

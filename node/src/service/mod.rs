@@ -156,6 +156,29 @@ pub struct Service<O: Outbox> {
 }
 
 impl<O: Outbox> Service<O> {
+    /// The request's envelope (protocol §1, §5.2), or `None` once it has been dealt with:
+    /// dropped without a reply (counted by reason) or answered `__stat` 505 for an unsupported
+    /// protocol version. Shared by the state store and the device-bound service.
+    async fn open_envelope(&self, message: &InboundMessage, started: Instant) -> Option<Envelope> {
+        let envelope = match envelope::check(message, started) {
+            Ok(envelope) => envelope,
+            Err(refusal) => {
+                self.metrics.service.dropped(refusal.label());
+                tracing::debug!(reason = refusal.label(), topic = %message.topic, "request dropped without reply");
+                return None;
+            }
+        };
+        if let Err(requested) = envelope::check_protocol_version(message) {
+            self.metrics.service.unsupported_version_total.inc();
+            let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
+            self.outbox
+                .publish(envelope::unsupported_version(&envelope, requested, expiry))
+                .await;
+            return None;
+        }
+        Some(envelope)
+    }
+
     /// A service proposing through `raft`, stamping with an HLC named `node_name`.
     pub fn new(
         raft: RaftNode,
@@ -210,22 +233,9 @@ impl<O: Outbox> Service<O> {
         let _guard = self.in_flight.enter();
         let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
         let started = Instant::now();
-        let envelope = match envelope::check(&message, started) {
-            Ok(envelope) => envelope,
-            Err(refusal) => {
-                self.metrics.service.dropped(refusal.label());
-                tracing::debug!(reason = refusal.label(), topic = %message.topic, "request dropped without reply");
-                return;
-            }
-        };
-        if let Err(requested) = envelope::check_protocol_version(&message) {
-            self.metrics.service.unsupported_version_total.inc();
-            let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
-            self.outbox
-                .publish(envelope::unsupported_version(&envelope, requested, expiry))
-                .await;
+        let Some(envelope) = self.open_envelope(&message, started).await else {
             return;
-        }
+        };
 
         let parsed = protocol::parse_command(&message.payload, &self.config.protocol);
         let verb = match &parsed {
