@@ -542,10 +542,15 @@ def details():
                  [(f"process_threads{{{SEL}}}", "threads {{instance}}"),
                   (f"sum by (instance) (increase(statestore_process_stalls_total{{{SEL}}}[{RATE}]))",
                    "stalls {{instance}}")], "short", steps(GREEN, (200, ORANGE), (1000, RED)), w=6)
+    d.timeseries("Log lines held back", "Repeated WARN/ERROR lines the log throttle held back per "
+                 "second (a peer that is down makes openraft repeat its error); the log shows the "
+                 "first line and a `Suppressed N times` summary.",
+                 [(f"sum by (instance) (rate(statestore_log_lines_suppressed_total{{{SEL}}}[{RATE}]))",
+                   "{{instance}}")], "ops", steps(GREEN, (1, ORANGE), (50, RED)), w=8, h=4)
     d.stat("Build", "statestore version each member runs (value: seconds since the process started).",
            [(f"max by (instance, version) ((time() - process_start_time_seconds{{{SEL}}}) "
              f"* on (job, instance) group_left (version) statestore_build_info{{{SEL}}})",
-             "{{instance}} {{version}}")], "s", steps(ORANGE, (300, GREEN)), w=24, h=4)
+             "{{instance}} {{version}}")], "s", steps(ORANGE, (300, GREEN)), w=16, h=4)
     return dashboard("statestore-details", "statestore / Details",
                      "Raft, storage, expiry, notifications, MQTT, reply memory, device-bound queue and "
                      "process metrics of every member.", d.panels, ["statestore"], [link("statestore / Overview", "statestore-overview")])

@@ -131,6 +131,9 @@ pub struct RunArgs {
     /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Fraction of requests traced when an OTLP endpoint is set, 0.0–1.0 (default 0.01).
+    #[arg(long, value_name = "RATIO")]
+    pub trace_sample_ratio: Option<f64>,
     /// Device-bound message queues (`[devicebound]`).
     #[command(flatten)]
     pub devicebound: DeviceboundArgs,
@@ -333,6 +336,10 @@ impl RunArgs {
             self.cache_capacity_mb,
         );
         set(&mut config.telemetry.log, self.log);
+        set(
+            &mut config.telemetry.trace_sample_ratio,
+            self.trace_sample_ratio,
+        );
         if self.otlp_endpoint.is_some() {
             config.telemetry.otlp_endpoint = self.otlp_endpoint;
         }

@@ -186,6 +186,9 @@ pub struct TelemetryConfig {
     pub log: String,
     /// OTLP/gRPC endpoint for traces; `OTEL_EXPORTER_OTLP_ENDPOINT` also enables it.
     pub otlp_endpoint: Option<String>,
+    /// Fraction of requests traced when an endpoint is set (0.0–1.0). A request whose
+    /// `traceparent` is sampled is always traced, one whose `traceparent` is not never is.
+    pub trace_sample_ratio: f64,
 }
 
 /// Device-bound message queues (devicebound.md §5). Every setting has a range
@@ -414,6 +417,7 @@ impl Default for TelemetryConfig {
         TelemetryConfig {
             log: "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
             otlp_endpoint: None,
+            trace_sample_ratio: 0.01,
         }
     }
 }
@@ -545,6 +549,12 @@ impl Config {
         }
         if self.mqtt.receive_maximum == 0 {
             return Err(invalid("mqtt.receive_maximum must be positive"));
+        }
+        if !(0.0..=1.0).contains(&self.telemetry.trace_sample_ratio) {
+            return Err(invalid(format!(
+                "telemetry.trace_sample_ratio must be between 0 and 1 (got {})",
+                self.telemetry.trace_sample_ratio
+            )));
         }
         self.devicebound.validate()?;
         self.initial_members()?;
@@ -830,6 +840,26 @@ mod tests {
                     limits: LimitsConfig {
                         max_array_len: 4,
                         ..LimitsConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "trace sample ratio above 1",
+                Config {
+                    telemetry: TelemetryConfig {
+                        trace_sample_ratio: 1.5,
+                        ..TelemetryConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "negative trace sample ratio",
+                Config {
+                    telemetry: TelemetryConfig {
+                        trace_sample_ratio: -0.1,
+                        ..TelemetryConfig::default()
                     },
                     ..Config::default()
                 },

@@ -546,6 +546,9 @@ impl NodeMetrics {
         registry.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
+        registry.register(Box::new(
+            crate::telemetry::SuppressedLogLines::for_process()?
+        ))?;
         let devicebound = crate::device_metrics::DeviceboundMetrics::register(&registry)?;
         Ok(NodeMetrics {
             registry,

@@ -10,7 +10,7 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use std::time::Duration;
 
 use tracing::Level;
@@ -24,6 +24,53 @@ use tracing_throttle::{Policy, TracingRateLimitLayer};
 
 use crate::config::TelemetryConfig;
 use crate::error::NodeError;
+
+/// The counters of the process's log throttle, once [`init`] installed it.
+static LOG_THROTTLE: std::sync::OnceLock<tracing_throttle::Metrics> = std::sync::OnceLock::new();
+
+/// `statestore_log_lines_suppressed_total`: WARN/ERROR lines the throttle held back, read from
+/// the throttle's own counter at every scrape.
+pub struct SuppressedLogLines {
+    source: Option<tracing_throttle::Metrics>,
+    exported: prometheus::IntCounter,
+}
+
+impl SuppressedLogLines {
+    /// Counts what the process's log throttle held back (zero until [`init`] ran).
+    pub fn for_process() -> Result<Self, prometheus::Error> {
+        Self::new(LOG_THROTTLE.get().cloned())
+    }
+
+    /// Counts what the throttle with `metrics` held back.
+    pub fn new(metrics: Option<tracing_throttle::Metrics>) -> Result<Self, prometheus::Error> {
+        Ok(SuppressedLogLines {
+            source: metrics,
+            exported: prometheus::IntCounter::new(
+                "statestore_log_lines_suppressed_total",
+                "Repeated WARN/ERROR log lines held back by the log throttle (see the summaries in the log).",
+            )?,
+        })
+    }
+}
+
+impl prometheus::core::Collector for SuppressedLogLines {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.exported.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let now = self
+            .source
+            .as_ref()
+            .or_else(|| LOG_THROTTLE.get())
+            .map_or(0, |m| m.events_suppressed());
+        let seen = self.exported.get();
+        if now > seen {
+            self.exported.inc_by(now - seen);
+        }
+        self.exported.collect()
+    }
+}
 
 /// A repeated WARN/ERROR line is written at most once per this window.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
@@ -109,10 +156,12 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log))
         .map_err(|e| NodeError::Telemetry(format!("log filter {:?}: {e}", config.log)))?;
+    let throttle = log_throttle(true)?;
+    let _ = LOG_THROTTLE.set(throttle.metrics().clone());
     let logs = fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true)
-        .with_filter(filter.and(ThrottledWarnings::new(log_throttle(true)?)));
+        .with_filter(filter.and(ThrottledWarnings::new(throttle)));
 
     let endpoint = config
         .otlp_endpoint
@@ -126,8 +175,13 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
                 .with_timeout(std::time::Duration::from_secs(3))
                 .build()
                 .map_err(|e| NodeError::Telemetry(format!("OTLP exporter: {e}")))?;
+            // Parent-based: a request's sampled `traceparent` decides; others by ratio.
+            let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                config.trace_sample_ratio,
+            )));
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
+                .with_sampler(sampler)
                 .with_resource(Resource::builder().with_service_name("statestore").build())
                 .build();
             // Own filter: a quiet log level must not silence spans, and the exporter's own
@@ -135,6 +189,7 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
             let spans = Targets::new()
                 .with_target("statestore_node", LevelFilter::DEBUG)
                 .with_target("statestore_raft", LevelFilter::INFO)
+                .with_target(statestore_raft::trace::TARGET, LevelFilter::DEBUG)
                 .with_target("statestore_storage", LevelFilter::INFO);
             let layer = tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("statestore"))

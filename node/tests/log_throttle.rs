@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use statestore_node::telemetry::{SUMMARY_INTERVAL, ThrottledWarnings, log_throttle};
+use statestore_node::telemetry::{
+    SUMMARY_INTERVAL, SuppressedLogLines, ThrottledWarnings, log_throttle,
+};
 use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -48,19 +50,40 @@ impl<'a> MakeWriter<'a> for Captured {
 }
 
 fn subscriber(out: &Captured, summaries: bool) -> impl tracing::Subscriber + Send + Sync {
+    subscriber_counted(out, summaries).0
+}
+
+/// The subscriber, and the `statestore_log_lines_suppressed_total` collector of its throttle.
+fn subscriber_counted(
+    out: &Captured,
+    summaries: bool,
+) -> (impl tracing::Subscriber + Send + Sync, SuppressedLogLines) {
     let throttle = log_throttle(summaries).expect("throttle builds");
-    tracing_subscriber::registry().with(
+    let counted =
+        SuppressedLogLines::new(Some(throttle.metrics().clone())).expect("collector builds");
+    let subscriber = tracing_subscriber::registry().with(
         tracing_subscriber::fmt::layer()
             .with_writer(out.clone())
             .with_ansi(false)
             .with_filter(ThrottledWarnings::new(throttle)),
-    )
+    );
+    (subscriber, counted)
+}
+
+/// The value `collector` exports.
+fn exported(collector: &SuppressedLogLines) -> f64 {
+    use prometheus::core::Collector;
+    let families = collector.collect();
+    assert_eq!(families[0].name(), "statestore_log_lines_suppressed_total");
+    families[0].get_metric()[0].get_counter().get_value()
 }
 
 #[test]
 fn repeated_warnings_are_written_once_per_peer_and_info_is_untouched() {
     let out = Captured::default();
-    tracing::subscriber::with_default(subscriber(&out, false), || {
+    let (subscriber, suppressed) = subscriber_counted(&out, false);
+    assert_eq!(exported(&suppressed), 0.0);
+    tracing::subscriber::with_default(subscriber, || {
         for _ in 0..200 {
             tracing::warn!(
                 "update progress error: Unreachable node: connect 127.0.0.1:7001: refused"
@@ -86,6 +109,11 @@ fn repeated_warnings_are_written_once_per_peer_and_info_is_untouched() {
         "a line differing in a field is its own line"
     );
     assert_eq!(out.count("applied a batch"), 200, "INFO is never throttled");
+    assert_eq!(
+        exported(&suppressed),
+        3.0 * 199.0,
+        "every held-back repeat is counted (INFO and first lines are not)"
+    );
 }
 
 #[test]

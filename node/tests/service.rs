@@ -20,9 +20,8 @@ use statestore_node::metrics::NodeMetrics;
 use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{InboundMessage, OutboundMessage, Outbox, REQUEST_TOPIC};
-use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode};
+use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
 use statestore_storage::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
-use statestore_storage::keyspace::KeyEvent;
 use statestore_storage::sled::{Store, StoreConfig};
 use tokio::time::Instant;
 
@@ -294,7 +293,7 @@ impl ApplyGate {
 }
 
 impl EventSink for ApplyGate {
-    fn deliver(&self, _events: Vec<KeyEvent>) {
+    fn deliver(&self, _events: Vec<TracedEvent>) {
         let mut armed = self.armed.lock().expect("gate lock");
         if !*armed {
             return;

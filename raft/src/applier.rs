@@ -21,7 +21,8 @@ use statestore_storage::sled::StateTree;
 use tokio::sync::oneshot;
 
 use crate::metrics::RaftStorageMetrics;
-use crate::state_machine::{EventSink, LAST_APPLIED, MEMBERSHIP};
+use crate::state_machine::{EventSink, LAST_APPLIED, MEMBERSHIP, TracedEvent};
+use crate::trace;
 use crate::types::{Entry, StoredMembership, TypeConfig};
 
 /// Entries to apply, each with the responder of its client (leader only).
@@ -109,6 +110,9 @@ impl Worker {
         let mut events = Vec::new();
         let mut last_applied = None;
         let mut membership = None;
+        // One span for the chunk, opened at its first traced batch (leader only).
+        let mut apply_span: Option<tracing::Span> = None;
+        let chunk_len = chunk.len();
         let carry;
         {
             let mut keyspace = Keyspace::open_carrying(&mut txn, &self.carry).map_err(io_err)?;
@@ -118,12 +122,24 @@ impl Worker {
                 let outcomes = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(batch) => {
+                        // Taken, not copied: the batch may stay in the log cache.
+                        let mut traces = batch.traces().take().into_iter().peekable();
+                        if traces.peek().is_some() && apply_span.is_none() {
+                            let span = tracing::debug_span!(target: trace::TARGET, "raft.apply", entries = chunk_len);
+                            let contexts: Vec<_> = traces.clone().map(|(_, c)| c).collect();
+                            trace::attach(&span, &contexts);
+                            apply_span = Some(span);
+                        }
                         let mut outcomes = Vec::with_capacity(batch.len());
-                        for proposal in batch.proposals() {
+                        for (i, proposal) in batch.proposals().iter().enumerate() {
                             let applied = keyspace
                                 .apply(proposal)
                                 .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
-                            events.extend(applied.events);
+                            let trace = traces.next_if(|(at, _)| *at == i).map(|(_, c)| c);
+                            events.extend(applied.events.into_iter().map(|event| TracedEvent {
+                                event,
+                                trace: trace.clone(),
+                            }));
                             outcomes.push(applied.outcome);
                         }
                         outcomes
@@ -151,6 +167,7 @@ impl Worker {
             io_err(e)
         })?;
         self.carry = carry;
+        drop(apply_span);
         self.metrics
             .apply_commit_seconds
             .observe(started.elapsed().as_secs_f64());

@@ -10,9 +10,12 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
+use opentelemetry::Context;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use statestore_storage::codec;
 use statestore_storage::keyspace::{Mutation, Proposal};
+
+use crate::trace::ProposalTraces;
 
 /// A batch of proposals (cheap to clone).
 #[derive(Clone)]
@@ -21,15 +24,29 @@ pub struct Batch(Arc<Inner>);
 struct Inner {
     proposals: Vec<Proposal>,
     encoded: OnceLock<Vec<u8>>,
+    /// Trace contexts of sampled proposals (leader memory only; never encoded).
+    traces: ProposalTraces,
 }
 
 impl Batch {
     /// A batch of `proposals`, in log order.
     pub fn new(proposals: Vec<Proposal>) -> Batch {
+        Batch::traced(proposals, Vec::new())
+    }
+
+    /// A batch of `proposals` with the trace contexts of the sampled ones (`contexts[i]` is
+    /// proposal `i`'s; missing entries are unsampled).
+    pub fn traced(proposals: Vec<Proposal>, contexts: Vec<Option<Context>>) -> Batch {
         Batch(Arc::new(Inner {
             proposals,
             encoded: OnceLock::new(),
+            traces: ProposalTraces::new(contexts),
         }))
+    }
+
+    /// The trace contexts of the batch's sampled proposals (see [`crate::trace`]).
+    pub fn traces(&self) -> &ProposalTraces {
+        &self.0.traces
     }
 
     /// The proposals, in log order.
@@ -60,6 +77,7 @@ impl Batch {
         Ok(Batch(Arc::new(Inner {
             proposals,
             encoded: OnceLock::from(bytes),
+            traces: ProposalTraces::default(),
         })))
     }
 }

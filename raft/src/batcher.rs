@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use openraft::error::ClientWriteError;
 use openraft::impls::ProgressResponder;
+use opentelemetry::Context;
 use statestore_storage::keyspace::{Outcome, Proposal};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
@@ -37,6 +38,8 @@ const MAX_BATCH_BYTES: usize = 4 << 20;
 pub(crate) const MAX_QUEUED_PROPOSALS: usize = 65_536;
 
 type Waiter = oneshot::Sender<Result<Outcome>>;
+/// A queued proposal, its waiter and its trace context (when sampled).
+type Queued = (Proposal, Waiter, Option<Context>);
 
 /// Where batches go: the Raft log (a fake in the unit tests).
 pub(crate) trait LogWriter: Send + Sync + 'static {
@@ -81,7 +84,7 @@ impl LogWriter for Raft {
 /// Handle used by [`crate::RaftNode::submit`].
 #[derive(Clone)]
 pub(crate) struct Batcher {
-    queue: mpsc::Sender<(Proposal, Waiter)>,
+    queue: mpsc::Sender<Queued>,
 }
 
 impl Batcher {
@@ -98,11 +101,12 @@ impl Batcher {
         Batcher { queue }
     }
 
-    /// Queues `proposal`; the receiver yields its outcome once its batch is applied.
+    /// Queues `proposal`; the receiver yields its outcome once its batch is applied. The
+    /// current span's context goes with it when sampled ([`crate::trace`]).
     pub(crate) fn submit(&self, proposal: Proposal) -> Result<oneshot::Receiver<Result<Outcome>>> {
         let (tx, rx) = oneshot::channel();
         self.queue
-            .try_send((proposal, tx))
+            .try_send((proposal, tx, crate::trace::current_sampled()))
             .map_err(|err| match err {
                 mpsc::error::TrySendError::Full(_) => Error::Overloaded,
                 mpsc::error::TrySendError::Closed(_) => {
@@ -114,7 +118,7 @@ impl Batcher {
 }
 
 /// The batching task: forms batches from `pending` and writes them through `writer`.
-async fn run<W: LogWriter>(writer: W, mut pending: mpsc::Receiver<(Proposal, Waiter)>) {
+async fn run<W: LogWriter>(writer: W, mut pending: mpsc::Receiver<Queued>) {
     let slots = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
     while let Some(first) = pending.recv().await {
         // Wait for pipeline room; proposals arriving meanwhile join this batch.
@@ -132,8 +136,18 @@ async fn run<W: LogWriter>(writer: W, mut pending: mpsc::Receiver<(Proposal, Wai
                 Err(_) => break,
             }
         }
-        let (proposals, waiters): (Vec<Proposal>, Vec<Waiter>) = batch.into_iter().unzip();
-        match writer.write(Batch::new(proposals)).await {
+        let mut proposals = Vec::with_capacity(batch.len());
+        let mut waiters = Vec::with_capacity(batch.len());
+        let mut traces = Vec::new();
+        for (i, (proposal, waiter, trace)) in batch.into_iter().enumerate() {
+            proposals.push(proposal);
+            waiters.push(waiter);
+            if trace.is_some() {
+                traces.resize(i, None);
+                traces.push(trace);
+            }
+        }
+        match writer.write(Batch::traced(proposals, traces)).await {
             Ok(applied) => {
                 tokio::spawn(async move {
                     distribute(waiters, applied.await);

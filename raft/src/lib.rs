@@ -22,10 +22,11 @@ mod read_barrier;
 pub mod slow_io;
 pub mod snapshot;
 pub mod state_machine;
+pub mod trace;
 pub mod types;
 
 pub use error::{Error, Result};
 pub use membership::MembershipChange;
 pub use network::PeerTimeouts;
 pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
-pub use state_machine::{DiscardEvents, EventSink, SnapshotTrigger};
+pub use state_machine::{DiscardEvents, EventSink, SnapshotTrigger, TracedEvent};

@@ -25,6 +25,7 @@ use statestore_storage::codec;
 use tokio::sync::oneshot;
 
 use crate::metrics::RaftStorageMetrics;
+use crate::trace;
 use crate::types::{Entry, EntryPayload, LogId, TypeConfig, Vote};
 
 /// Bytes of entries returned by one `limited_get_log_entries` call (bounds replication reads).
@@ -144,6 +145,8 @@ pub enum Flushed {
         started: Instant,
         /// Where the time to durability is recorded.
         metrics: Arc<RaftStorageMetrics>,
+        /// The `raft.fsync` span of traced entries (ends when this completes).
+        span: Option<tracing::Span>,
     },
     /// A caller awaiting durability itself (votes, truncations).
     Wait(oneshot::Sender<io::Result<()>>),
@@ -156,6 +159,7 @@ impl raft_log::Callback for Flushed {
                 callback,
                 started,
                 metrics,
+                span,
             } => {
                 let took = started.elapsed();
                 metrics.log_fsync_seconds.observe(took.as_secs_f64());
@@ -164,6 +168,8 @@ impl raft_log::Callback for Flushed {
                     metrics.disk_errors_total.inc();
                     tracing::error!(error = %err, "raft log fdatasync failed; entries not acknowledged");
                 }
+                // The span ends at durability, before Raft learns of it.
+                drop(span);
                 callback.io_completed(result);
             }
             Flushed::Wait(tx) => {
@@ -318,22 +324,48 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let started = Instant::now();
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let traces: Vec<_> = entries
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                Payload::Normal(batch) => Some(batch.traces().contexts()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let append_span = (!traces.is_empty()).then(|| {
+            let span =
+                tracing::debug_span!(target: trace::TARGET, "raft.append", entries = entries.len());
+            trace::attach(&span, &traces);
+            span
+        });
         let mut wal = self.lock();
         let mut bytes = 0u64;
-        wal.append(entries.into_iter().map(|entry| {
-            let payload = WalPayload(entry.payload);
-            bytes += <WalTypes as raft_log::Types>::payload_size(&payload);
-            (WalLogId(entry.log_id), payload)
-        }))?;
+        {
+            let _entered = append_span.as_ref().map(|span| span.enter());
+            wal.append(entries.into_iter().map(|entry| {
+                let payload = WalPayload(entry.payload);
+                bytes += <WalTypes as raft_log::Types>::payload_size(&payload);
+                (WalLogId(entry.log_id), payload)
+            }))?;
+        }
+        drop(append_span);
         self.metrics
             .log_append_seconds
             .observe(started.elapsed().as_secs_f64());
+        // From hand-over to the fdatasync that covers these entries (ends in `Flushed::send`).
+        let span = (!traces.is_empty()).then(|| {
+            let span = tracing::debug_span!(target: trace::TARGET, "raft.fsync", bytes);
+            trace::attach(&span, &traces);
+            span
+        });
         wal.flush(
             true,
             Some(Flushed::Append {
                 callback,
                 started,
                 metrics: self.metrics.clone(),
+                span,
             }),
         )?;
         self.metrics.log_written_bytes_total.inc_by(bytes);

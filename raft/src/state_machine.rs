@@ -35,17 +35,26 @@ pub(crate) const MEMBERSHIP: &[u8] = b"membership";
 /// Proposals applied in one sled batch at most.
 const MAX_PROPOSALS_PER_COMMIT: usize = 16_384;
 
+/// A committed key event and the trace context of the proposal that caused it (on the leader,
+/// when that proposal was sampled; see [`crate::trace`]).
+pub struct TracedEvent {
+    /// What changed, and who observes it.
+    pub event: KeyEvent,
+    /// The causing proposal's trace context.
+    pub trace: Option<opentelemetry::Context>,
+}
+
 /// Receives the key events of every applied batch, in commit order.
 pub trait EventSink: Send + Sync + 'static {
     /// Called after the batch is committed to the state tree.
-    fn deliver(&self, events: Vec<KeyEvent>);
+    fn deliver(&self, events: Vec<TracedEvent>);
 }
 
 /// A sink that drops everything (followers in tests, tools).
 pub struct DiscardEvents;
 
 impl EventSink for DiscardEvents {
-    fn deliver(&self, _events: Vec<KeyEvent>) {}
+    fn deliver(&self, _events: Vec<TracedEvent>) {}
 }
 
 /// When a snapshot is worth building.

@@ -11,6 +11,7 @@ pub mod history;
 pub mod linearizability;
 pub mod netlab;
 pub mod node;
+pub mod otlp;
 pub mod process_faults;
 pub mod prometheus;
 pub mod raw;

@@ -10,6 +10,7 @@ use statestore_storage::devicebound::{
 };
 use statestore_storage::keyspace::{Mutation, Outcome, read};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::devicebound::{
     self as codec, AckMode, DeadLetterEntry, DeviceRequest, Expiry, FeedbackSettlement, QueueStats,
@@ -18,7 +19,7 @@ use crate::devicebound::{
 };
 use crate::protocol::{ErrorReply, Reply};
 use crate::service::envelope::{self, Envelope};
-use crate::service::{GaugeGuard, Service, Unavailable, answer};
+use crate::service::{GaugeGuard, Service, Unavailable, answer, request_span};
 use crate::transport::{InboundMessage, Outbox};
 
 /// A device-bound reply payload and its `result` label.
@@ -88,19 +89,28 @@ fn reason(reason: store::DeadLetterReason) -> codec::DeadLetterReason {
 }
 
 impl<O: Outbox> Service<O> {
-    /// Handles one device-bound service request end to end (like [`Service::handle`]).
+    /// Handles one device-bound service request end to end (like [`Service::handle`], and
+    /// traced the same way).
     pub async fn handle_device(self: Arc<Self>, message: InboundMessage) {
+        let span = request_span(&message, "devicebound");
+        self.serve_device(message).instrument(span).await;
+    }
+
+    async fn serve_device(self: Arc<Self>, message: InboundMessage) {
         let _guard = self.in_flight.enter();
         let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
         let started = Instant::now();
         let Some(envelope) = self.open_envelope(&message, started).await else {
             return;
         };
-        let parsed = parse_device_request(&message.payload, &self.config.devicebound);
+        let parsed = tracing::debug_span!("validate")
+            .in_scope(|| parse_device_request(&message.payload, &self.config.devicebound));
         let verb = match &parsed {
             Ok(request) => request.verb(),
             Err(_) => sniff_device_verb(&message.payload),
         };
+        let span = tracing::Span::current();
+        span.record("command", verb.label());
         let give_up = envelope
             .deadline
             .map_or(started + self.config.request_timeout, |deadline| {
@@ -129,13 +139,18 @@ impl<O: Outbox> Service<O> {
                     &self.config.node_client_id,
                     expiry,
                 );
-                self.outbox.publish(reply).await;
+                span.record("result", answer.label);
+                self.outbox
+                    .publish(reply)
+                    .instrument(tracing::debug_span!("reply"))
+                    .await;
                 self.metrics
                     .devicebound
                     .observe(verb, answer.label, elapsed);
             }
             Err(unavailable) => {
                 let label = unavailable.label();
+                span.record("result", label);
                 self.metrics.devicebound.observe(verb, label, elapsed);
                 self.metrics.service.dropped(label);
                 if let Unavailable::Internal(err) = &unavailable {

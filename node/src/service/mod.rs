@@ -228,8 +228,14 @@ impl<O: Outbox> Service<O> {
     }
 
     /// Handles one request end to end: it is answered, refused without a reply, or (when
-    /// this node cannot serve it) left for the client to retry.
+    /// this node cannot serve it) left for the client to retry. Traced as a `request` span
+    /// (continuing the request's `traceparent`) with a child per stage.
     pub async fn handle(self: Arc<Self>, message: InboundMessage) {
+        let span = request_span(&message, "statestore");
+        self.serve(message).instrument(span).await;
+    }
+
+    async fn serve(self: Arc<Self>, message: InboundMessage) {
         let _guard = self.in_flight.enter();
         let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
         let started = Instant::now();
@@ -237,16 +243,14 @@ impl<O: Outbox> Service<O> {
             return;
         };
 
-        let parsed = protocol::parse_command(&message.payload, &self.config.protocol);
+        let parsed = tracing::debug_span!("validate")
+            .in_scope(|| protocol::parse_command(&message.payload, &self.config.protocol));
         let verb = match &parsed {
             Ok(command) => command.verb(),
             Err(_) => protocol::sniff_verb(&message.payload),
         };
-        let span = tracing::debug_span!(
-            "request",
-            command = verb.label(),
-            result = tracing::field::Empty
-        );
+        let span = tracing::Span::current();
+        span.record("command", verb.label());
         // Past this instant nobody waits for the reply: give up (the proposal, if already
         // submitted, still commits, and a retry finds its remembered reply).
         let give_up = envelope
@@ -255,13 +259,11 @@ impl<O: Outbox> Service<O> {
                 deadline.min(started + self.config.request_timeout)
             });
         let result = match parsed {
-            Ok(command) => tokio::time::timeout_at(
-                give_up,
-                self.execute(command, &message, &envelope)
-                    .instrument(span.clone()),
-            )
-            .await
-            .unwrap_or(Err(Unavailable::TimedOut)),
+            Ok(command) => {
+                tokio::time::timeout_at(give_up, self.execute(command, &message, &envelope))
+                    .await
+                    .unwrap_or(Err(Unavailable::TimedOut))
+            }
             Err(err) => Ok(Answer::error(err.into())),
         };
         let elapsed = started.elapsed().as_secs_f64();
@@ -284,7 +286,10 @@ impl<O: Outbox> Service<O> {
                     &self.config.node_client_id,
                     expiry,
                 );
-                self.outbox.publish(reply).await;
+                self.outbox
+                    .publish(reply)
+                    .instrument(tracing::debug_span!("reply"))
+                    .await;
                 self.metrics.service.observe(verb, label, elapsed);
             }
             Err(unavailable) => {
@@ -314,13 +319,44 @@ impl<O: Outbox> Service<O> {
             // quorum): another node may be leading; the client retries there.
             return Err(Unavailable::NotLeader);
         }
+        let prepared =
+            tracing::debug_span!("validate").in_scope(|| self.prepare(command, message, envelope));
+        let (mutation, request_ts) = match prepared {
+            Err(refused) => return Ok(Answer::error(refused)),
+            Ok(Prepared::Read { key }) => return self.get(key).await,
+            Ok(Prepared::Write {
+                mutation,
+                request_ts,
+            }) => (mutation, request_ts),
+        };
+        let request = self.request_id(envelope, message.message_expiry_secs);
+        if let Some(outcome) =
+            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
+        {
+            self.metrics.service.dedup_hits_total.inc();
+            return Ok(answer::from_outcome(outcome));
+        }
+        let outcome = self
+            .propose(Some(request), mutation, request_ts.as_ref())
+            .await?;
+        Ok(answer::from_outcome(outcome))
+    }
+
+    /// The checks at the door (§5): timestamps, fencing tokens, the client id of KEYNOTIFY; a
+    /// read, a typed mutation, or the error reply.
+    fn prepare<'a>(
+        &self,
+        command: Command<'a>,
+        message: &InboundMessage,
+        envelope: &Envelope,
+    ) -> Result<Prepared<'a>, ErrorReply> {
         let request_ts = match message.user_property("__ts").map(Hlc::parse) {
             None => None,
             Some(Ok(ts)) => Some(ts),
-            Some(Err(_)) => return Ok(Answer::error(ErrorReply::MalformedTimestamp)),
+            Some(Err(_)) => return Err(ErrorReply::MalformedTimestamp),
         };
         if matches!(command, Command::Set { .. }) && request_ts.is_none() {
-            return Ok(Answer::error(ErrorReply::MissingTimestamp));
+            return Err(ErrorReply::MissingTimestamp);
         }
         let fenced = matches!(
             command,
@@ -333,18 +369,18 @@ impl<O: Outbox> Service<O> {
         {
             None => None,
             Some(Ok(ft)) => Some(ft),
-            Some(Err(_)) => return Ok(Answer::error(ErrorReply::MalformedTimestamp)),
+            Some(Err(_)) => return Err(ErrorReply::MalformedTimestamp),
         };
         let limit = self.wall.now_ms().saturating_add(MAX_CLOCK_DRIFT_MS);
         if request_ts.as_ref().is_some_and(|ts| ts.ms > limit) {
-            return Ok(Answer::error(ErrorReply::TimestampSkew));
+            return Err(ErrorReply::TimestampSkew);
         }
         if fencing_token.as_ref().is_some_and(|ft| ft.ms > limit) {
-            return Ok(Answer::error(ErrorReply::FencingTokenSkew));
+            return Err(ErrorReply::FencingTokenSkew);
         }
 
         let mutation = match command {
-            Command::Get { key } => return self.get(key).await,
+            Command::Get { key } => return Ok(Prepared::Read { key }),
             Command::Set {
                 key,
                 value,
@@ -380,7 +416,7 @@ impl<O: Outbox> Service<O> {
                     .clone()
                     .filter(|c| c.len() <= MAX_CLIENT_ID_BYTES)
                 else {
-                    return Ok(Answer::error(ErrorReply::Syntax));
+                    return Err(ErrorReply::Syntax);
                 };
                 if stop {
                     Mutation::Unobserve {
@@ -395,18 +431,10 @@ impl<O: Outbox> Service<O> {
                 }
             }
         };
-
-        let request = self.request_id(envelope, message.message_expiry_secs);
-        if let Some(outcome) =
-            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
-        {
-            self.metrics.service.dedup_hits_total.inc();
-            return Ok(answer::from_outcome(outcome));
-        }
-        let outcome = self
-            .propose(Some(request), mutation, request_ts.as_ref())
-            .await?;
-        Ok(answer::from_outcome(outcome))
+        Ok(Prepared::Write {
+            mutation,
+            request_ts,
+        })
     }
 
     /// Who asked what (§6): the reply memory's key for a request with `envelope`.
@@ -463,6 +491,8 @@ impl<O: Outbox> Service<O> {
         mutation: Mutation,
         request_ts: Option<&Hlc>,
     ) -> Result<Outcome, Unavailable> {
+        // Replicated to a quorum, committed and applied.
+        let commit = tracing::debug_span!("commit");
         let pending = {
             let mut clock = self.clock.lock().await;
             let stamp = match request_ts {
@@ -477,10 +507,11 @@ impl<O: Outbox> Service<O> {
                 request,
                 mutation,
             };
-            // Submitted under the clock lock: stamps enter the log in increasing order.
-            self.raft.submit(proposal)?
+            // Submitted under the clock lock: stamps enter the log in increasing order. The
+            // log append, fsync and apply spans of its batch hang under `commit`.
+            commit.in_scope(|| self.raft.submit(proposal))?
         };
-        let outcome = pending.outcome().await?;
+        let outcome = pending.outcome().instrument(commit).await?;
         if let Outcome::Device(device) = &outcome {
             // Remembered replies carry zero counters: nothing is counted twice.
             self.metrics.devicebound.record(&device.counters);
@@ -526,6 +557,39 @@ impl<O: Outbox> Service<O> {
     pub fn wall_ms(&self) -> u64 {
         self.wall.now_ms()
     }
+}
+
+/// What a request becomes once checked at the door (a short-lived stack value: the size of
+/// the write variant costs nothing).
+#[allow(clippy::large_enum_variant)]
+enum Prepared<'a> {
+    /// A linearizable GET of `key`.
+    Read { key: &'a [u8] },
+    /// A typed mutation to propose, with the request's `__ts`.
+    Write {
+        mutation: Mutation,
+        request_ts: Option<Hlc>,
+    },
+}
+
+/// The `request` span of an inbound request to `service`: `command` and `result` are recorded
+/// as they become known; it continues the W3C trace in the request's `traceparent` (and
+/// `tracestate`) user properties.
+pub(crate) fn request_span(message: &InboundMessage, service: &'static str) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "request",
+        service,
+        command = tracing::field::Empty,
+        result = tracing::field::Empty
+    );
+    if !span.is_disabled() {
+        crate::telemetry::continue_remote_trace(
+            &span,
+            message.user_property("traceparent"),
+            message.user_property("tracestate"),
+        );
+    }
+    span
 }
 
 /// Keeps a gauge incremented for its lifetime.

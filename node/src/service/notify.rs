@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use statestore_raft::EventSink;
+use statestore_raft::{EventSink, TracedEvent};
 use statestore_storage::keyspace::{Change, KeyEvent, Mutation};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::metrics::NodeMetrics;
 use crate::mqtt::SessionEvent;
@@ -23,7 +24,7 @@ use crate::transport::{NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage, Outbo
 
 /// Hands committed events to the notifier while this node serves as leader.
 pub struct NotifySink {
-    events: mpsc::Sender<KeyEvent>,
+    events: mpsc::Sender<TracedEvent>,
     serving: Arc<AtomicBool>,
     metrics: Arc<NodeMetrics>,
 }
@@ -31,7 +32,7 @@ pub struct NotifySink {
 impl NotifySink {
     /// A sink feeding `events`, gated by `serving`.
     pub fn new(
-        events: mpsc::Sender<KeyEvent>,
+        events: mpsc::Sender<TracedEvent>,
         serving: Arc<AtomicBool>,
         metrics: Arc<NodeMetrics>,
     ) -> Self {
@@ -44,12 +45,12 @@ impl NotifySink {
 }
 
 impl EventSink for NotifySink {
-    fn deliver(&self, events: Vec<KeyEvent>) {
+    fn deliver(&self, events: Vec<TracedEvent>) {
         if !self.serving.load(Ordering::SeqCst) {
             return; // followers (and a leader still taking over) never notify
         }
         for event in events {
-            let observers = event.observers.len() as u64;
+            let observers = event.event.observers.len() as u64;
             match self.events.try_send(event) {
                 Ok(()) => self.metrics.store.notify_pending.inc(),
                 Err(_) => {
@@ -98,32 +99,44 @@ pub fn notifications(event: KeyEvent) -> Vec<OutboundMessage> {
         .collect()
 }
 
-/// Publishes queued events in order.
+/// Publishes queued events in order. An event whose write was traced gets a `notify` span in
+/// that write's trace.
 pub async fn run_notifier<O: Outbox>(
-    mut events: mpsc::Receiver<KeyEvent>,
+    mut events: mpsc::Receiver<TracedEvent>,
     outbox: Arc<Service<O>>,
 ) {
     let metrics = outbox.metrics().clone();
-    while let Some(event) = events.recv().await {
+    while let Some(TracedEvent { event, trace }) = events.recv().await {
         metrics.store.notify_pending.dec();
         let op = match event.change {
             Change::Set(_) => "set",
             Change::Delete => "delete",
         };
-        for message in notifications(event) {
-            if outbox.outbox().publish(message).await {
-                metrics
-                    .store
-                    .notify_sent_total
-                    .with_label_values(&[op])
-                    .inc();
-            } else {
-                metrics
-                    .store
-                    .notify_dropped_total
-                    .with_label_values(&["publish_failed"])
-                    .inc();
+        let span = trace.map(|parent| {
+            let span = tracing::debug_span!("notify", op, observers = event.observers.len());
+            statestore_raft::trace::attach(&span, &[parent]);
+            span
+        });
+        let publish = async {
+            for message in notifications(event) {
+                if outbox.outbox().publish(message).await {
+                    metrics
+                        .store
+                        .notify_sent_total
+                        .with_label_values(&[op])
+                        .inc();
+                } else {
+                    metrics
+                        .store
+                        .notify_dropped_total
+                        .with_label_values(&["publish_failed"])
+                        .inc();
+                }
             }
+        };
+        match span {
+            Some(span) => publish.instrument(span).await,
+            None => publish.await,
         }
     }
 }
