@@ -391,6 +391,8 @@ pub struct MqttMetrics {
     pub messages_sent_total: IntCounterVec,
     /// `statestore_mqtt_publish_failures_total{kind}`
     pub publish_failures_total: IntCounterVec,
+    /// `statestore_mqtt_session_events_dropped_total{kind}`
+    pub session_events_dropped_total: IntCounterVec,
 }
 
 const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
@@ -449,6 +451,13 @@ impl MqttMetrics {
             )),
             messages_sent_total,
             publish_failures_total,
+            session_events_dropped_total: metric!(IntCounterVec::new(
+                Opts::new(
+                    "statestore_mqtt_session_events_dropped_total",
+                    "Broker reports (PUBACK 0x10: client gone, device offline, feedback unheard) dropped because their queue was full."
+                ),
+                &["kind"]
+            )),
         };
         metrics.set_connection_state("disconnected");
         metrics
@@ -532,6 +541,7 @@ impl NodeMetrics {
         register(&registry, &mqtt.messages_received_total)?;
         register(&registry, &mqtt.messages_sent_total)?;
         register(&registry, &mqtt.publish_failures_total)?;
+        register(&registry, &mqtt.session_events_dropped_total)?;
         let build_info = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_build_info",

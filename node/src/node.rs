@@ -19,7 +19,6 @@ use crate::error::NodeError;
 use crate::http::{self, HttpState};
 use crate::metrics::NodeMetrics;
 use crate::mqtt::MqttHandle;
-use crate::mqtt::SessionEvent;
 use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
@@ -113,15 +112,12 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     ));
     tokio::spawn(notify::run_notifier(event_rx, service.clone()));
     let push = DevicePush::new(service.clone());
-    let (forget_tx, forget_rx) = mpsc::unbounded_channel();
-    let (device_tx, device_rx) = mpsc::unbounded_channel();
-    tokio::spawn(route_session_events(session_events, forget_tx, device_tx));
     tokio::spawn(notify::run_forgetter(
-        forget_rx,
+        session_events.forget,
         service.clone(),
         stop.clone(),
     ));
-    tokio::spawn(push.clone().run_events(device_rx, stop.clone()));
+    tokio::spawn(push.clone().run_events(session_events.device, stop.clone()));
     tokio::spawn(push.clone().run(stop.clone()));
     tokio::spawn(device_sweep::run(push.clone(), stop.clone()));
     tokio::spawn(sample_gauges(
@@ -203,22 +199,6 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Splits the session's reports: departed KEYNOTIFY clients to the forgetter, device-bound
-/// PUBACK 0x10s to the device push.
-async fn route_session_events(
-    mut events: mpsc::UnboundedReceiver<SessionEvent>,
-    forget: mpsc::UnboundedSender<SessionEvent>,
-    device: mpsc::UnboundedSender<SessionEvent>,
-) {
-    while let Some(event) = events.recv().await {
-        let to = match event {
-            SessionEvent::NoMatchingSubscribers { .. } => &forget,
-            SessionEvent::DeviceOffline { .. } | SessionEvent::FeedbackUnheard { .. } => &device,
-        };
-        let _ = to.send(event);
-    }
 }
 
 async fn serve(

@@ -7,7 +7,10 @@
 //! PUBACKs with reason 0x10 come back as [`SessionEvent`]s. It reconnects with exponential
 //! backoff and restores the request subscription whenever the service wants it.
 
+mod events;
 mod session;
+
+pub use events::{SESSION_EVENT_QUEUE, SessionEventQueues, SessionEvents};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,10 +102,13 @@ impl MqttHandle {
         requests: Intake,
         metrics: Arc<MqttMetrics>,
         stalls: Arc<StallDetector>,
-    ) -> std::io::Result<(MqttHandle, mpsc::UnboundedReceiver<SessionEvent>)> {
+    ) -> std::io::Result<(MqttHandle, SessionEventQueues)> {
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let (state_tx, state) = watch::channel(SessionState::default());
-        let (event_tx, events) = mpsc::unbounded_channel();
+        let (event_tx, events) = SessionEvents::new(
+            SESSION_EVENT_QUEUE,
+            metrics.session_events_dropped_total.clone(),
+        );
         std::thread::Builder::new()
             .name("mqtt-session".into())
             .spawn(move || {

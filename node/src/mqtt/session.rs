@@ -23,7 +23,7 @@ use ntex_service::{Pipeline, ServiceFactory, fn_service};
 use ntex_util::time::Seconds;
 use tokio::sync::{mpsc, watch};
 
-use super::{Command, SessionConfig, SessionEvent, SessionState};
+use super::{Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
@@ -51,7 +51,7 @@ pub(super) async fn run(
     mut commands: mpsc::Receiver<Command>,
     requests: Intake,
     state: watch::Sender<SessionState>,
-    events: mpsc::UnboundedSender<SessionEvent>,
+    events: SessionEvents,
     metrics: Arc<MqttMetrics>,
     stalls: Arc<StallDetector>,
 ) {
@@ -199,7 +199,7 @@ impl Connected<'_> {
         commands: &mut mpsc::Receiver<Command>,
         want_subscription: &mut bool,
         requests: Intake,
-        events: mpsc::UnboundedSender<SessionEvent>,
+        events: SessionEvents,
     ) -> Ended {
         // What was published and when, in order; the broker acknowledges in the same order.
         let in_flight: Rc<RefCell<VecDeque<(OutboundKind, Instant)>>> = Rc::default();
@@ -228,7 +228,7 @@ impl Connected<'_> {
                         _ => None,
                     };
                     if let Some(event) = event {
-                        let _ = events.send(event);
+                        events.offer(event);
                     }
                 }
             });

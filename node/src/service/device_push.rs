@@ -328,7 +328,7 @@ impl<O: Outbox> DevicePush<O> {
     /// Handles what the session reports about device-bound publishes, until `stop`.
     pub async fn run_events(
         self: Arc<Self>,
-        mut events: mpsc::UnboundedReceiver<SessionEvent>,
+        mut events: mpsc::Receiver<SessionEvent>,
         mut stop: watch::Receiver<bool>,
     ) {
         loop {

@@ -144,7 +144,7 @@ pub async fn run_notifier<O: Outbox>(
 /// Drops the registrations of clients the broker says are gone. Repeated reports for the same
 /// client within a few seconds are coalesced into one proposal.
 pub async fn run_forgetter<O: Outbox>(
-    mut events: mpsc::UnboundedReceiver<SessionEvent>,
+    mut events: mpsc::Receiver<SessionEvent>,
     service: Arc<Service<O>>,
     mut stop: watch::Receiver<bool>,
 ) {
