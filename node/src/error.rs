@@ -29,4 +29,7 @@ pub enum NodeError {
     /// An admin call to a node failed.
     #[error("admin: {0}")]
     Admin(String),
+    /// `statestore kv` could not reach the store or got no usable reply.
+    #[error("{0}")]
+    Client(String),
 }

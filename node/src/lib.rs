@@ -15,6 +15,7 @@ pub mod device_metrics;
 pub mod devicebound;
 pub mod error;
 pub mod http;
+pub mod kv;
 pub mod metrics;
 pub mod mqtt;
 pub mod node;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use statestore_node::cli::{Cli, CliCommand};
-use statestore_node::{admin, node, telemetry};
+use statestore_node::{admin, kv, node, telemetry};
 
 /// mimalloc instead of glibc malloc: the apply path and sled allocate and free small buffers
 /// at a high rate, where glibc's arenas fragment (see BENCHMARKS.md).
@@ -12,6 +12,7 @@ use statestore_node::{admin, node, telemetry};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Usage errors exit with 2 (clap's own convention, and `statestore kv`'s).
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -36,6 +37,8 @@ fn main() -> ExitCode {
                 println!("{}", admin::run(&args.endpoint, &args.action).await?);
                 Ok(())
             }
+            // Its own exit statuses (0 found, 1 missing, 2 error); it prints its errors.
+            CliCommand::Kv(args) => std::process::exit(i32::from(kv::run(args).await)),
         }
     });
     match result {
