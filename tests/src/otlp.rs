@@ -122,7 +122,12 @@ pub struct Collector {
 impl Collector {
     /// Starts a collector on a free loopback port (inside a Tokio runtime).
     pub fn start() -> Collector {
-        let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("loopback address"))
+        Collector::start_on(0)
+    }
+
+    /// Starts a collector on loopback `port` (0: a free one).
+    pub fn start_on(port: u16) -> Collector {
+        let incoming = TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], port)))
             .expect("bind the collector");
         let address = incoming.local_addr().expect("collector address");
         let sink = Sink::default();
