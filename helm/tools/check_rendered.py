@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""Assertions over the statestore chart's rendered manifests (`helm template`), and renders
+that must fail with a clear message.
+
+    check_rendered.py HELM REPO_ROOT
+
+Each check prints PASS/FAIL with what it compared; exits 1 if any failed. Needs PyYAML (the
+tools venv of scripts/check-helm.sh) and Python 3.11 (tomllib).
+"""
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+HELM = sys.argv[1]
+ROOT = Path(sys.argv[2]).resolve()
+CHART = ROOT / "helm" / "statestore"
+RELEASE, NS, DOMAIN = "demo", "store", "cluster.local"
+
+failures = 0
+passes = 0
+
+
+def check(ok, what):
+    global failures, passes
+    if ok:
+        passes += 1
+        print(f"PASS {what}")
+    else:
+        failures += 1
+        print(f"FAIL {what}")
+    return ok
+
+
+def helm_template(*args):
+    cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, *args]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def render(*args):
+    out = helm_template(*args)
+    if out.returncode != 0:
+        raise SystemExit(f"helm template {' '.join(args)} failed:\n{out.stderr}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+class Manifests:
+    def __init__(self, docs):
+        self.docs = docs
+
+    def all(self, kind):
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind, name=None):
+        found = [d for d in self.all(kind) if name is None or d["metadata"]["name"] == name]
+        if len(found) != 1:
+            raise SystemExit(f"expected one {kind} {name or ''}, found {len(found)}")
+        return found[0]
+
+    def maybe(self, kind, name):
+        found = [d for d in self.all(kind) if d["metadata"]["name"] == name]
+        return found[0] if found else None
+
+
+def flags(args):
+    """`--flag value` pairs of a container's args (after the subcommand)."""
+    out = {}
+    i = 1
+    while i < len(args):
+        if args[i].startswith("--"):
+            out[args[i]] = args[i + 1]
+            i += 2
+        else:
+            i += 1
+    return out
+
+
+def host_port(addr):
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+def named_port(container, port):
+    if isinstance(port, int):
+        return port
+    for p in container.get("ports", []):
+        if p["name"] == port:
+            return p["containerPort"]
+    raise SystemExit(f"no port named {port} in container {container['name']}")
+
+
+def restrictive(where, pod_spec):
+    psc = pod_spec.get("securityContext", {})
+    check(psc.get("runAsNonRoot") is True, f"{where}: pod runAsNonRoot")
+    check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: seccomp RuntimeDefault")
+    check(pod_spec.get("automountServiceAccountToken") is False, f"{where}: no service account token")
+    for c in pod_spec.get("initContainers", []) + pod_spec["containers"]:
+        sc = c.get("securityContext", {})
+        check(
+            sc.get("readOnlyRootFilesystem") is True
+            and sc.get("allowPrivilegeEscalation") is False
+            and sc.get("capabilities", {}).get("drop") == ["ALL"],
+            f"{where}/{c['name']}: read-only root, no privilege escalation, capabilities dropped",
+        )
+
+
+def node_configs(m, sts):
+    cm = m.one("ConfigMap", f"{sts['metadata']['name']}-config")
+    return {k: tomllib.loads(v) for k, v in cm["data"].items()}, cm
+
+
+def default_render():
+    print("== default values")
+    m = Manifests(render())
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    f = flags(container["args"])
+    headless = m.one("Service", spec["serviceName"])
+    admin = m.one("Service", name)
+
+    check(spec["replicas"] == 3, "replicas 3")
+    check(spec["podManagementPolicy"] == "Parallel", "podManagementPolicy Parallel")
+    check(headless["spec"].get("clusterIP") == "None", "headless Service has clusterIP None")
+    check(headless["spec"].get("publishNotReadyAddresses") is True, "headless Service publishes not-ready addresses")
+    pod_labels = spec["template"]["metadata"]["labels"]
+    for svc in (headless, admin):
+        check(
+            svc["spec"]["selector"].items() <= pod_labels.items(),
+            f"Service {svc['metadata']['name']} selects the pods",
+        )
+    check(spec["selector"]["matchLabels"].items() <= pod_labels.items(), "StatefulSet selector matches its pods")
+    check(container["args"][0] == "run", "container runs `statestore run` (entrypoint statestore)")
+
+    # Ports: flags, container ports, Services, probes, peers, NetworkPolicy.
+    http_host, http_port = host_port(f["--http"])
+    raft_host, raft_port = host_port(f["--raft"])
+    check(http_host == raft_host == "0.0.0.0", "listeners on all interfaces")
+    check(named_port(container, "http") == http_port, f"container port http = --http port {http_port}")
+    check(named_port(container, "raft") == raft_port, f"container port raft = --raft port {raft_port}")
+    for svc in (headless, admin):
+        for p in svc["spec"]["ports"]:
+            want = {"http": http_port, "raft": raft_port}[p["name"]]
+            check(
+                p["port"] == want and named_port(container, p["targetPort"]) == want,
+                f"Service {svc['metadata']['name']} port {p['name']} = {want}",
+            )
+    for probe, path in (("startupProbe", "/livez"), ("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        check(
+            get["path"] == path and named_port(container, get["port"]) == http_port,
+            f"{probe} GET {path} on the --http port",
+        )
+    startup = container["startupProbe"]
+    check(startup["periodSeconds"] * startup["failureThreshold"] >= 300, "startup probe allows >= 5 min of catch-up")
+
+    # Peers: one file per pod, id = ordinal + 1, the peer list = the pods' DNS names.
+    configs, cm = node_configs(m, sts)
+    check(sorted(configs) == [f"{name}-{i}.toml" for i in range(3)], "one TOML file per pod")
+    mount = {vm["name"]: vm["mountPath"] for vm in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    config_vol = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name") == cm["metadata"]["name"])
+    check(f["--config"] == f"{mount[config_vol]}/$(POD_NAME).toml", "--config is the pod's own file")
+    env = {e["name"]: e for e in container["env"]}
+    check(
+        env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name",
+        "POD_NAME comes from the pod's name",
+    )
+    dns = [f"{name}-{i}.{headless['metadata']['name']}.{NS}.svc.{DOMAIN}:{raft_port}" for i in range(3)]
+    for i in range(3):
+        c = configs[f"{name}-{i}.toml"]
+        check(c["id"] == i + 1, f"pod {i}: node id {i + 1}")
+        check(c["cluster"].get("peers") == {str(j + 1): dns[j] for j in range(3)}, f"pod {i}: peers are the pods' DNS names")
+        check("join" not in c["cluster"], f"pod {i}: bootstraps (no join)")
+        advertise = f["--advertise"].replace("$(POD_NAME)", f"{name}-{i}")
+        check(advertise == c["cluster"]["peers"][str(i + 1)], f"pod {i}: --advertise = its own peer entry {advertise}")
+        check(c["mqtt"]["username"] == f"statestore-node-{i + 1}", f"pod {i}: MQTT user statestore-node-{i + 1}")
+    data_mount = mount["data"]
+    check(f["--data-dir"] == data_mount, "--data-dir is the data volume")
+    check([t["metadata"]["name"] for t in spec["volumeClaimTemplates"]] == ["data"], "one PVC template per pod")
+    check("data" not in volumes, "data comes from the PVC template, not a pod volume")
+
+    # Broker: address, password file, users and ACL.
+    mqtt_svc = m.one("Service", f"{RELEASE}-mqtt")
+    (mqtt_port,) = mqtt_svc["spec"]["ports"]
+    check(
+        f["--broker"] == f"{RELEASE}-mqtt.{NS}.svc.{DOMAIN}:{mqtt_port['port']}",
+        f"--broker is the bundled Mosquitto Service ({f['--broker']})",
+    )
+    broker = m.one("Deployment", f"{RELEASE}-mqtt")
+    bpod = broker["spec"]["template"]["spec"]
+    (bcontainer,) = bpod["containers"]
+    check(named_port(bcontainer, mqtt_port["targetPort"]) == 1883, "broker Service targets the listener port")
+    check(mqtt_svc["spec"]["selector"].items() <= broker["spec"]["template"]["metadata"]["labels"].items(), "broker Service selects the broker")
+    pw_dir = f["--mqtt-password-file"].rsplit("/", 1)[0]
+    pw_vol = next(n for n, p in mount.items() if p == pw_dir)
+    secret_ref = volumes[pw_vol]["secret"]
+    secret = m.one("Secret", secret_ref["secretName"])
+    check(
+        secret_ref["items"] == [{"key": "statestore-nodes", "path": "password"}] and "statestore-nodes" in secret["data"],
+        "password file = the broker Secret's statestore-nodes key",
+    )
+    bcm = m.one("ConfigMap", f"{RELEASE}-mqtt")
+    conf = bcm["data"]["mosquitto.conf"].splitlines()
+    check("set_tcp_nodelay true" in conf, "mosquitto: set_tcp_nodelay true")
+    inflight = [int(line.split()[1]) for line in conf if line.startswith("max_inflight_messages ")]
+    check(inflight and inflight[0] >= 100, f"mosquitto: max_inflight_messages {inflight} >= 100")
+    check("use_username_as_clientid true" in conf, "mosquitto: use_username_as_clientid true")
+    check("allow_anonymous false" in conf, "mosquitto: no anonymous clients")
+    check("listener 1883" in conf, "mosquitto: listener 1883")
+    acl = bcm["data"]["acl"].splitlines()
+    for i in range(3):
+        check(f"user statestore-node-{i + 1}" in acl, f"ACL: user statestore-node-{i + 1}")
+    check("pattern readwrite clients/%u/#" in acl, "ACL: every client keeps to clients/<its id>/#")
+    check(
+        "topic read statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke" in acl,
+        "ACL: the nodes take requests",
+    )
+    restrictive("broker", bpod)
+
+    # PDB, security, grace, checksum.
+    pdb = m.one("PodDisruptionBudget")
+    check(pdb["spec"].get("maxUnavailable") == 1 and "minAvailable" not in pdb["spec"], "PDB maxUnavailable 1")
+    check(pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"], "PDB selects the members")
+    restrictive("statestore", pod)
+    check(pod["securityContext"].get("runAsUser", 0) != 0, "statestore runs as a non-root uid")
+    check(pod["terminationGracePeriodSeconds"] > 10, f"termination grace {pod['terminationGracePeriodSeconds']} s > shutdown grace 10 s")
+    checksum = spec["template"]["metadata"]["annotations"].get("checksum/config", "")
+    check(len(checksum) == 64, "checksum/config annotation on the pods")
+    check(not m.all("ServiceMonitor") and not m.all("PrometheusRule"), "ServiceMonitor and PrometheusRule off by default")
+    check(not m.all("Job"), "no membership Job without scaling")
+
+    # NetworkPolicy.
+    np = m.one("NetworkPolicy")
+    raft_rules = [r for r in np["spec"]["ingress"] if any(p["port"] in ("raft", raft_port) for p in r["ports"])]
+    check(
+        len(raft_rules) == 1
+        and [pe.keys() for pe in raft_rules[0]["from"]] == [{"podSelector"}]
+        and raft_rules[0]["from"][0]["podSelector"]["matchLabels"] == spec["selector"]["matchLabels"],
+        "NetworkPolicy: Raft port only from the members",
+    )
+    http_rules = [r for r in np["spec"]["ingress"] if any(p["port"] in ("http", http_port) for p in r["ports"])]
+    check(
+        any("namespaceSelector" in pe for r in http_rules for pe in r["from"]),
+        "NetworkPolicy: HTTP port from the monitoring namespace",
+    )
+    egress_ports = {p["port"] for r in np["spec"]["egress"] for p in r["ports"]}
+    check({raft_port, 1883, 53} <= egress_ports, f"NetworkPolicy egress: peers, broker, DNS ({sorted(egress_ports, key=str)})")
+
+    # Dashboards: byte-identical ConfigMaps for the Grafana sidecar.
+    boards = sorted((ROOT / "dashboards").glob("*.json"))
+    cms = [c for c in m.all("ConfigMap") if c["metadata"].get("labels", {}).get("grafana_dashboard") == "1"]
+    check(len(boards) > 0 and len(cms) == len(boards), f"{len(cms)} dashboard ConfigMaps for {len(boards)} dashboards")
+    for board in boards:
+        data = [c["data"][board.name] for c in cms if board.name in c["data"]]
+        chart_copy = CHART / "dashboards" / board.name
+        check(
+            len(data) == 1 and data[0].encode() == board.read_bytes(),
+            f"ConfigMap data {board.name} is byte-identical to dashboards/{board.name}",
+        )
+        check(chart_copy.read_bytes() == board.read_bytes(), f"helm/statestore/dashboards/{board.name} = dashboards/{board.name}")
+    check(
+        (CHART / "dashboards" / "alerts.yaml").read_bytes() == (ROOT / "dashboards" / "alerts.yaml").read_bytes(),
+        "helm/statestore/dashboards/alerts.yaml = dashboards/alerts.yaml",
+    )
+
+    # helm test pod: set, get, del of one key through the broker, as the test user.
+    test = m.one("Pod")
+    steps = test["spec"]["initContainers"] + test["spec"]["containers"]
+    verbs = [c["args"][c["args"].index("--password-file") + 2] for c in steps]
+    keys = {c["args"][c["args"].index("--password-file") + 3] for c in steps}
+    check(verbs == ["set", "get", "del"] and len(keys) == 1, f"helm test: {verbs} of one key")
+    check(
+        all(c["args"][:3] == ["kv", "--broker", f["--broker"]] for c in steps)
+        and all(c["args"][c["args"].index("--username") + 1] == "statestore-helm-test" for c in steps)
+        and all(c["args"][c["args"].index("--client-id") + 1] == "statestore-helm-test" for c in steps),
+        "helm test: statestore kv against the same broker as the nodes, as statestore-helm-test (= its client id)",
+    )
+    check(
+        "user statestore-helm-test" in acl and "statestore-helm-test" in secret["data"],
+        "helm test user has an ACL entry and a password",
+    )
+    check(test["metadata"]["annotations"]["helm.sh/hook"] == "test", "helm test hook")
+    restrictive("helm test", test["spec"])
+    return m, checksum, configs
+
+
+def scale_render(default_checksum, default_configs):
+    print("== scale up: replicas 5, bootstrapReplicas 3")
+    m = Manifests(render("--set", "replicas=5"))
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    configs, _ = node_configs(m, sts)
+    check(sts["spec"]["replicas"] == 5, "replicas 5")
+    for i in range(3):
+        check(configs[f"{name}-{i}.toml"] == default_configs[f"{name}-{i}.toml"], f"pod {i}: file unchanged by scaling")
+    for i in (3, 4):
+        c = configs[f"{name}-{i}.toml"]
+        check(c["id"] == i + 1 and c["cluster"].get("join") is True and "peers" not in c["cluster"], f"pod {i}: node {i + 1} joins")
+    check(
+        sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == default_checksum,
+        "scaling does not change checksum/config (running pods do not roll)",
+    )
+    job = m.one("Job")
+    headless = sts["spec"]["serviceName"]
+    admin = f"http://{name}.{NS}.svc.{DOMAIN}:7480"
+    adds = [c["args"] for c in job["spec"]["template"]["spec"]["initContainers"]]
+    want = [
+        ["cluster", "--endpoint", admin, "add-node", "--id", str(i + 1), "--raft", f"{name}-{i}.{headless}.{NS}.svc.{DOMAIN}:7481"]
+        for i in (3, 4)
+    ]
+    check(adds == want, "join Job: add-node 4 and 5 at their peer addresses, through the admin Service")
+    check("helm.sh/hook" not in job["metadata"].get("annotations", {}), "join Job is not a hook (helm --wait would wait on the joiners forever)")
+    check(str(job["metadata"]["name"]).endswith("-r1"), "join Job is named after the revision")
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    np = m.one("NetworkPolicy")
+    allowed = [pe["podSelector"]["matchLabels"] for r in np["spec"]["ingress"] for pe in r["from"] if "podSelector" in pe]
+    check(any(sel.items() <= labels.items() for sel in allowed), "NetworkPolicy lets the Job reach the admin API")
+    restrictive("join Job", job["spec"]["template"]["spec"])
+
+    print("== scale down: 5 -> 3 (membership.previousReplicas)")
+    m = Manifests(render("--set", "membership.previousReplicas=5"))
+    job = m.one("Job")
+    check(job["metadata"]["annotations"].get("helm.sh/hook") == "pre-upgrade", "remove Job is a pre-upgrade hook")
+    removes = [c["args"][-1] for c in job["spec"]["template"]["spec"]["initContainers"]]
+    check(removes == ["5", "4"], f"remove Job: remove-node {removes}, highest id first")
+    m = Manifests(render("--set", "membership.automate=false", "--set", "replicas=5"))
+    check(not m.all("Job"), "membership.automate=false: no Job")
+
+
+def monitoring_render():
+    print("== ci/monitoring-values.yaml")
+    m = Manifests(render("-f", str(CHART / "ci" / "monitoring-values.yaml")))
+    sm = m.one("ServiceMonitor")
+    sel = sm["spec"]["selector"]["matchLabels"]
+    svcs = [s for s in m.all("Service") if sel.items() <= s["metadata"]["labels"].items()]
+    check(len(svcs) == 1 and svcs[0]["spec"].get("publishNotReadyAddresses") is True, "ServiceMonitor selects the headless Service only")
+    ports = {p["name"] for p in svcs[0]["spec"]["ports"]}
+    check(all(e["port"] in ports and e["path"] == "/metrics" for e in sm["spec"]["endpoints"]), "ServiceMonitor scrapes /metrics on the http port")
+    jobs = [r["replacement"] for e in sm["spec"]["endpoints"] for r in e.get("relabelings", []) if r.get("targetLabel") == "job"]
+    check(len(jobs) == 1 and "statestore" in jobs[0], f"scrape job {jobs} matches the alerts' job=~\".*statestore.*\"")
+    rule = m.one("PrometheusRule")
+    alerts = yaml.safe_load((ROOT / "dashboards" / "alerts.yaml").read_text())
+    check(rule["spec"]["groups"] == alerts["groups"], "PrometheusRule groups = dashboards/alerts.yaml")
+
+
+def external_render():
+    print("== ci/external-broker-values.yaml")
+    values = yaml.safe_load((CHART / "ci" / "external-broker-values.yaml").read_text())
+    m = Manifests(render("-f", str(CHART / "ci" / "external-broker-values.yaml")))
+    check(not m.all("Deployment"), "no bundled broker")
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    f = flags(container["args"])
+    check(f["--broker"] == values["broker"]["address"], "--broker = broker.address")
+    configs, _ = node_configs(m, sts)
+    users = [configs[f"{name}-{i}.toml"]["mqtt"]["username"] for i in range(3)]
+    want = [values["broker"]["username"].replace("{id}", str(i + 1)) for i in range(3)]
+    check(users == want, f"user names {users}")
+    secret = m.one("Secret", f"{name}-broker")
+    check(set(secret["data"]) == {"password"}, "generated broker Secret")
+    np = m.one("NetworkPolicy")
+    port = int(values["broker"]["address"].rsplit(":", 1)[1])
+    check(any(p["port"] == port for r in np["spec"]["egress"] for p in r["ports"]), f"NetworkPolicy egress to the broker port {port}")
+
+
+def failing_renders():
+    print("== values that must be refused")
+    cases = [
+        (["--set", "replicas=0"], "at '/replicas': value must be one of 1, 3, 5, 7, 9"),
+        (["--set", "replicas=4"], "at '/replicas': value must be one of 1, 3, 5, 7, 9"),
+        (["--set", "replicas=2"], "at '/replicas': value must be one of 1, 3, 5, 7, 9"),
+        (["--set", "cluster.bootstrapReplicas=4"], "at '/cluster/bootstrapReplicas'"),
+        (["--set", "replicas=1"], "replicas (1) must be at least cluster.bootstrapReplicas (3)"),
+        (["--set", "image.repository="], "image.repository is required"),
+        (["--set", "mqtt.enabled=false"], "broker.address is required when mqtt.enabled is false"),
+        (["--set", "config.limits.max_keyz=1"], "additional properties 'max_keyz' not allowed"),
+        (["--set", "config.id=7"], "additional properties 'id' not allowed"),
+        (["--set", "config.devicebound.max_queue_depth=6000"], "at '/config/devicebound/max_queue_depth': maximum"),
+        (["--set", "terminationGracePeriodSeconds=10"], "must be above the node's shutdown grace"),
+        (["--set", "replicas=9"], "mqtt.auth.statestoreNodes (7) must be at least replicas (9)"),
+        (["--set", "mqtt.config.maxInflightMessages=20"], "at '/config/maxInflightMessages': minimum"),
+        (["--set", "mqtt.auth.users[0].name=statestore"], "at '/auth/users/0/name'"),
+        (["--set", "metrics.serviceMonitor.enabled=true", "--set", "fullnameOverride=kv"], 'the scrape job name "kv" must contain "statestore"'),
+        (["--set", "replica=3"], "additional properties 'replica' not allowed"),
+    ]
+    for args, message in cases:
+        out = helm_template(*args)
+        check(out.returncode != 0 and message in out.stderr, f"{' '.join(args[1::2])}: refused with {message!r}")
+        if out.returncode == 0 or message not in out.stderr:
+            print(f"     rc={out.returncode} stderr: {out.stderr.strip()[:400]}")
+    out = helm_template("--set", "config.shutdown_grace_ms=40000")
+    check(out.returncode == 0 and "terminationGracePeriodSeconds: 60" in out.stdout, "termination grace follows shutdown_grace_ms (40 s -> 60 s)")
+    m = Manifests(render("--set-json", 'config={"limits":{"max_keys":200000}}'))
+    sts = m.one("StatefulSet")
+    return sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+
+def schema_covers_values():
+    print("== every value has a schema entry")
+
+    def resolve(schema, node):
+        while "$ref" in node:
+            node = schema["definitions"][node["$ref"].split("/")[-1]]
+        return node
+
+    def walk(schema, node, values, path):
+        node = resolve(schema, node)
+        props = node.get("properties")
+        if props is None or not isinstance(values, dict):
+            return
+        for key, value in values.items():
+            if key not in props:
+                check(False, f"{path}{key} has no schema entry")
+                continue
+            walk(schema, props[key], value, f"{path}{key}.")
+
+    for values_file, schema_file, prefix in (
+        (CHART / "values.yaml", CHART / "values.schema.json", ""),
+        (CHART / "charts/mosquitto/values.yaml", CHART / "charts/mosquitto/values.schema.json", "mqtt."),
+    ):
+        schema = json.loads(schema_file.read_text())
+        before = failures
+        walk(schema, schema, yaml.safe_load(values_file.read_text()), prefix)
+        check(failures == before, f"{values_file.relative_to(ROOT)}: every key is in {schema_file.name}")
+
+
+def main():
+    _, checksum, configs = default_render()
+    scale_render(checksum, configs)
+    monitoring_render()
+    external_render()
+    changed = failing_renders()
+    check(changed != checksum, "a config change changes checksum/config (the pods roll)")
+    schema_covers_values()
+    print(f"{passes} passed, {failures} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
