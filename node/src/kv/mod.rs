@@ -38,7 +38,7 @@ pub struct KvArgs {
     /// File whose first line is the MQTT password (or set STATESTORE_MQTT_PASSWORD).
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
-    /// MQTT client id (default: statestore-kv-<pid>).
+    /// MQTT client id (default: the --username, else statestore-kv-<pid>).
     #[arg(long)]
     pub client_id: Option<String>,
     /// How long to wait for the broker and for each reply (requests are resent meanwhile).
@@ -134,9 +134,12 @@ impl KvArgs {
                 .to_owned(),
             port,
             credentials,
+            // Brokers that bind a client to its user name (Mosquitto's
+            // `use_username_as_clientid`, the chart's) allow replies only on topics under it.
             client_id: self
                 .client_id
                 .clone()
+                .or_else(|| self.username.clone())
                 .unwrap_or_else(|| format!("statestore-kv-{}", std::process::id())),
         })
     }
