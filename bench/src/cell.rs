@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cpu::{CpuReport, Watched, WindowSampler};
-use crate::driver::Plan;
+use crate::driver::{Plan, Requester};
 use crate::etcd_load;
-use crate::mqtt_load::{self, Broker, Check, LoadOptions};
+use crate::mqtt_load::{self, Broker, Check, Connection, LoadOptions};
 use crate::stats::CellStats;
 use crate::workload::WorkloadSpec;
 
@@ -76,6 +76,18 @@ pub async fn mqtt(
     spec: &CellSpec,
     watched: &Arc<[Watched]>,
 ) -> anyhow::Result<Measured> {
+    mqtt_with(broker, check, spec, watched, |_, connection| connection).await
+}
+
+/// As [`mqtt`], driving the requesters `wrap` makes of the connections (given each one's
+/// index), e.g. device-bound SENDs instead of state store requests.
+pub async fn mqtt_with<R: Requester>(
+    broker: &Broker,
+    check: Check,
+    spec: &CellSpec,
+    watched: &Arc<[Watched]>,
+    wrap: impl Fn(usize, Connection) -> R,
+) -> anyhow::Result<Measured> {
     let options = LoadOptions {
         clients: spec.workload.clients,
         in_flight: spec.workload.in_flight,
@@ -84,7 +96,10 @@ pub async fn mqtt(
         check,
     };
     let mut sampler = None;
-    let stats = mqtt_load::run(broker, &options, || planned(spec, watched, &mut sampler)).await?;
+    let stats = mqtt_load::run_with(broker, &options, wrap, || {
+        planned(spec, watched, &mut sampler)
+    })
+    .await?;
     Ok(finish(stats, sampler).await)
 }
 
