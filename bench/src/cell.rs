@@ -1,9 +1,9 @@
-//! One measured cell, as `compare`, `run` and `sustained` all run it: connect the clients,
+//! One measured cell, as `compare`, `run`, `sustained` and `devicebound` all run it: connect the clients,
 //! warm up, measure a window (optionally with its per-second timeline), and sample the CPU time
 //! of every process involved exactly at the start and at the end of that window.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cpu::{CpuReport, Watched, WindowSampler};
 use crate::driver::{Plan, Requester};
@@ -50,6 +50,8 @@ pub struct Measured {
     pub stats: CellStats,
     /// CPU per process over the window (`None` if it could not be sampled).
     pub cpu: Option<CpuReport>,
+    /// The measured window `[start, end)`.
+    pub window: Option<(Instant, Instant)>,
 }
 
 /// Builds the plan once the clients are connected and starts sampling `watched` over its window.
@@ -62,11 +64,12 @@ fn planned(spec: &CellSpec, watched: &Arc<[Watched]>, sampler: &mut Option<Windo
 }
 
 async fn finish(stats: CellStats, sampler: Option<WindowSampler>) -> Measured {
+    let window = sampler.as_ref().map(WindowSampler::window);
     let cpu = match sampler {
         Some(sampler) => sampler.finish(stats.completed_in_window).await,
         None => None,
     };
-    Measured { stats, cpu }
+    Measured { stats, cpu, window }
 }
 
 /// Runs a cell through an MQTT broker (statestore or the floor).

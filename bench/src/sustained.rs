@@ -362,7 +362,7 @@ impl Run<'_> {
             ));
         }
         let cell = match result {
-            Ok(Measured { stats, cpu }) => {
+            Ok(Measured { stats, cpu, .. }) => {
                 let timeline = stats
                     .timeline
                     .as_ref()
