@@ -130,11 +130,18 @@ impl Quantiles {
     }
 }
 
+/// Publishes of one fill SEND at most: an unanswered SEND is sent again with the same
+/// correlation data (it takes effect once), so the queues fill even if the leader drops some
+/// requests under load.
+pub const FILL_ATTEMPTS: usize = 5;
+
 /// What the fill did.
 #[derive(Debug)]
 pub struct Filled {
-    /// Replies: `+OK` counts, errors, timeouts.
+    /// Replies: `+OK` counts, errors, timeouts (unanswered after [`FILL_ATTEMPTS`] publishes).
     pub replies: CellStats,
+    /// SENDs published again after going unanswered.
+    pub retries: u64,
     /// Per device: how many SENDs were answered `+OK` (the first failure stops the device).
     pub enqueued: Vec<u64>,
     /// From the first SEND to the last reply.
@@ -143,8 +150,9 @@ pub struct Filled {
 
 /// Sends `d:0` .. `d:{per_device - 1}` to every device of `devices`: `workers` workers over
 /// `connections` (worker `w` uses connection `w % connections`), each taking the next device
-/// and sending its messages one after another, waiting for each reply. A device whose SEND
-/// fails gets no more messages. Progress goes to stderr every 10 s.
+/// and sending its messages one after another, waiting for each reply (retrying an unanswered
+/// one, see [`FILL_ATTEMPTS`]). A device whose SEND fails gets no more messages. Progress goes
+/// to stderr every 10 s.
 pub async fn fill(
     connections: &[Arc<Connection>],
     devices: &Arc<DeviceIds>,
@@ -160,6 +168,7 @@ pub async fn fill(
     let body = workload::value(body_size);
     let total = per_device * devices.len() as u64;
     let done = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
     let progress = {
         let done = done.clone();
         tokio::spawn(async move {
@@ -178,13 +187,14 @@ pub async fn fill(
     if !connections.is_empty() {
         for w in 0..workers.max(1).min(devices.len()) {
             let connection = connections[w % connections.len()].clone();
-            let (devices, next_device, enqueued, replies, body, done) = (
+            let (devices, next_device, enqueued, replies, body, done, retries) = (
                 devices.clone(),
                 next_device.clone(),
                 enqueued.clone(),
                 replies.clone(),
                 body.clone(),
                 done.clone(),
+                retries.clone(),
             );
             tasks.spawn(async move {
                 loop {
@@ -197,9 +207,16 @@ pub async fn fill(
                             kind: Kind::Drain,
                             seq,
                         };
-                        let outcome =
-                            device_send::send(&connection, devices.get(d), id, &body).await;
+                        let (outcome, publishes) = device_send::send_retrying(
+                            &connection,
+                            devices.get(d),
+                            id,
+                            &body,
+                            FILL_ATTEMPTS,
+                        )
+                        .await;
                         done.fetch_add(1, Ordering::Relaxed);
+                        retries.fetch_add(publishes.saturating_sub(1) as u64, Ordering::Relaxed);
                         let ok = matches!(outcome, Outcome::Ok { .. });
                         {
                             let mut replies = lock(&replies);
@@ -226,6 +243,7 @@ pub async fn fill(
     let replies = lock(&replies).clone();
     Filled {
         replies,
+        retries: retries.load(Ordering::Relaxed),
         enqueued: enqueued.iter().map(|n| n.load(Ordering::Relaxed)).collect(),
         elapsed,
     }

@@ -145,6 +145,21 @@ pub async fn send(connection: &Connection, device: &str, id: MessageId, body: &[
         .await
 }
 
+/// As [`send`], publishing the same SEND again (same correlation data, so it takes effect
+/// once) while it goes unanswered, up to `attempts` publishes; also returns the publishes made.
+pub async fn send_retrying(
+    connection: &Connection,
+    device: &str,
+    id: MessageId,
+    body: &[u8],
+    attempts: usize,
+) -> (Outcome, usize) {
+    let payload = send_payload(device, &id.text(), body);
+    connection
+        .call_retrying(DEVICEBOUND_TOPIC, payload, Expect::PlusOk, attempts)
+        .await
+}
+
 /// A backend connection driven by the closed-loop driver: the driver's key number `n` (from
 /// `0..devices`) becomes a SEND to device `n`, with the driver's value as the body.
 pub struct DeviceSender {

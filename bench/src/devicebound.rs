@@ -14,7 +14,8 @@
 //!    concurrency) and complete as deliveries arrive, until every message is drained; each
 //!    device's deliveries are checked: exactly its messages, in order, once.
 //!
-//! Node log lines are counted per phase; every figure goes to the report.
+//! Node log lines and a few node counters (dropped requests and why, device-bound replies by
+//! result) are reported per phase; every figure goes to the report.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ use crate::devicebound_report::{
     Fill, Latency, OpenLoopPhase, send_set_ratios,
 };
 use crate::mqtt_load::{self, Broker, Check, Connection, LoadOptions};
+use crate::node_counters::{self, Counters, PhaseCounters};
 use crate::proc_stat;
 use crate::report::{self, CellOutcome, Machine, ProcessMemory};
 use crate::stability::{self, CheckResult};
@@ -59,13 +61,22 @@ struct Run<'a> {
     recorder: Arc<Recorder>,
     log_from: Vec<u64>,
     logs: Vec<NodeLogs>,
+    counters_from: Counters,
+    counters: Vec<PhaseCounters>,
     notes: Vec<String>,
     failures: Vec<String>,
 }
 
 impl Run<'_> {
-    /// Counts the node log lines written since the previous phase ended.
-    fn end_phase(&mut self, phase: &str) {
+    /// Counts the node log lines written, and how the node counters moved, since the previous
+    /// phase ended.
+    async fn end_phase(&mut self, phase: &str) {
+        let counters = node_counters::snapshot(&self.target.cluster).await;
+        self.counters.push(PhaseCounters {
+            phase: phase.to_owned(),
+            increase: node_counters::increase(&self.counters_from, &counters),
+        });
+        self.counters_from = counters;
         let to = log_offsets(&self.target.cluster);
         self.logs.extend(node_logs(
             &self.target.cluster,
@@ -322,13 +333,14 @@ async fn drain(run: &mut Run<'_>) -> anyhow::Result<DrainPhase> {
             .copied()
             .unwrap_or(0),
         timeouts: fill_summary.timeouts,
+        retries: filled.retries,
         error_kinds: fill_summary.error_kinds.clone(),
         p50_ms: fill_summary.p50_ms,
         p99_ms: fill_summary.p99_ms,
     };
     eprintln!(
-        "   filled: {} SENDs answered +OK in {:.1} s ({:.0}/s), {} errors, {} timeouts",
-        fill.ok, fill.secs, fill.rate, fill.errors, fill.timeouts
+        "   filled: {} SENDs answered +OK in {:.1} s ({:.0}/s), {} errors, {} retries, {} timeouts",
+        fill.ok, fill.secs, fill.rate, fill.errors, fill.retries, fill.timeouts
     );
     let expected: u64 = filled.enqueued.iter().sum();
 
@@ -577,6 +589,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
     .await?;
     let broker = target.broker.broker();
     let log_from = log_offsets(&target.cluster);
+    let counters_from = node_counters::snapshot(&target.cluster).await;
     let mut run = Run {
         plan: &plan,
         args: &args,
@@ -584,6 +597,8 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
         recorder: Arc::new(Recorder::new(plan.devices)),
         log_from,
         logs: Vec::new(),
+        counters_from,
+        counters: Vec::new(),
         notes: Vec::new(),
         failures: Vec::new(),
         target,
@@ -600,7 +615,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
         result,
     );
     run.failures.extend(closed_failures(&set, args.smoke));
-    run.end_phase("1 SET");
+    run.end_phase("1 SET").await;
 
     eprintln!(
         "== connecting {} online devices, {} at a time",
@@ -654,7 +669,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
             backlog.waited_secs
         ));
     }
-    run.end_phase("2 SEND");
+    run.end_phase("2 SEND").await;
 
     let (rate, rate_source) = match plan.rate {
         Some(rate) => (rate, "--rate".to_owned()),
@@ -684,7 +699,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
             .push(format!("open loop: not run, rate {rate:.1} SENDs/s"));
         None
     };
-    run.end_phase("3 open loop");
+    run.end_phase("3 open loop").await;
     fleet.disconnect().await;
 
     eprintln!(
@@ -708,7 +723,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
             None
         }
     };
-    run.end_phase("4 drain");
+    run.end_phase("4 drain").await;
 
     run.failures
         .extend(delivery_failures(open.as_ref(), drain.as_ref(), args.smoke));
@@ -789,6 +804,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
         open_loop: open,
         drain,
         node_logs: run.logs,
+        node_counters: run.counters,
         raft_at_end,
         memory,
         device_disconnects,

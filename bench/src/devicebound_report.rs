@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::cpu::{CpuReport, Role};
 use crate::device_drain::Quantiles;
+use crate::node_counters::PhaseCounters;
 use crate::report::{CellOutcome, Machine, ProcessMemory, us_per_op};
 use crate::stability::{CheckResult, Stability};
 use crate::stats::Summary;
@@ -196,8 +197,10 @@ pub struct Fill {
     pub errors: u64,
     /// Of them `device queue is full`.
     pub queue_full: u64,
-    /// Unanswered SENDs.
+    /// SENDs still unanswered after every publish.
     pub timeouts: u64,
+    /// SENDs published again (same correlation data) after going unanswered.
+    pub retries: u64,
     /// Error descriptions.
     pub error_kinds: BTreeMap<String, u64>,
     /// SEND reply latency p50, ms.
@@ -278,6 +281,8 @@ pub struct DeviceboundReport {
     pub drain: Option<DrainPhase>,
     /// Node log counts per phase.
     pub node_logs: Vec<NodeLogs>,
+    /// Node counters that moved, per phase.
+    pub node_counters: Vec<PhaseCounters>,
     /// Raft state at the end.
     pub raft_at_end: Vec<NodeRaft>,
     /// RSS at the end.
@@ -397,18 +402,19 @@ fn quantiles(q: Option<&Quantiles>) -> String {
 /// The drain table.
 pub fn drain_table(d: &DrainPhase) -> String {
     let mut out = String::from(
-        "| devices | messages / device | fill s | fill SENDs/s | fill errors (queue full) | fill timeouts | connect concurrency | all subscribed s | drain s | messages drained | messages/s | per-device drain p50 / p99 / max ms | SUBACK → first delivery p50 / p99 / max ms | devices OK |\n\
+        "| devices | messages / device | fill s | fill SENDs/s | fill errors (queue full) | fill retries / timeouts | connect concurrency | all subscribed s | drain s | messages drained | messages/s | per-device drain p50 / p99 / max ms | SUBACK → first delivery p50 / p99 / max ms | devices OK |\n\
          |--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
     );
     let _ = writeln!(
         out,
-        "| {} | {} | {:.1} | {:.0} | {} ({}) | {} | {} | {:.2} | {:.2}{} | {} / {} | {:.0} | {} | {} | {} / {} |",
+        "| {} | {} | {:.1} | {:.0} | {} ({}) | {} / {} | {} | {:.2} | {:.2}{} | {} / {} | {:.0} | {} | {} | {} / {} |",
         d.devices,
         d.messages_per_device,
         d.fill.secs,
         d.fill.rate,
         d.fill.errors,
         d.fill.queue_full,
+        d.fill.retries,
         d.fill.timeouts,
         d.connect_concurrency,
         d.connected_secs,
@@ -512,15 +518,15 @@ impl DeviceboundReport {
         if let Some(b) = &self.backlog {
             let _ = writeln!(
                 out,
-                "\nAfter the SEND window: {} of {} SENDs answered +OK delivered {} {:.1} s later",
+                "\nBacklog after the SEND window: {:.1} s later the devices had received {} closed-loop messages for {} SENDs answered +OK{}",
+                b.waited_secs,
                 b.delivered,
                 b.sends_ok,
                 if b.drained {
-                    "(all)"
+                    " (all; more when SENDs whose reply timed out were enqueued)"
                 } else {
-                    "(NOT all: backlog left)"
+                    ": NOT all delivered"
                 },
-                b.waited_secs
             );
         }
 
@@ -618,6 +624,14 @@ impl DeviceboundReport {
                 for e in &l.examples {
                     let _ = writeln!(out, "- node {} ({}): `{e}`", l.node, l.phase);
                 }
+            }
+        }
+        if !self.node_counters.is_empty() {
+            out.push_str(
+                "\nNode counters that moved per phase (summed over nodes; requests dropped get no reply, the client sees a timeout):\n\n",
+            );
+            for c in &self.node_counters {
+                let _ = writeln!(out, "- {}: {}", c.phase, c.line());
             }
         }
         let _ = writeln!(

@@ -23,6 +23,7 @@ mod driver;
 mod echo_responder;
 mod etcd_load;
 mod mqtt_load;
+mod node_counters;
 mod proc_stat;
 mod processes;
 mod report;

@@ -314,34 +314,65 @@ impl Connection {
     /// Publishes `payload` as a request on `topic` (QoS 1, with the envelope) and waits for its
     /// reply, which must carry `__stat` 200 and match `expect`.
     pub async fn call(&self, topic: &str, payload: Vec<u8>, expect: Expect<'_>) -> Outcome {
+        self.call_retrying(topic, payload, expect, 1).await.0
+    }
+
+    /// As [`Connection::call`], but a request unanswered within the timeout is published again,
+    /// the very same request with the same correlation data (protocol §6: the retry gets the
+    /// remembered reply and takes effect once), up to `attempts` publishes in all. Returns the
+    /// outcome, its latency counted from the first publish, and how many publishes it took.
+    pub async fn call_retrying(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        expect: Expect<'_>,
+        attempts: usize,
+    ) -> (Outcome, usize) {
         let n = self.next_correlation.fetch_add(1, Ordering::Relaxed) + 1;
         let correlation = u128::from(n);
         let properties = self.properties(correlation, n);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(correlation, tx);
+        let payload = Bytes::from(payload);
         let start = Instant::now();
-        if let Err(err) = self
-            .client
-            .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
-            .await
-        {
-            lock(&self.pending).remove(&correlation);
-            return Outcome::Error(format!("publish failed: {err}"));
-        }
-        match tokio::time::timeout_at((start + self.timeout).into(), rx).await {
-            Ok(Ok(reply)) => match resp::classify(expect, reply.stat.as_deref(), &reply.payload) {
-                Ok(()) => Outcome::Ok {
-                    latency: reply.received.saturating_duration_since(start),
-                    received: reply.received,
-                },
-                Err(kind) => Outcome::Error(kind),
-            },
-            Ok(Err(_)) => Outcome::Error("connection task ended".to_owned()),
-            Err(_) => {
+        let attempts = attempts.max(1);
+        for attempt in 1..=attempts {
+            let (tx, rx) = oneshot::channel();
+            lock(&self.pending).insert(correlation, tx);
+            let sent = Instant::now();
+            if let Err(err) = self
+                .client
+                .publish_with_properties(
+                    topic,
+                    QoS::AtLeastOnce,
+                    false,
+                    payload.clone(),
+                    properties.clone(),
+                )
+                .await
+            {
                 lock(&self.pending).remove(&correlation);
-                Outcome::Timeout
+                return (Outcome::Error(format!("publish failed: {err}")), attempt);
+            }
+            match tokio::time::timeout_at((sent + self.timeout).into(), rx).await {
+                Ok(Ok(reply)) => {
+                    let outcome =
+                        match resp::classify(expect, reply.stat.as_deref(), &reply.payload) {
+                            Ok(()) => Outcome::Ok {
+                                latency: reply.received.saturating_duration_since(start),
+                                received: reply.received,
+                            },
+                            Err(kind) => Outcome::Error(kind),
+                        };
+                    return (outcome, attempt);
+                }
+                Ok(Err(_)) => {
+                    return (Outcome::Error("connection task ended".to_owned()), attempt);
+                }
+                Err(_) => {
+                    lock(&self.pending).remove(&correlation);
+                }
             }
         }
+        (Outcome::Timeout, attempts)
     }
 
     /// Disconnects and stops the event loop.
