@@ -25,6 +25,8 @@ use crate::device_recorder::{Recorder, delivery_fields};
 use crate::device_send::{DeviceIds, Kind};
 use crate::mqtt_load::{Broker, unique_id};
 
+/// Outgoing QoS 1 publishes (completions, the announcement) a device keeps in flight.
+const DEVICE_OUTGOING_INFLIGHT: u16 = 16;
 /// How long a device waits for its CONNACK + SUBACK.
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(30);
 
@@ -71,6 +73,9 @@ fn device_options(broker: &Broker, client_id: &str) -> MqttOptions {
     options.set_clean_start(true);
     options.set_max_packet_size(Some(1 << 20));
     options.set_receive_maximum(Some(64));
+    // rumqttc sizes its outgoing-publish table by this limit (default 65,535 slots, ~16 MB per
+    // client); a device has at most a few completions in flight.
+    options.set_outgoing_inflight_upper_limit(DEVICE_OUTGOING_INFLIGHT);
     let mut network = options.network_options();
     network.set_tcp_nodelay(true);
     network.set_connection_timeout(10);
