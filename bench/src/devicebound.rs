@@ -632,6 +632,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
         .map(|c| c.subscribed.saturating_duration_since(connect_start))
         .max()
         .map(|d| d.as_secs_f64());
+    let devices_rss_kib = crate::processes::rss_kib(std::process::id());
 
     eprintln!(
         "== 2. SEND throughput, {concurrency} to {} devices",
@@ -795,6 +796,7 @@ pub async fn devicebound(args: DeviceboundArgs) -> anyhow::Result<bool> {
         ready_secs: ready.as_secs_f64(),
         load_average: [load_at_start, proc_stat::load_average()],
         devices_connected_secs,
+        devices_rss_kib,
         checks: checks(Some(&send), open.as_ref(), drain.as_ref(), &run.logs),
         set_reference: Some(set),
         send: Some(send),

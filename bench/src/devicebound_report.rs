@@ -265,6 +265,8 @@ pub struct DeviceboundReport {
     pub load_average: [Option<f64>; 2],
     /// Online devices connecting (phases 2–3): first connect to last SUBACK, s.
     pub devices_connected_secs: Option<f64>,
+    /// This process's RSS once the online devices were connected, KiB.
+    pub devices_rss_kib: Option<u64>,
     /// Phase 1.
     pub set_reference: Option<ClosedPhase>,
     /// Phase 2.
@@ -471,8 +473,13 @@ impl DeviceboundReport {
         if let Some(secs) = self.devices_connected_secs {
             let _ = writeln!(
                 out,
-                "{} online devices connected and subscribed in {secs:.2} s ({} at a time)",
-                st.devices, st.connect_concurrency
+                "{} online devices connected and subscribed in {secs:.2} s ({} at a time); load generator RSS then {}",
+                st.devices,
+                st.connect_concurrency,
+                self.devices_rss_kib.map_or("?".to_owned(), |kib| format!(
+                    "{:.0} MiB",
+                    kib as f64 / 1024.0
+                ))
             );
         }
 
