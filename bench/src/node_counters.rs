@@ -1,9 +1,11 @@
 //! A few Prometheus counters of the statestore nodes, read from `/metrics` at phase boundaries
 //! and reported as their increase during each phase, summed over the nodes: why requests got
 //! no reply (`statestore_server_requests_dropped_total{reason}`), what the device-bound
-//! service answered (`statestore_devicebound_requests_total{command,result}`), dropped device
-//! publishes, offline backoffs and leader takeovers. All of them move only on the serving
-//! leader, so the sum over nodes counts each event once.
+//! service answered (`statestore_devicebound_requests_total{command,result}`), message
+//! transitions (`statestore_devicebound_messages_total{transition}`: delivered, undelivered
+//! after a PUBACK 0x10, completed, ...), lock expiries, dropped device publishes, offline
+//! backoffs and leader takeovers. All of them are counted by the node that proposed or answered,
+//! i.e. the serving leader, so the sum over nodes counts each event once.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +17,8 @@ use crate::processes::StatestoreCluster;
 pub const WATCHED: &[&str] = &[
     "statestore_server_requests_dropped_total",
     "statestore_devicebound_requests_total",
+    "statestore_devicebound_messages_total",
+    "statestore_devicebound_lock_expiries_total",
     "statestore_devicebound_device_publishes_dropped_total",
     "statestore_devicebound_offline_backoffs_total",
     "statestore_leader_takeovers_total",
