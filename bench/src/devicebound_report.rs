@@ -497,10 +497,19 @@ impl DeviceboundReport {
             opt(self.send_set_ratio, |r| format!("{r:.2}×")),
             opt(self.send_set_cpu_ratio, |r| format!("{r:.2}×"))
         );
-        if let Some(delivered) = self.send.as_ref().and_then(|s| s.delivered_per_sec) {
+        if let Some(send) = &self.send
+            && let Some(delivered) = send.delivered_per_sec
+        {
+            let sends = send.summary().map_or(0.0, |s| s.throughput);
+            let behind = crate::devicebound::fell_behind(sends, delivered, send.queue_full);
             let _ = writeln!(
                 out,
-                "devices received {delivered:.0} messages/s during the SEND window (fewer than SENDs/s while queues fill: the devices do not keep up)"
+                "devices received {delivered:.0} messages/s during the SEND window{}",
+                if behind {
+                    ", fewer than the SENDs accepted: queues filled, the devices (the push) did not keep up"
+                } else {
+                    ""
+                }
             );
         }
         for p in &closed {
