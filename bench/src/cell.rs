@@ -1,14 +1,14 @@
-//! One measured cell, as `compare`, `run` and `sustained` all run it: connect the clients,
+//! One measured cell, as `compare`, `run`, `sustained` and `devicebound` all run it: connect the clients,
 //! warm up, measure a window (optionally with its per-second timeline), and sample the CPU time
 //! of every process involved exactly at the start and at the end of that window.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cpu::{CpuReport, Watched, WindowSampler};
-use crate::driver::Plan;
+use crate::driver::{Plan, Requester};
 use crate::etcd_load;
-use crate::mqtt_load::{self, Broker, Check, LoadOptions};
+use crate::mqtt_load::{self, Broker, Check, Connection, LoadOptions};
 use crate::stats::CellStats;
 use crate::workload::WorkloadSpec;
 
@@ -50,6 +50,8 @@ pub struct Measured {
     pub stats: CellStats,
     /// CPU per process over the window (`None` if it could not be sampled).
     pub cpu: Option<CpuReport>,
+    /// The measured window `[start, end)`.
+    pub window: Option<(Instant, Instant)>,
 }
 
 /// Builds the plan once the clients are connected and starts sampling `watched` over its window.
@@ -62,11 +64,12 @@ fn planned(spec: &CellSpec, watched: &Arc<[Watched]>, sampler: &mut Option<Windo
 }
 
 async fn finish(stats: CellStats, sampler: Option<WindowSampler>) -> Measured {
+    let window = sampler.as_ref().map(WindowSampler::window);
     let cpu = match sampler {
         Some(sampler) => sampler.finish(stats.completed_in_window).await,
         None => None,
     };
-    Measured { stats, cpu }
+    Measured { stats, cpu, window }
 }
 
 /// Runs a cell through an MQTT broker (statestore or the floor).
@@ -76,6 +79,18 @@ pub async fn mqtt(
     spec: &CellSpec,
     watched: &Arc<[Watched]>,
 ) -> anyhow::Result<Measured> {
+    mqtt_with(broker, check, spec, watched, |_, connection| connection).await
+}
+
+/// As [`mqtt`], driving the requesters `wrap` makes of the connections (given each one's
+/// index), e.g. device-bound SENDs instead of state store requests.
+pub async fn mqtt_with<R: Requester>(
+    broker: &Broker,
+    check: Check,
+    spec: &CellSpec,
+    watched: &Arc<[Watched]>,
+    wrap: impl Fn(usize, Connection) -> R,
+) -> anyhow::Result<Measured> {
     let options = LoadOptions {
         clients: spec.workload.clients,
         in_flight: spec.workload.in_flight,
@@ -84,7 +99,10 @@ pub async fn mqtt(
         check,
     };
     let mut sampler = None;
-    let stats = mqtt_load::run(broker, &options, || planned(spec, watched, &mut sampler)).await?;
+    let stats = mqtt_load::run_with(broker, &options, wrap, || {
+        planned(spec, watched, &mut sampler)
+    })
+    .await?;
     Ok(finish(stats, sampler).await)
 }
 

@@ -1,5 +1,5 @@
-//! The command line (`compare`, `run`, `sustained`, `scale`) and how its flags turn into the
-//! workloads, timings and rounds a run uses, smoke mode included.
+//! The command line (`compare`, `run`, `sustained`, `scale`, `devicebound`) and how its flags
+//! turn into the workloads, timings, rounds and phases a run uses, smoke mode included.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -34,6 +34,10 @@ pub enum Command {
     Sustained(SustainedArgs),
     /// Load many keys into a fresh cluster: RSS, disk size, load rate, restart-to-ready time.
     Scale(ScaleArgs),
+    /// Device-bound queues on one long-lived cluster: a SET reference, closed-loop SEND
+    /// throughput to online devices, open-loop send-to-delivery latency, and the drain of full
+    /// queues when every offline device connects at once.
+    Devicebound(DeviceboundArgs),
 }
 
 /// Flags shared by `compare` and `run`.
@@ -359,6 +363,151 @@ impl SustainedArgs {
     }
 }
 
+/// `devicebound`.
+#[derive(Debug, Clone, Args)]
+pub struct DeviceboundArgs {
+    /// Nodes of the statestore cluster (started once, kept for every phase).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Devices (MQTT clients `bench-dev-0001`..., and `bench-drain-0001`... for the drain)
+    /// [default: 1000; smoke: 50].
+    #[arg(long, value_name = "N")]
+    pub devices: Option<usize>,
+    /// Window of the SET reference, the SEND throughput and the open-loop phases
+    /// [default: 60s; smoke: 5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Warm-up before the SET and SEND windows [default: 1s; smoke: 0.5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Backend MQTT connections [default: 64; smoke: 1].
+    #[arg(long, value_name = "N")]
+    pub clients: Option<usize>,
+    /// Requests outstanding per backend connection in the closed-loop phases and the fill
+    /// [default: 8; smoke: 1].
+    #[arg(long, value_name = "K")]
+    pub in_flight: Option<usize>,
+    /// Messages sent to each offline device before the drain, at most 5000; more than the
+    /// nodes' `max_queue_depth` (default 50) gets `device queue is full` [default: 50; smoke: 5].
+    #[arg(long, value_name = "N")]
+    pub drain_messages: Option<u64>,
+    /// Open-loop send rate, SENDs/s [default: half the SEND throughput measured].
+    #[arg(long, value_name = "PER_SEC")]
+    pub rate: Option<f64>,
+    /// Devices connecting at the same time (the drain connects every device this way).
+    #[arg(long, default_value_t = 200)]
+    pub connect_concurrency: usize,
+    /// Keys of the SET reference.
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u64,
+    /// SET value and SEND body size, bytes (open-loop bodies are at least 8: the send stamp).
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// A request unanswered for this long counts as a timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// How long to wait for open-loop stragglers after the last send [default: 30s; smoke: 10s].
+    #[arg(long, value_parser = parse_duration)]
+    pub straggler_wait: Option<Duration>,
+    /// Longest wait for the devices to empty their queues: the SEND phase's backlog, and the
+    /// drain [default: 300s; smoke: 60s].
+    #[arg(long, value_parser = parse_duration)]
+    pub drain_timeout: Option<Duration>,
+    /// Extra argument for every statestore node (repeatable), e.g.
+    /// `--node-arg=--devicebound-device-window=4`.
+    #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub node_args: Vec<String>,
+    /// Short run for CI (50 devices, a 1×1 backend, 5 s phases, 5 drain messages); fails on
+    /// any error reply (queue full included), timeout, lost or duplicate delivery, or zero
+    /// throughput.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also write the results (timelines included) as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Process locations.
+    #[command(flatten)]
+    pub programs: Programs,
+    /// Keep the temporary directory (configs, data, logs) and print where it is.
+    #[arg(long)]
+    pub keep_temp: bool,
+}
+
+/// What a `devicebound` run does once defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceboundPlan {
+    /// Statestore nodes.
+    pub nodes: usize,
+    /// Devices.
+    pub devices: usize,
+    /// Backend connections.
+    pub clients: usize,
+    /// Outstanding requests per backend connection.
+    pub in_flight: usize,
+    /// Window of the SET, SEND and open-loop phases.
+    pub duration: Duration,
+    /// Warm-up of the SET and SEND phases.
+    pub warmup: Duration,
+    /// Messages per device in the drain.
+    pub drain_messages: u64,
+    /// Open-loop rate if fixed.
+    pub rate: Option<f64>,
+    /// Devices connecting at once.
+    pub connect_concurrency: usize,
+    /// Open-loop straggler wait.
+    pub straggler_wait: Duration,
+    /// Backlog and drain bound.
+    pub drain_timeout: Duration,
+}
+
+impl DeviceboundArgs {
+    /// Applies the defaults (smoke or full).
+    pub fn resolve(&self) -> anyhow::Result<DeviceboundPlan> {
+        let smoke = self.smoke;
+        let pick = |full: u64, small: u64| if smoke { small } else { full };
+        let secs = |full: u64, small: u64| Duration::from_secs(pick(full, small));
+        let plan = DeviceboundPlan {
+            nodes: self.nodes,
+            devices: self.devices.unwrap_or(if smoke { 50 } else { 1000 }),
+            clients: self.clients.unwrap_or(if smoke { 1 } else { 64 }),
+            in_flight: self.in_flight.unwrap_or(if smoke { 1 } else { 8 }),
+            duration: self.duration.unwrap_or(secs(60, 5)),
+            warmup: self.warmup.unwrap_or(if smoke {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(1)
+            }),
+            drain_messages: self.drain_messages.unwrap_or(pick(50, 5)),
+            rate: self.rate,
+            connect_concurrency: self.connect_concurrency,
+            straggler_wait: self.straggler_wait.unwrap_or(secs(30, 10)),
+            drain_timeout: self.drain_timeout.unwrap_or(secs(300, 60)),
+        };
+        if plan.nodes == 0 {
+            bail!("--nodes must be at least 1");
+        }
+        if plan.devices == 0 || plan.clients == 0 || plan.in_flight == 0 {
+            bail!("--devices, --clients and --in-flight must be at least 1");
+        }
+        if plan.duration < Duration::from_secs(1) {
+            bail!("--duration must be at least 1 s (the timeline is per second)");
+        }
+        if !(1..=5000).contains(&plan.drain_messages) {
+            bail!("--drain-messages must be between 1 and 5000 (the largest max_queue_depth)");
+        }
+        if plan.connect_concurrency == 0 {
+            bail!("--connect-concurrency must be at least 1");
+        }
+        if plan.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            bail!("--rate must be a positive number of SENDs per second");
+        }
+        if self.keys == 0 {
+            bail!("--keys must be at least 1");
+        }
+        Ok(plan)
+    }
+}
+
 /// `scale`.
 #[derive(Debug, Clone, Args)]
 pub struct ScaleArgs {
@@ -496,7 +645,9 @@ mod tests {
         match cli.command {
             Command::Compare(c) => c.load,
             Command::Run(r) => r.load,
-            Command::Scale(_) | Command::Sustained(_) => panic!("no load args"),
+            Command::Scale(_) | Command::Sustained(_) | Command::Devicebound(_) => {
+                panic!("no load args")
+            }
         }
     }
 
@@ -669,6 +820,74 @@ mod tests {
             (plan.rounds, plan.cell_duration),
             (5, Duration::from_secs(30))
         );
+        Ok(())
+    }
+
+    fn devicebound(args: &[&str]) -> anyhow::Result<DeviceboundArgs> {
+        let mut full = vec!["devicebound"];
+        full.extend_from_slice(args);
+        match parse(&full)?.command {
+            Command::Devicebound(d) => Ok(d),
+            other => bail!("not devicebound: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn devicebound_defaults_and_flags() -> anyhow::Result<()> {
+        let plan = devicebound(&[])?.resolve()?;
+        assert_eq!(
+            (plan.nodes, plan.devices, plan.clients, plan.in_flight),
+            (3, 1000, 64, 8)
+        );
+        assert_eq!(plan.duration, Duration::from_secs(60));
+        assert_eq!(
+            plan.drain_messages, 50,
+            "exactly the default max queue depth"
+        );
+        assert_eq!(plan.connect_concurrency, 200);
+        assert_eq!(plan.rate, None, "half the measured SEND throughput");
+        let smoke = devicebound(&["--smoke"])?.resolve()?;
+        assert_eq!(
+            (
+                smoke.devices,
+                smoke.clients,
+                smoke.in_flight,
+                smoke.drain_messages
+            ),
+            (50, 1, 1, 5)
+        );
+        assert_eq!(smoke.duration, Duration::from_secs(5));
+        assert_eq!(smoke.drain_timeout, Duration::from_secs(60));
+        let plan = devicebound(&[
+            "--devices",
+            "10",
+            "--duration",
+            "2s",
+            "--rate",
+            "500",
+            "--drain-messages",
+            "7",
+            "--node-arg=--devicebound-device-window=4",
+            "--smoke",
+        ])?
+        .resolve()?;
+        assert_eq!(
+            (plan.devices, plan.duration, plan.rate, plan.drain_messages),
+            (10, Duration::from_secs(2), Some(500.0), 7),
+            "flags win over smoke defaults"
+        );
+        for bad in [
+            &["--devices", "0"][..],
+            &["--nodes", "0"],
+            &["--duration", "500ms"],
+            &["--drain-messages", "0"],
+            &["--drain-messages", "5001"],
+            &["--rate", "0"],
+            &["--rate=-3"],
+            &["--connect-concurrency", "0"],
+        ] {
+            assert!(devicebound(bad)?.resolve().is_err(), "{bad:?}");
+        }
         Ok(())
     }
 

@@ -65,7 +65,7 @@ impl Collected {
         window: Duration,
     ) {
         let (outcome, cpu) = match result {
-            Ok(Measured { stats, cpu }) => {
+            Ok(Measured { stats, cpu, .. }) => {
                 let summary = stats.summary(window);
                 let store_cpu = cpu
                     .as_ref()

@@ -223,6 +223,7 @@ impl CpuReport {
 /// Samples the watched processes at the start and at the end of a window in the background.
 pub struct WindowSampler {
     watched: Arc<[Watched]>,
+    window: (Instant, Instant),
     task: JoinHandle<(Sample, Sample)>,
 }
 
@@ -236,7 +237,16 @@ impl WindowSampler {
             tokio::time::sleep_until(end.into()).await;
             (first, sample(&for_task))
         });
-        WindowSampler { watched, task }
+        WindowSampler {
+            watched,
+            window: (start, end),
+            task,
+        }
+    }
+
+    /// The window `[start, end)` it samples.
+    pub fn window(&self) -> (Instant, Instant) {
+        self.window
     }
 
     /// Waits for the end sample and turns both into figures for `ops` operations.

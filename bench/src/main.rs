@@ -4,17 +4,26 @@
 //! each; `run` drives an already running statestore; `sustained` keeps one prefilled cluster
 //! (and optionally the baselines) alive and measures long windows second by second, with the
 //! CPU per operation of every process; `scale` loads many keys and measures memory, disk, load
-//! rate and restart time. Every process started is stopped on exit, error or
-//! Ctrl-C.
+//! rate and restart time; `devicebound` measures the device-bound queues (SEND throughput
+//! against SET, send-to-delivery latency, the drain of full queues). Every process started is
+//! stopped on exit, error or Ctrl-C.
 
 mod cell;
 mod cli;
 mod compare;
 mod cpu;
+mod device_drain;
+mod device_fleet;
+mod device_open_loop;
+mod device_recorder;
+mod device_send;
+mod devicebound;
+mod devicebound_report;
 mod driver;
 mod echo_responder;
 mod etcd_load;
 mod mqtt_load;
+mod node_counters;
 mod proc_stat;
 mod processes;
 mod report;
@@ -42,6 +51,7 @@ async fn main() -> ExitCode {
             Command::Run(args) => compare::run(args).await,
             Command::Sustained(args) => sustained::sustained(args).await,
             Command::Scale(args) => scale::scale(args).await,
+            Command::Devicebound(args) => devicebound::devicebound(args).await,
         }
     };
     // Cancelling `work` drops every process guard inside it, which kills the processes.

@@ -1,8 +1,9 @@
-//! MQTT 5 load against the state store protocol (spec §1–§2): one rumqttc `AsyncClient` and
-//! event-loop task per connection (Nagle off), subscribed to `clients/<id>/#`, sending QoS 1
-//! requests with response topic `clients/<id>/resp`, a 16-byte counter correlation id, Message
-//! Expiry 10 s and the `__srcId` / `__ts` / `__protVer` user properties, and matching replies to
-//! requests by correlation data.
+//! MQTT 5 request/response load (spec §1–§2): one rumqttc `AsyncClient` and event-loop task per
+//! connection (Nagle off), subscribed to `clients/<id>/#`, sending QoS 1 requests with response
+//! topic `clients/<id>/resp`, a 16-byte counter correlation id, Message Expiry 10 s and the
+//! `__srcId` / `__ts` / `__protVer` user properties, and matching replies to requests by
+//! correlation data. [`Connection::call`] sends any payload to any request topic (the state
+//! store's, the device-bound service's); [`Requester`] for a connection is the state store.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -309,49 +310,93 @@ fn deliver(
     });
 }
 
-impl Requester for Connection {
-    async fn request(&self, op: Op, key: &[u8], value: &Bytes) -> Outcome {
+impl Connection {
+    /// Publishes `payload` as a request on `topic` (QoS 1, with the envelope) and waits for its
+    /// reply, which must carry `__stat` 200 and match `expect`.
+    pub async fn call(&self, topic: &str, payload: Vec<u8>, expect: Expect<'_>) -> Outcome {
+        self.call_retrying(topic, payload, expect, 1).await.0
+    }
+
+    /// As [`Connection::call`], but a request unanswered within the timeout is published again,
+    /// the very same request with the same correlation data (protocol §6: the retry gets the
+    /// remembered reply and takes effect once), up to `attempts` publishes in all. Returns the
+    /// outcome, its latency counted from the first publish, and how many publishes it took.
+    pub async fn call_retrying(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        expect: Expect<'_>,
+        attempts: usize,
+    ) -> (Outcome, usize) {
         let n = self.next_correlation.fetch_add(1, Ordering::Relaxed) + 1;
         let correlation = u128::from(n);
         let properties = self.properties(correlation, n);
-        let payload = resp::request(op, key, value);
+        let payload = Bytes::from(payload);
+        let start = Instant::now();
+        let attempts = attempts.max(1);
+        for attempt in 1..=attempts {
+            let (tx, rx) = oneshot::channel();
+            lock(&self.pending).insert(correlation, tx);
+            let sent = Instant::now();
+            if let Err(err) = self
+                .client
+                .publish_with_properties(
+                    topic,
+                    QoS::AtLeastOnce,
+                    false,
+                    payload.clone(),
+                    properties.clone(),
+                )
+                .await
+            {
+                lock(&self.pending).remove(&correlation);
+                return (Outcome::Error(format!("publish failed: {err}")), attempt);
+            }
+            match tokio::time::timeout_at((sent + self.timeout).into(), rx).await {
+                Ok(Ok(reply)) => {
+                    let outcome =
+                        match resp::classify(expect, reply.stat.as_deref(), &reply.payload) {
+                            Ok(()) => Outcome::Ok {
+                                latency: reply.received.saturating_duration_since(start),
+                                received: reply.received,
+                            },
+                            Err(kind) => Outcome::Error(kind),
+                        };
+                    return (outcome, attempt);
+                }
+                Ok(Err(_)) => {
+                    return (Outcome::Error("connection task ended".to_owned()), attempt);
+                }
+                Err(_) => {
+                    lock(&self.pending).remove(&correlation);
+                }
+            }
+        }
+        (Outcome::Timeout, attempts)
+    }
+
+    /// Disconnects and stops the event loop.
+    pub async fn disconnect(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let _ = self.client.try_disconnect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.events.abort();
+    }
+}
+
+impl Requester for Connection {
+    async fn request(&self, op: Op, key: &[u8], value: &Bytes) -> Outcome {
         let expect = match (self.check, op) {
             (Check::Echo, _) => Expect::Echo,
             (Check::GetsHit, Op::Get) => Expect::Hit(value),
             _ => Expect::Store(op),
         };
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(correlation, tx);
-        let start = Instant::now();
-        if let Err(err) = self
-            .client
-            .publish_with_properties(REQUEST_TOPIC, QoS::AtLeastOnce, false, payload, properties)
+        self.call(REQUEST_TOPIC, resp::request(op, key, value), expect)
             .await
-        {
-            lock(&self.pending).remove(&correlation);
-            return Outcome::Error(format!("publish failed: {err}"));
-        }
-        match tokio::time::timeout_at((start + self.timeout).into(), rx).await {
-            Ok(Ok(reply)) => match resp::classify(expect, reply.stat.as_deref(), &reply.payload) {
-                Ok(()) => Outcome::Ok {
-                    latency: reply.received.saturating_duration_since(start),
-                    received: reply.received,
-                },
-                Err(kind) => Outcome::Error(kind),
-            },
-            Ok(Err(_)) => Outcome::Error("connection task ended".to_owned()),
-            Err(_) => {
-                lock(&self.pending).remove(&correlation);
-                Outcome::Timeout
-            }
-        }
     }
 
     async fn close(&self) {
-        self.closing.store(true, Ordering::Relaxed);
-        let _ = self.client.try_disconnect();
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        self.events.abort();
+        self.disconnect().await;
     }
 }
 
@@ -403,10 +448,26 @@ pub async fn run(
     options: &LoadOptions,
     make_plan: impl FnOnce() -> Plan,
 ) -> anyhow::Result<CellStats> {
+    run_with(broker, options, |_, connection| connection, make_plan).await
+}
+
+/// As [`run`], with every connection turned into the requester the plan drives by `wrap`
+/// (given the connection's index), e.g. one that sends to another request topic.
+pub async fn run_with<R: Requester>(
+    broker: &Broker,
+    options: &LoadOptions,
+    wrap: impl Fn(usize, Connection) -> R,
+    make_plan: impl FnOnce() -> Plan,
+) -> anyhow::Result<CellStats> {
     let connections = connect_all(broker, options).await?;
+    let requesters = connections
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| wrap(i, c))
+        .collect();
     let plan = make_plan();
     driver::drive(
-        connections,
+        requesters,
         options.in_flight,
         plan,
         workload::value(options.value_size),

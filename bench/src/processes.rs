@@ -475,6 +475,12 @@ impl StatestoreCluster {
         serde_json::from_slice(&body).with_context(|| format!("parse {url}"))
     }
 
+    /// `/metrics` (Prometheus text) of node index `i`.
+    pub async fn metrics_text(&self, i: usize) -> anyhow::Result<String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.nodes[i].http_port);
+        Ok(self.http.get(&url).send().await?.text().await?)
+    }
+
     async fn ready(&self, i: usize) -> bool {
         let url = format!("http://127.0.0.1:{}/readyz", self.nodes[i].http_port);
         matches!(self.http.get(&url).send().await, Ok(r) if r.status().is_success())

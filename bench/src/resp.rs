@@ -41,6 +41,8 @@ pub enum Expect<'a> {
     Echo,
     /// A GET that must hit and return exactly this value.
     Hit(&'a [u8]),
+    /// `+OK\r\n` (e.g. a device-bound SEND, devicebound.md §2).
+    PlusOk,
 }
 
 /// `Ok(())` when `stat` (the `__stat` user property) is `200` and `payload` is a success reply
@@ -52,7 +54,7 @@ pub fn classify(expect: Expect<'_>, stat: Option<&str>, payload: &[u8]) -> Resul
         None => return Err("no __stat".to_owned()),
     }
     let good = match expect {
-        Expect::Echo => payload == b"+OK\r\n",
+        Expect::Echo | Expect::PlusOk => payload == b"+OK\r\n",
         Expect::Store(Op::Set) => payload == b"+OK\r\n",
         Expect::Store(Op::SetNxPx) => payload == b"+OK\r\n" || payload == b":-1\r\n",
         Expect::Store(Op::Del) => payload == b":1\r\n" || payload == b":0\r\n",
@@ -171,6 +173,11 @@ mod tests {
         assert!(classify(Expect::Store(Op::Del), ok, b":-1\r\n").is_err());
         assert_eq!(classify(Expect::Echo, ok, b"+OK\r\n"), Ok(()));
         assert!(classify(Expect::Echo, ok, b"$-1\r\n").is_err());
+        assert_eq!(classify(Expect::PlusOk, ok, b"+OK\r\n"), Ok(()));
+        assert_eq!(
+            classify(Expect::PlusOk, ok, b"-ERR device queue is full\r\n"),
+            Err("-ERR device queue is full".to_owned())
+        );
         assert_eq!(
             classify(Expect::Hit(b"world"), ok, b"$5\r\nworld\r\n"),
             Ok(())

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use tokio::task::JoinHandle;
 
 use crate::cell::{self, CellSpec, Measured};
-use crate::cli::{Baseline, SustainedArgs, SustainedPlan};
+use crate::cli::{Baseline, Programs, SustainedArgs, SustainedPlan};
 use crate::compare::{
     etcd_watch, floor_watch, mosquitto_bin, statestore_bin, statestore_watch, tool_versions,
 };
@@ -43,13 +43,18 @@ const LOG_EXAMPLES: usize = 3;
 // Fields drop in declaration order: clients before their broker, processes before the
 // directory that holds their data and logs.
 
-/// The statestore target.
-struct Statestore {
-    name: String,
-    watched: Arc<[Watched]>,
-    cluster: StatestoreCluster,
-    broker: Mosquitto,
-    dir: WorkDir,
+/// The statestore target: a cluster with its own Mosquitto (also used by `devicebound`).
+pub struct Statestore {
+    /// `statestore-3`.
+    pub name: String,
+    /// Its processes and this tool, for CPU accounting.
+    pub watched: Arc<[Watched]>,
+    /// The nodes.
+    pub cluster: StatestoreCluster,
+    /// Its broker.
+    pub broker: Mosquitto,
+    /// Configs, data and logs.
+    pub dir: WorkDir,
 }
 
 /// The floor, kept alive.
@@ -187,7 +192,7 @@ async fn prefill_etcd(
 }
 
 /// `/admin/status` of every node.
-async fn raft_state(cluster: &StatestoreCluster) -> Vec<NodeRaft> {
+pub async fn raft_state(cluster: &StatestoreCluster) -> Vec<NodeRaft> {
     let mut out = Vec::with_capacity(cluster.nodes.len());
     for i in 0..cluster.nodes.len() {
         out.push(NodeRaft {
@@ -200,7 +205,7 @@ async fn raft_state(cluster: &StatestoreCluster) -> Vec<NodeRaft> {
 
 /// Counts the log lines of every node written between the byte offsets `from` and `to`
 /// (`None`: until now).
-fn node_logs(
+pub fn node_logs(
     cluster: &StatestoreCluster,
     from: &[u64],
     to: Option<&[u64]>,
@@ -232,30 +237,30 @@ fn node_logs(
         .collect()
 }
 
-fn log_offsets(cluster: &StatestoreCluster) -> Vec<u64> {
+/// Where every node's log ends now.
+pub fn log_offsets(cluster: &StatestoreCluster) -> Vec<u64> {
     (0..cluster.nodes.len())
         .map(|i| file_len(cluster.log_path(i)))
         .collect()
 }
 
-/// Starts the statestore target and waits until it is ready.
-async fn start_statestore(
-    plan: &SustainedPlan,
-    args: &SustainedArgs,
+/// Starts a statestore target of `nodes` nodes (each with `node_args`) and its Mosquitto in a
+/// `statestore-bench-{command}-statestore-N-*` directory, and waits until it is ready.
+pub async fn start_statestore(
+    command: &str,
+    nodes: usize,
+    programs: &Programs,
+    keep_temp: bool,
+    node_args: &[String],
 ) -> anyhow::Result<(Statestore, Duration)> {
-    let bin = statestore_bin(&args.programs)?;
-    let mosquitto = mosquitto_bin(&args.programs)?;
-    let name = format!("statestore-{}", plan.nodes);
-    let dir = WorkDir::new(&format!("sustained-{name}"), args.keep_temp)?;
-    note_kept(&dir, args.keep_temp, &name);
+    let bin = statestore_bin(programs)?;
+    let mosquitto = mosquitto_bin(programs)?;
+    let name = format!("statestore-{nodes}");
+    let dir = WorkDir::new(&format!("{command}-{name}"), keep_temp)?;
+    note_kept(&dir, keep_temp, &name);
     let broker = Mosquitto::start(&mosquitto, dir.path())?;
-    let mut cluster = StatestoreCluster::start(
-        &bin,
-        &broker.broker(),
-        plan.nodes,
-        dir.path(),
-        &args.node_args,
-    )?;
+    let mut cluster =
+        StatestoreCluster::start(&bin, &broker.broker(), nodes, dir.path(), node_args)?;
     let ready = cluster.wait_ready(Duration::from_secs(60)).await?;
     eprintln!("   {name}: ready after {:.2} s", ready.as_secs_f64());
     let watched = statestore_watch(&cluster, &broker);
@@ -357,7 +362,7 @@ impl Run<'_> {
             ));
         }
         let cell = match result {
-            Ok(Measured { stats, cpu }) => {
+            Ok(Measured { stats, cpu, .. }) => {
                 let timeline = stats
                     .timeline
                     .as_ref()
@@ -548,7 +553,14 @@ pub async fn sustained(args: SustainedArgs) -> anyhow::Result<bool> {
     eprintln!("{}", machine.line());
 
     eprintln!("== starting the long-lived targets");
-    let (statestore, ready) = start_statestore(&plan, &args).await?;
+    let (statestore, ready) = start_statestore(
+        "sustained",
+        plan.nodes,
+        &args.programs,
+        args.keep_temp,
+        &args.node_args,
+    )
+    .await?;
     let floor = match plan.baselines.contains(&Baseline::Floor) {
         true => Some(start_floor(&args).await.context("floor")?),
         false => None,

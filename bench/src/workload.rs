@@ -136,6 +136,15 @@ pub fn key(index: u64) -> Vec<u8> {
     format!("key-{:012}", index % 1_000_000_000_000).into_bytes()
 }
 
+/// The number of a key made by [`key`] (`key-000000000042` → 42); `None` for anything else.
+pub fn key_index(key: &[u8]) -> Option<u64> {
+    let digits = key.strip_prefix(b"key-")?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 /// A printable value of `size` bytes.
 pub fn value(size: usize) -> bytes::Bytes {
     (0..size)
@@ -178,6 +187,22 @@ mod tests {
         assert_eq!(key(0), b"key-000000000000");
         assert_eq!(key(999_999).len(), KEY_LEN);
         assert_eq!(key(u64::MAX).len(), KEY_LEN);
+    }
+
+    #[test]
+    fn key_numbers_round_trip() {
+        for (key, index) in [
+            (&b"key-000000000000"[..], Some(0)),
+            (b"key-000000000042", Some(42)),
+            (b"key-999999999999", Some(999_999_999_999)),
+            (b"key-", None),
+            (b"key-12a", None),
+            (b"kez-000000000001", None),
+            (b"", None),
+        ] {
+            assert_eq!(key_index(key), index, "{}", String::from_utf8_lossy(key));
+        }
+        assert_eq!(key_index(&key(1234)), Some(1234));
     }
 
     #[test]
