@@ -240,34 +240,46 @@ impl<O: Outbox> DevicePush<O> {
             )
             .map_err(|e| e.to_string())?;
             seen += page.len();
-            for candidate in &page {
-                if !self.service.is_serving() {
-                    return Ok(());
-                }
-                let device = String::from_utf8_lossy(&candidate.device).into_owned();
-                if self.with_backoffs(|b| b.blocked(&device, Instant::now())) {
-                    continue;
-                }
-                let max = window.saturating_sub(candidate.invisible).max(1);
-                let outcome = self
-                    .service
-                    .propose_device(
+            if !self.service.is_serving() {
+                return Ok(());
+            }
+            // One Deliver per device, all of the page proposed at once: the batcher packs them
+            // into a few log entries, so a page costs about one commit instead of one each.
+            let now = Instant::now();
+            let delivers = page
+                .iter()
+                .filter(|candidate| {
+                    let device = String::from_utf8_lossy(&candidate.device);
+                    !self.with_backoffs(|b| b.blocked(&device, now))
+                })
+                .map(|candidate| {
+                    self.service.propose_device(
                         None,
                         None,
                         DeviceCommand::Deliver {
                             device: candidate.device.clone(),
-                            max,
+                            max: window.saturating_sub(candidate.invisible).max(1),
                         },
                     )
-                    .await
-                    .map_err(|e| format!("{e:?}"))?;
-                if let Outcome::Device(outcome) = outcome
-                    && let DeviceResult::Delivered { messages } = outcome.result
-                {
-                    for message in messages {
-                        self.publish(message).await;
+                });
+            // Every committed delivery is published even if another of the page failed (an
+            // unpublished one would wait for its lock to run out).
+            let mut failed = None;
+            for outcome in futures::future::join_all(delivers).await {
+                match outcome {
+                    Ok(Outcome::Device(outcome)) => {
+                        if let DeviceResult::Delivered { messages } = outcome.result {
+                            for message in messages {
+                                self.publish(message).await;
+                            }
+                        }
                     }
+                    Ok(_) => {}
+                    Err(err) => failed = Some(format!("{err:?}")),
                 }
+            }
+            if let Some(err) = failed {
+                return Err(err);
             }
             match page.last() {
                 Some(last) if page.len() == PAGE => after = Some(last.clone()),
