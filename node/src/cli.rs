@@ -27,7 +27,7 @@ pub enum CliCommand {
     /// Inspect or change cluster membership through a node's admin API.
     Cluster(ClusterArgs),
     /// A client of the state store over MQTT 5: get, set, del, vdel, watch.
-    Kv(crate::kv::KvArgs),
+    Kv(Box<crate::kv::KvArgs>),
 }
 
 /// `statestore run`: every flag overrides the same setting of the config file.

@@ -38,7 +38,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             // Its own exit statuses (0 found, 1 missing, 2 error); it prints its errors.
-            CliCommand::Kv(args) => std::process::exit(i32::from(kv::run(args).await)),
+            CliCommand::Kv(args) => std::process::exit(i32::from(kv::run(*args).await)),
         }
     });
     match result {

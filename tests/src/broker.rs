@@ -27,6 +27,12 @@ impl Broker {
     /// between [`free_port`] and Mosquitto's bind, Mosquitto exits: it is started again on a
     /// fresh port (connecting to the port would not tell, it may be the other test's listener).
     pub fn start_on(address: &str) -> Broker {
+        Broker::start_with(address, "")
+    }
+
+    /// Like [`Broker::start_on`], with `extra` appended to its configuration (e.g. a second,
+    /// TLS listener).
+    pub fn start_with(address: &str, extra: &str) -> Broker {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("mosquitto.conf");
         let log = dir.path().join("mosquitto.log");
@@ -38,7 +44,7 @@ impl Broker {
                     "listener {port} {address}\nallow_anonymous true\nset_tcp_nodelay true\n\
                      max_inflight_messages 1000\nmax_queued_messages 100000\n\
                      message_size_limit 0\npersistence true\npersistence_location {}/\n\
-                     autosave_interval 0\nuser root\n",
+                     autosave_interval 0\nuser root\n{extra}",
                     dir.path().display()
                 ),
             )

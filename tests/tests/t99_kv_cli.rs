@@ -172,3 +172,161 @@ async fn watch_prints_every_change_of_its_keys() {
         "changes of the watched keys in order, nothing else"
     );
 }
+
+/// Runs `openssl` with `args` in `dir`, failing the test with its output if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl must be installed");
+    assert!(output.status.success(), "openssl {args:?}: {output:?}");
+}
+
+/// A CA (`<name>-ca.pem`/`-ca.key`) in `dir`, and `leaf` certificates it signs:
+/// `<leaf>.pem`/`<leaf>.key` for each (name, subjectAltName).
+fn make_pki(dir: &std::path::Path, name: &str, leaves: &[(&str, &str)]) {
+    let ca_key = format!("{name}-ca.key");
+    let ca_pem = format!("{name}-ca.pem");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name} test CA"),
+            "-keyout",
+            &ca_key,
+            "-out",
+            &ca_pem,
+        ],
+    );
+    for (leaf, san) in leaves {
+        let key = format!("{leaf}.key");
+        let csr = format!("{leaf}.csr");
+        let pem = format!("{leaf}.pem");
+        let ext = format!("{leaf}.ext");
+        std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).expect("ext file");
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={leaf}"),
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+                "-out",
+                &pem,
+            ],
+        );
+    }
+}
+
+/// `--tls`: the client checks the broker's certificate against `--ca` (and its host name)
+/// and authenticates with `--cert`/`--key` where the broker requires a certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_ca_and_a_client_certificate() {
+    let pki = tempfile::tempdir().expect("temp dir");
+    let dir = pki.path();
+    make_pki(
+        dir,
+        "good",
+        &[("broker", "IP:127.0.0.1"), ("client", "DNS:client")],
+    );
+    make_pki(dir, "other", &[]);
+    let tls_port = statestore_tests::free_port();
+    let path = |file: &str| dir.join(file).display().to_string();
+    // The node uses the plain listener; `kv` the TLS one, which requires a client certificate.
+    let broker = statestore_tests::broker::Broker::start_with(
+        "127.0.0.1",
+        &format!(
+            "listener {tls_port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\n\
+             require_certificate true\n",
+            path("good-ca.pem"),
+            path("broker.pem"),
+            path("broker.key")
+        ),
+    );
+    let node = statestore_tests::node::StatestoreNode::start(
+        &broker,
+        statestore_tests::node::NodeSpec::default(),
+    );
+    node.wait_ready(Duration::from_secs(30)).await;
+    let tls = format!("127.0.0.1:{tls_port}");
+    let (ca, cert, key) = (path("good-ca.pem"), path("client.pem"), path("client.key"));
+    let with_client = ["--ca", &ca, "--cert", &cert, "--key", &key];
+
+    let set = kv_async(
+        &tls,
+        &[&with_client[..], &["set", "secure", "yes"]].concat(),
+    )
+    .await;
+    assert_eq!(status(&set), 0, "{set:?}");
+    let get = kv_async(&tls, &[&with_client[..], &["get", "secure"]].concat()).await;
+    assert_eq!((status(&get), stdout(&get).as_str()), (0, "yes\n"));
+
+    // No client certificate: the broker refuses the handshake.
+    let anonymous = kv_async(&tls, &["--ca", &ca, "--timeout", "5", "get", "secure"]).await;
+    assert_eq!(status(&anonymous), 2, "{anonymous:?}");
+    // A broker certificate from another CA is refused by the client.
+    let other_ca = path("other-ca.pem");
+    let untrusted = kv_async(
+        &tls,
+        &[
+            "--ca",
+            &other_ca,
+            "--cert",
+            &cert,
+            "--key",
+            &key,
+            "--timeout",
+            "5",
+            "get",
+            "secure",
+        ],
+    )
+    .await;
+    assert_eq!(status(&untrusted), 2, "{untrusted:?}");
+    assert!(
+        String::from_utf8_lossy(&untrusted.stderr).contains("statestore kv:"),
+        "{untrusted:?}"
+    );
+    // TLS to the plain listener fails; plain to it still works.
+    let plain = broker.address();
+    let mismatch = kv_async(
+        &plain,
+        &["--tls", "--ca", &ca, "--timeout", "5", "get", "secure"],
+    )
+    .await;
+    assert_eq!(status(&mismatch), 2, "{mismatch:?}");
+    let get = kv_async(&plain, &["get", "secure"]).await;
+    assert_eq!((status(&get), stdout(&get).as_str()), (0, "yes\n"));
+}

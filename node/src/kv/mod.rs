@@ -16,7 +16,10 @@ use clap::{Args, Subcommand};
 
 use crate::error::NodeError;
 use crate::transport::NOTIFY_TOPIC_PREFIX;
-use session::{Session, Target};
+use session::{Session, Target, TlsFiles};
+
+/// The CA bundle `--tls` trusts without `--ca` (Debian's `ca-certificates`).
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 use wire::{Notification, Reply};
 
 /// Exit status: success.
@@ -38,6 +41,19 @@ pub struct KvArgs {
     /// File whose first line is the MQTT password (or set STATESTORE_MQTT_PASSWORD).
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// Connect with TLS (mqtts), checking the broker's certificate and host name against the
+    /// system's CA bundle or --ca.
+    #[arg(long)]
+    pub tls: bool,
+    /// CA certificates (PEM) the broker's certificate must chain to; implies --tls.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for X.509 authentication; needs --key; implies --tls.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// MQTT client id (default: the --username, else statestore-kv-<pid>).
     #[arg(long)]
     pub client_id: Option<String>,
@@ -127,7 +143,23 @@ impl KvArgs {
             }
             (None, None) => None,
         };
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))
+        };
+        let tls = if self.tls || self.ca.is_some() || self.cert.is_some() {
+            let system_bundle = PathBuf::from(SYSTEM_CA_BUNDLE);
+            Some(TlsFiles {
+                ca: read(self.ca.as_ref().unwrap_or(&system_bundle))?,
+                client: match (&self.cert, &self.key) {
+                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+                    _ => None,
+                },
+            })
+        } else {
+            None
+        };
         Ok(Target {
+            tls,
             host: host
                 .trim_start_matches('[')
                 .trim_end_matches(']')

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions};
+use rumqttc::{TlsConfiguration, Transport};
 use statestore_storage::hlc::Hlc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -35,6 +36,17 @@ pub struct Target {
     pub credentials: Option<(String, String)>,
     /// MQTT client id.
     pub client_id: String,
+    /// TLS (`mqtts`), when asked for.
+    pub tls: Option<TlsFiles>,
+}
+
+/// What TLS to the broker uses, read from PEM files.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// CA certificates the broker's certificate must chain to.
+    pub ca: Vec<u8>,
+    /// Client certificate chain and private key (X.509 authentication), if any.
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// What the event loop hands over.
@@ -76,6 +88,15 @@ impl Session {
         options.set_max_packet_size(Some(16 << 20));
         if let Some((username, password)) = &target.credentials {
             options.set_credentials(username, password);
+        }
+        if let Some(tls) = &target.tls {
+            // The process-wide provider; an error means one is installed already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            options.set_transport(Transport::tls_with_config(TlsConfiguration::Simple {
+                ca: tls.ca.clone(),
+                alpn: None,
+                client_auth: tls.client.clone(),
+            }));
         }
         let mut network = options.network_options();
         network.set_tcp_nodelay(true);
