@@ -337,51 +337,69 @@ impl<O: Outbox> DevicePush<O> {
         self.service.outbox().publish(message).await;
     }
 
-    /// Handles what the session reports about device-bound publishes, until `stop`.
+    /// Handles what the session reports about device-bound publishes, until `stop`. The
+    /// reports queued meanwhile (up to [`PAGE`]) are handled together: their give-backs are
+    /// proposed at once, so a burst of offline devices costs about one commit, not one each
+    /// (a device that came back meanwhile would otherwise wait for every give-back before it).
     pub async fn run_events(
         self: Arc<Self>,
         mut events: mpsc::Receiver<SessionEvent>,
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
-            let event = tokio::select! {
+            let first = tokio::select! {
                 event = events.recv() => match event { Some(event) => event, None => return },
                 _ = stop.changed() => return,
             };
+            let mut burst = vec![first];
+            while burst.len() < PAGE {
+                match events.try_recv() {
+                    Ok(event) => burst.push(event),
+                    Err(_) => break,
+                }
+            }
             if !self.service.is_serving() {
                 continue;
             }
-            match event {
-                SessionEvent::DeviceOffline { device, token } => {
-                    let metrics = &self.service.metrics().devicebound;
-                    if self.with_backoffs(|b| b.offline(&device, Instant::now())) {
-                        metrics.offline_backoffs_total.inc();
-                    } else {
-                        metrics.backoff_overflow_total.inc();
-                    }
-                    let until = self.with_backoffs(|b| b.until(&device));
-                    tracing::debug!(device, ?until, "device offline: delivery given back");
-                    let command = DeviceCommand::Undeliver {
-                        device: device.into_bytes(),
-                        token,
-                    };
-                    if let Err(err) = self.service.propose_device(None, None, command).await {
-                        tracing::debug!(error = ?err, "could not give a delivery back");
-                    }
+            let give_backs = burst
+                .into_iter()
+                .filter_map(|event| self.give_back(event))
+                .map(|command| self.service.propose_device(None, None, command));
+            for result in futures::future::join_all(give_backs).await {
+                if let Err(err) = result {
+                    tracing::debug!(error = ?err, "could not give a delivery back");
                 }
-                SessionEvent::FeedbackUnheard { token } => {
-                    *self
-                        .feedback_paused_until
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        Some(Instant::now() + FEEDBACK_PAUSE);
-                    let command = DeviceCommand::UndeliverFeedback { token };
-                    if let Err(err) = self.service.propose_device(None, None, command).await {
-                        tracing::debug!(error = ?err, "could not give a feedback batch back");
-                    }
-                }
-                SessionEvent::NoMatchingSubscribers { .. } => {}
             }
+        }
+    }
+
+    /// What a session report means: the device's backoff or the feedback pause, and the
+    /// command that gives the delivery back.
+    fn give_back(&self, event: SessionEvent) -> Option<DeviceCommand> {
+        match event {
+            SessionEvent::DeviceOffline { device, token } => {
+                let metrics = &self.service.metrics().devicebound;
+                if self.with_backoffs(|b| b.offline(&device, Instant::now())) {
+                    metrics.offline_backoffs_total.inc();
+                } else {
+                    metrics.backoff_overflow_total.inc();
+                }
+                let until = self.with_backoffs(|b| b.until(&device));
+                tracing::debug!(device, ?until, "device offline: delivery given back");
+                Some(DeviceCommand::Undeliver {
+                    device: device.into_bytes(),
+                    token,
+                })
+            }
+            SessionEvent::FeedbackUnheard { token } => {
+                *self
+                    .feedback_paused_until
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(Instant::now() + FEEDBACK_PAUSE);
+                Some(DeviceCommand::UndeliverFeedback { token })
+            }
+            SessionEvent::NoMatchingSubscribers { .. } => None,
         }
     }
 
