@@ -214,6 +214,11 @@ impl CpuReport {
         self.totals.get(&role)
     }
 
+    /// The store's CPU µs per operation (its processes summed).
+    pub fn store_us_per_op(&self) -> Option<f64> {
+        self.total(Role::Store).and_then(|f| f.us_per_op)
+    }
+
     /// How many processes have a role.
     pub fn count(&self, role: Role) -> usize {
         self.processes.iter().filter(|p| p.role == role).count()

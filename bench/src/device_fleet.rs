@@ -16,14 +16,14 @@ use anyhow::{anyhow, bail};
 use bytes::Bytes;
 use futures::StreamExt;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, SubscribeReasonCode};
+use rumqttc::v5::mqttbytes::v5::Packet;
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::device_recorder::{Recorder, delivery_fields};
 use crate::device_send::{DeviceIds, Kind};
-use crate::mqtt_load::{Broker, unique_id};
+use crate::mqtt_load::{Broker, suback_result, unique_id, warn_connection_lost};
 
 /// Outgoing QoS 1 publishes (completions, the announcement) a device keeps in flight.
 const DEVICE_OUTGOING_INFLIGHT: u16 = 16;
@@ -153,15 +153,7 @@ async fn connect_device(
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => {
                         if let Some(tx) = ready_tx.take() {
-                            let ok = ack
-                                .return_codes
-                                .iter()
-                                .all(|c| matches!(c, SubscribeReasonCode::Success(_)));
-                            let _ = tx.send(if ok {
-                                Ok(at)
-                            } else {
-                                Err(format!("subscription refused: {:?}", ack.return_codes))
-                            });
+                            let _ = tx.send(suback_result(&ack).map(|()| at));
                         }
                     }
                     Ok(_) => {}
@@ -173,14 +165,11 @@ async fn connect_device(
                         if closing.load(Ordering::Relaxed) {
                             return;
                         }
-                        let n = DEVICE_DISCONNECTS.fetch_add(1, Ordering::Relaxed);
-                        if n < 5 {
-                            eprintln!("warning: device {device_id}: {err}; reconnecting");
-                        } else if n == 5 {
-                            eprintln!(
-                                "warning: more device connection losses (counted, not shown)"
-                            );
-                        }
+                        warn_connection_lost(
+                            &DEVICE_DISCONNECTS,
+                            &format!("device {device_id}"),
+                            &err,
+                        );
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties, SubscribeReasonCode};
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event};
 use tokio::sync::watch;
 
@@ -152,15 +152,7 @@ async fn serve(
             }
             Ok(Event::Incoming(Packet::SubAck(ack))) => {
                 if let Some(ready) = ready.take() {
-                    let ok = ack
-                        .return_codes
-                        .iter()
-                        .all(|c| matches!(c, SubscribeReasonCode::Success(_)));
-                    let _ = ready.send(if ok {
-                        Ok(())
-                    } else {
-                        Err(format!("subscription refused: {:?}", ack.return_codes))
-                    });
+                    let _ = ready.send(crate::mqtt_load::suback_result(&ack));
                 }
             }
             Ok(_) => {}

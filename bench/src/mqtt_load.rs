@@ -94,6 +94,30 @@ pub fn unique_id(prefix: &str) -> String {
     )
 }
 
+/// Whether a SUBACK granted every filter (the error names the reason codes).
+pub fn suback_result(ack: &rumqttc::v5::mqttbytes::v5::SubAck) -> Result<(), String> {
+    if ack
+        .return_codes
+        .iter()
+        .all(|c| matches!(c, SubscribeReasonCode::Success(_)))
+    {
+        Ok(())
+    } else {
+        Err(format!("subscription refused: {:?}", ack.return_codes))
+    }
+}
+
+/// Counts a lost connection of `what` in `counter` and warns about the first five; the caller
+/// then waits a moment and polls again (rumqttc reconnects).
+pub fn warn_connection_lost(counter: &AtomicU64, what: &str, err: &dyn std::fmt::Display) {
+    let n = counter.fetch_add(1, Ordering::Relaxed);
+    if n < 5 {
+        eprintln!("warning: {what}: {err}; reconnecting");
+    } else if n == 5 {
+        eprintln!("warning: more connection losses of this kind (counted, not shown)");
+    }
+}
+
 /// MQTT options shared by the load clients and the echo responder: Nagle off (CRITICAL:
 /// otherwise every request waits ~40 ms), large packets, an outgoing in-flight window of at
 /// least `in_flight`.
@@ -185,15 +209,7 @@ impl Connection {
                         }
                         Ok(Event::Incoming(Packet::SubAck(ack))) => {
                             if let Some(tx) = ready_tx.take() {
-                                let ok = ack
-                                    .return_codes
-                                    .iter()
-                                    .all(|c| matches!(c, SubscribeReasonCode::Success(_)));
-                                let _ = tx.send(if ok {
-                                    Ok(())
-                                } else {
-                                    Err(format!("subscription refused: {:?}", ack.return_codes))
-                                });
+                                let _ = tx.send(suback_result(&ack));
                             }
                         }
                         Ok(_) => {}
@@ -205,14 +221,11 @@ impl Connection {
                             if closing.load(Ordering::Relaxed) {
                                 return;
                             }
-                            let n = DISCONNECTS.fetch_add(1, Ordering::Relaxed);
-                            if n < 5 {
-                                eprintln!("warning: MQTT connection {id}: {err}; reconnecting");
-                            } else if n == 5 {
-                                eprintln!(
-                                    "warning: more MQTT connection losses (counted, not shown)"
-                                );
-                            }
+                            warn_connection_lost(
+                                &DISCONNECTS,
+                                &format!("MQTT connection {id}"),
+                                &err,
+                            );
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }

@@ -45,13 +45,20 @@ pub enum CellOutcome {
     },
 }
 
-impl CellResult {
-    /// The figures, if it ran.
+impl CellOutcome {
+    /// The figures, if the cell ran.
     pub fn summary(&self) -> Option<&Summary> {
-        match &self.outcome {
+        match self {
             CellOutcome::Ran(summary) => Some(summary),
             _ => None,
         }
+    }
+}
+
+impl CellResult {
+    /// The figures, if it ran.
+    pub fn summary(&self) -> Option<&Summary> {
+        self.outcome.summary()
     }
 
     /// Why this cell fails a smoke run, if it does: errors, timeouts, no throughput, or not run

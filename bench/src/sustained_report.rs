@@ -94,17 +94,11 @@ impl SustainedCell {
     }
 
     fn summary(&self) -> Option<&Summary> {
-        match &self.outcome {
-            CellOutcome::Ran(summary) => Some(summary),
-            _ => None,
-        }
+        self.outcome.summary()
     }
 
     fn store_us_per_op(&self) -> Option<f64> {
-        self.cpu
-            .as_ref()
-            .and_then(|c| c.total(Role::Store))
-            .and_then(|f| f.us_per_op)
+        self.cpu.as_ref().and_then(CpuReport::store_us_per_op)
     }
 }
 
