@@ -38,10 +38,10 @@ pub struct SuppressedLogLines {
 impl SuppressedLogLines {
     /// Counts what the process's log throttle held back (zero until [`init`] ran).
     pub fn for_process() -> Result<Self, prometheus::Error> {
-        Self::new(LOG_THROTTLE.get().cloned())
+        Self::new(None)
     }
 
-    /// Counts what the throttle with `metrics` held back.
+    /// Counts what the throttle with `metrics` held back; `None`: the process's.
     pub fn new(metrics: Option<tracing_throttle::Metrics>) -> Result<Self, prometheus::Error> {
         Ok(SuppressedLogLines {
             source: metrics,

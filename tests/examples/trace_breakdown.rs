@@ -66,27 +66,30 @@ async fn main() {
         else {
             continue;
         };
-        gaps.entry("request total")
-            .or_default()
-            .push(request.end_ns - request.start_ns);
-        gaps.entry("request start → commit start")
-            .or_default()
-            .push(commit.start_ns.saturating_sub(request.start_ns));
-        gaps.entry("commit end → reply end")
-            .or_default()
-            .push(reply.end_ns.saturating_sub(commit.end_ns));
+        let mut gap = |name: &'static str, from: u64, to: u64| {
+            gaps.entry(name).or_default().push(to.saturating_sub(from));
+        };
+        gap("request total", request.start_ns, request.end_ns);
+        gap(
+            "request start → commit start",
+            request.start_ns,
+            commit.start_ns,
+        );
+        gap("commit end → reply end", commit.end_ns, reply.end_ns);
         if let (Some(append), Some(fsync), Some(apply)) =
             (find("raft.append"), find("raft.fsync"), find("raft.apply"))
         {
-            gaps.entry("commit start → append start")
-                .or_default()
-                .push(append.start_ns.saturating_sub(commit.start_ns));
-            gaps.entry("fsync end → apply start (quorum)")
-                .or_default()
-                .push(apply.start_ns.saturating_sub(fsync.end_ns));
-            gaps.entry("apply end → commit end")
-                .or_default()
-                .push(commit.end_ns.saturating_sub(apply.end_ns));
+            gap(
+                "commit start → append start",
+                commit.start_ns,
+                append.start_ns,
+            );
+            gap(
+                "fsync end → apply start (quorum)",
+                fsync.end_ns,
+                apply.start_ns,
+            );
+            gap("apply end → commit end", apply.end_ns, commit.end_ns);
         }
     }
     println!("critical path of traced writes:");

@@ -243,18 +243,7 @@ async fn wait_queue(
     device: &str,
     expected: (i64, i64, i64),
 ) {
-    let deadline = tokio::time::Instant::now() + DELIVERY_WAIT;
-    loop {
-        let (e, i, d, _) = queue(backend, device).await;
-        if (e, i, d) == expected {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "QUEUE {device}: ({e}, {i}, {d}), expected {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_queue_within(backend, device, expected, DELIVERY_WAIT).await;
 }
 
 fn lock_token(delivery: &statestore_tests::raw::Received) -> String {

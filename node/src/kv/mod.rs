@@ -277,7 +277,7 @@ async fn call_with(
 ) -> Result<Reply, NodeError> {
     let payload = wire::request(parts);
     let extra: Vec<(&str, &str)> = fencing_token.map(|t| ("__ft", t)).into_iter().collect();
-    let reply = session.request(&payload, &extra, within, |_, _| {}).await?;
+    let reply = session.request(&payload, &extra, within).await?;
     match wire::parse_reply(&reply) {
         Some(Reply::Error(message)) => {
             Err(NodeError::Client(format!("the store replied: {message}")))

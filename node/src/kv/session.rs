@@ -13,7 +13,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PublishProperties};
 use rumqttc::v5::{AsyncClient, ConnectionError, Event, MqttOptions};
 use rumqttc::{TlsConfiguration, Transport};
-use statestore_storage::hlc::Hlc;
+use statestore_storage::hlc::{Hlc, SystemClock, WallClock};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -205,13 +205,13 @@ impl Session {
     }
 
     /// Sends `payload` to the state store and waits up to `within` for its reply, resending
-    /// it every [`RESEND_EVERY`]. Notifications received meanwhile are handed to `aside`.
+    /// it every [`RESEND_EVERY`]. Other messages received meanwhile are dropped (`watch`
+    /// registers its keys before it reads notifications).
     pub async fn request(
         &mut self,
         payload: &[u8],
         extra_user_properties: &[(&str, &str)],
         within: Duration,
-        mut aside: impl FnMut(&str, &[u8]),
     ) -> Result<Bytes, NodeError> {
         self.next_correlation += 1;
         let mut correlation = [0u8; 16];
@@ -238,8 +238,7 @@ impl Session {
                         correlation: Some(c),
                         ..
                     })) if c == correlation => return Ok(payload),
-                    Ok(Some(Incoming::Publish { topic, payload, .. })) => aside(&topic, &payload),
-                    Ok(Some(Incoming::Subscribed(_))) => {}
+                    Ok(Some(Incoming::Publish { .. } | Incoming::Subscribed(_))) => {}
                 }
             }
         }
@@ -251,13 +250,7 @@ impl Session {
         correlation: Bytes,
         extra_user_properties: &[(&str, &str)],
     ) -> Result<(), NodeError> {
-        let now_ms = u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_err(|e| client_error("system clock", e))?
-                .as_millis(),
-        )
-        .unwrap_or(u64::MAX);
+        let now_ms = SystemClock.now_ms();
         let properties = PublishProperties {
             response_topic: Some(self.response_topic()),
             correlation_data: Some(correlation),
