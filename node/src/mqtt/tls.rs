@@ -30,16 +30,26 @@ pub(super) fn connector(
     Error = ConnectError,
     InitError = (),
 > + use<> {
-    let config = tls.config.current().config;
+    let loaded = tls.config.current();
     let server_name = tls.server_name.clone();
     fn_service(move |request: Connect<BrokerAddress>| {
-        let config = config.clone();
+        let (config, verifier) = loaded.for_one_connection();
         let server_name = server_name.clone();
         async move {
             let io = ntex_net::connect::connect(request).await?;
-            TlsClientFilter::create(io, config, server_name)
+            TlsClientFilter::create(io, config, server_name.clone())
                 .await
-                .map_err(ConnectError::Io)
+                .map_err(|err| match verifier.refusal() {
+                    // ntex-tls reports a refused certificate as "disconnected".
+                    Some(refusal) => ConnectError::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!(
+                            "the broker's certificate is refused for {}: {refusal}",
+                            server_name.to_str()
+                        ),
+                    )),
+                    None => ConnectError::Io(err),
+                })
         }
     })
 }

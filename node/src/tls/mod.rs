@@ -8,12 +8,15 @@
 //! bundle).
 
 mod not_after;
+mod verifier;
 
 pub use not_after::not_after_unix;
+pub use verifier::RecordingVerifier;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
@@ -54,6 +57,21 @@ pub struct Loaded {
     /// Expiry (notAfter) of the client certificate, seconds since the epoch, when there is one
     /// and it could be read.
     pub client_not_after: Option<i64>,
+    /// The server-certificate verifier inside `config`.
+    verifier: Arc<WebPkiServerVerifier>,
+}
+
+impl Loaded {
+    /// `config` for one connection, with a verifier that tells why it refused the server's
+    /// certificate (for TLS layers that do not report it).
+    pub fn for_one_connection(&self) -> (Arc<ClientConfig>, Arc<RecordingVerifier>) {
+        let recorder = Arc::new(RecordingVerifier::new(self.verifier.clone()));
+        let mut config = (*self.config).clone();
+        config
+            .dangerous()
+            .set_certificate_verifier(recorder.clone());
+        (Arc::new(config), recorder)
+    }
 }
 
 fn tls_error(message: String) -> NodeError {
@@ -99,10 +117,14 @@ impl TlsFiles {
             _ => system_roots()?,
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| tls_error(format!("CA certificates: {e}")))?;
         let builder = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(rustls::DEFAULT_VERSIONS)
             .map_err(|e| tls_error(format!("protocol versions: {e}")))?
-            .with_root_certificates(roots);
+            .with_webpki_verifier(verifier.clone());
         let (config, client_not_after) = match (&self.client, &contents.cert, &contents.key) {
             (Some(files), Some(cert), Some(key)) => {
                 let chain = certificates(cert).map_err(|e| {
@@ -129,6 +151,7 @@ impl TlsFiles {
         Ok(Loaded {
             config: Arc::new(config),
             client_not_after,
+            verifier,
         })
     }
 }
