@@ -12,6 +12,7 @@ pub mod linearizability;
 pub mod netlab;
 pub mod node;
 pub mod otlp;
+pub mod pki;
 pub mod process_faults;
 pub mod prometheus;
 pub mod raw;
