@@ -54,16 +54,19 @@ pub(super) fn connector(
     })
 }
 
-/// Sets the client certificate's expiry gauge.
+/// Sets the client certificate's expiry gauge (or drops it when the expiry cannot be read).
 fn record_not_after(metrics: &MqttMetrics, tls: &BrokerTls, loaded: &Loaded) {
-    let (Some(identity), Some(not_after)) = (&tls.config.files().client, loaded.client_not_after)
-    else {
+    let Some(identity) = &tls.config.files().client else {
         return;
     };
-    metrics
-        .tls_client_cert_not_after_seconds
-        .with_label_values(&[&identity.cert.display().to_string()])
-        .set(not_after);
+    let file = identity.cert.display().to_string();
+    let gauge = &metrics.tls_client_cert_not_after_seconds;
+    match loaded.client_not_after {
+        Some(not_after) => gauge.with_label_values(&[&file]).set(not_after),
+        None => {
+            let _ = gauge.remove_label_values(&[&file]);
+        }
+    }
 }
 
 /// Records the client certificate's expiry, then checks the TLS files every
@@ -76,7 +79,10 @@ pub async fn watch_tls_files(
     mut stop: watch::Receiver<bool>,
 ) {
     record_not_after(&metrics, &tls, &tls.config.current());
-    let Some(interval) = tls.reload_interval else {
+    let files = tls.config.files();
+    // The system's CA certificates are read once: only given files are followed.
+    let nothing_to_follow = files.ca.is_none() && files.client.is_none();
+    let Some(interval) = tls.reload_interval.filter(|_| !nothing_to_follow) else {
         return;
     };
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
@@ -94,7 +100,6 @@ pub async fn watch_tls_files(
         let Ok(outcome) = tokio::task::spawn_blocking(move || reloading.check()).await else {
             continue;
         };
-        let files = tls.config.files();
         match outcome {
             Reload::Unchanged => {}
             Reload::Reloaded(loaded) => {
