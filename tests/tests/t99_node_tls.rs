@@ -4,13 +4,14 @@
 //! with another CA, the wrong host name or no certificate never connects; unusable settings
 //! stop the node at start; changed certificate files are reloaded (a bad change is refused and
 //! counted), used from the next connection on, and carry the node through a broker restart
-//! with a new CA.
+//! with a new CA. A three-node cluster on the TLS listener fails over.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use azure_iot_operations_services::state_store::SetOptions;
 use statestore_tests::broker::Broker;
+use statestore_tests::cluster::{Cluster, TEST_TIMING};
 use statestore_tests::node::{NodeSpec, StatestoreNode};
 use statestore_tests::pki::{make_pki, not_after, replace_contents, replace_file};
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
@@ -384,5 +385,89 @@ async fn changed_certificates_are_reloaded_and_carry_the_node_to_a_new_ca() {
         .await
         .expect("get");
     assert_eq!(before.response, Some(b"1".to_vec()));
+    sdk.shutdown().await;
+}
+
+/// Three nodes, each on the TLS listener with its own certificate: the cluster serves, and
+/// after the leader is killed another node takes the request subscription over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_on_the_tls_listener_fails_over() {
+    let pki = tempfile::tempdir().expect("temp dir");
+    let dir = pki.path();
+    let path = |file: &str| dir.join(file);
+    make_pki(
+        dir,
+        "cluster",
+        2,
+        &[
+            ("broker", "IP:127.0.0.1"),
+            ("node-1", "DNS:node-1"),
+            ("node-2", "DNS:node-2"),
+            ("node-3", "DNS:node-3"),
+        ],
+    );
+    let tls_port = free_port();
+    let broker = tls_broker(
+        tls_port,
+        &path("cluster-ca.pem"),
+        &path("broker.pem"),
+        &path("broker.key"),
+    );
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let peers: Vec<(u64, String)> = (1..=3)
+        .zip(&ports)
+        .map(|(id, port)| (id, format!("127.0.0.1:{port}")))
+        .collect();
+    let nodes = (1..=3u64)
+        .zip(&ports)
+        .map(|(id, port)| {
+            let mut extra: Vec<String> = TEST_TIMING.iter().map(|s| (*s).to_owned()).collect();
+            extra.extend(args(&[
+                ("--mqtt-tls-ca-file", arg(&path("cluster-ca.pem"))),
+                (
+                    "--mqtt-tls-cert-file",
+                    arg(&path(&format!("node-{id}.pem"))),
+                ),
+                ("--mqtt-tls-key-file", arg(&path(&format!("node-{id}.key")))),
+            ]));
+            StatestoreNode::start(
+                &broker,
+                NodeSpec {
+                    id,
+                    peers: peers.clone(),
+                    raft_port: Some(*port),
+                    extra_args: extra,
+                    broker: Some(format!("mqtts://127.0.0.1:{tls_port}")),
+                    ..NodeSpec::default()
+                },
+            )
+        })
+        .collect();
+    let mut cluster = Cluster { broker, nodes };
+    cluster.wait_ready(Duration::from_secs(60)).await;
+    let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
+    let sdk = SdkClient::connect(cluster.broker.port, "tls-cluster-client").await;
+    set_and_get(&sdk, b"first", b"1").await;
+    // Every node connected with its own identity.
+    let log = cluster.broker.log();
+    for id in 1..=3 {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&format!("as statestore-node-{id} "))
+                    && line.contains(&format!("u'node-{id}'"))),
+            "node {id} on the TLS listener as node-{id}:\n{log}"
+        );
+    }
+
+    cluster.nodes[leader].kill();
+    let next = cluster.wait_serving_leader(Duration::from_secs(30)).await;
+    assert_ne!(next, leader, "another node took over");
+    set_and_get(&sdk, b"second", b"2").await;
+    let first = sdk
+        .client
+        .get(b"first".to_vec(), TIMEOUT)
+        .await
+        .expect("get");
+    assert_eq!(first.response, Some(b"1".to_vec()));
     sdk.shutdown().await;
 }
