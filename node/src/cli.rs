@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, DeviceboundConfig};
+use crate::config::{Config, DeviceboundConfig, MqttTlsConfig};
 use crate::error::NodeError;
 
 /// statestore: a replicated, persistent key-value store served over MQTT 5 request/response
@@ -45,7 +45,7 @@ pub struct RunArgs {
     /// Data directory (database and snapshots).
     #[arg(long, value_name = "PATH")]
     pub data_dir: Option<PathBuf>,
-    /// MQTT broker host:port.
+    /// MQTT broker: host:port, mqtt://host[:port] or mqtts://host[:port] (TLS).
     #[arg(long, value_name = "HOST:PORT")]
     pub broker: Option<String>,
     /// MQTT client id of this node (default statestore-node-<id>).
@@ -136,9 +136,59 @@ pub struct RunArgs {
     /// Fraction of requests traced when an OTLP endpoint is set, 0.0–1.0 (default 0.01).
     #[arg(long, value_name = "RATIO")]
     pub trace_sample_ratio: Option<f64>,
+    /// TLS to the broker (`[mqtt.tls]`).
+    #[command(flatten)]
+    pub mqtt_tls: MqttTlsArgs,
     /// Device-bound message queues (`[devicebound]`).
     #[command(flatten)]
     pub devicebound: DeviceboundArgs,
+}
+
+/// The `[mqtt.tls]` settings as flags; checked with the file's values.
+#[derive(Debug, Default, Args)]
+pub struct MqttTlsArgs {
+    /// Connect to the broker with TLS (also on with an mqtts:// --broker or any --mqtt-tls-* file or name).
+    #[arg(long = "mqtt-tls")]
+    pub enabled: bool,
+    /// CA certificates (PEM) the broker's certificate must chain to (default: the system's).
+    #[arg(long = "mqtt-tls-ca-file", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) for X.509 authentication; needs --mqtt-tls-key-file.
+    #[arg(long = "mqtt-tls-cert-file", value_name = "FILE")]
+    pub cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --mqtt-tls-cert-file.
+    #[arg(long = "mqtt-tls-key-file", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Name the broker's certificate must be valid for, also sent as SNI (default: the broker host).
+    #[arg(long = "mqtt-tls-server-name", value_name = "NAME")]
+    pub server_name: Option<String>,
+    /// How often the TLS files are checked for changes, ms (0: never; default 5000).
+    #[arg(long = "mqtt-tls-reload-interval-ms", value_name = "MS")]
+    pub reload_interval_ms: Option<u64>,
+}
+
+impl MqttTlsArgs {
+    /// Overrides the settings given as flags.
+    fn apply(self, config: &mut MqttTlsConfig) {
+        if self.enabled {
+            config.enabled = true;
+        }
+        for (setting, flag) in [
+            (&mut config.ca_file, self.ca_file),
+            (&mut config.cert_file, self.cert_file),
+            (&mut config.key_file, self.key_file),
+        ] {
+            if flag.is_some() {
+                *setting = flag;
+            }
+        }
+        if self.server_name.is_some() {
+            config.server_name = self.server_name;
+        }
+        if let Some(interval) = self.reload_interval_ms {
+            config.reload_interval_ms = interval;
+        }
+    }
 }
 
 /// The `[devicebound]` settings as flags (devicebound.md §5); ranges are
@@ -345,6 +395,7 @@ impl RunArgs {
         if self.otlp_endpoint.is_some() {
             config.telemetry.otlp_endpoint = self.otlp_endpoint;
         }
+        self.mqtt_tls.apply(&mut config.mqtt.tls);
         self.devicebound.apply(&mut config.devicebound);
         config.validate()?;
         Ok(config)

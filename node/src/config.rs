@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::ServerName;
 
 use serde::{Deserialize, Serialize};
 use statestore_raft::{PeerTimeouts, RaftConfig};
@@ -14,10 +17,11 @@ use statestore_storage::keyspace::Limits;
 
 use crate::devicebound::DeviceboundLimits;
 use crate::error::NodeError;
-use crate::mqtt::SessionConfig;
+use crate::mqtt::{BrokerAddress, BrokerTls, SessionConfig};
 use crate::protocol::ProtocolLimits;
 use crate::service::ServiceConfig;
 use crate::service::leader::LeaderTiming;
+use crate::tls::{ClientIdentity, Reloading, TlsFiles};
 
 /// Everything a node needs to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,7 +101,8 @@ pub struct ClusterConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MqttConfig {
-    /// Broker `host:port`.
+    /// Broker `host:port`, `mqtt://host[:port]` or `mqtts://host[:port]` (TLS); IPv6 in
+    /// brackets. Without a port: 1883, or 8883 with TLS.
     pub broker: String,
     /// This node's MQTT client id; default `statestore-node-<id>`.
     pub client_id: Option<String>,
@@ -115,6 +120,155 @@ pub struct MqttConfig {
     /// connection is presumed dead and re-established (when idle, a probe is published every
     /// second to find out).
     pub ack_timeout_ms: u64,
+    /// TLS to the broker.
+    pub tls: MqttTlsConfig,
+}
+
+/// TLS to the broker (`[mqtt.tls]`). TLS is on with `enabled`, with an `mqtts://` broker, or
+/// when any of the files or `server_name` is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MqttTlsConfig {
+    /// Connect with TLS.
+    pub enabled: bool,
+    /// PEM CA certificates the broker's certificate must chain to; default: the system's.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain (X.509 client authentication); needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// The name the broker's certificate must be valid for (also sent as SNI); default: the
+    /// broker host.
+    pub server_name: Option<String>,
+    /// How often the files are checked for changes, ms (0: never). Changed files are used for
+    /// the next connection; the current one is kept.
+    pub reload_interval_ms: u64,
+}
+
+impl MqttTlsConfig {
+    /// True if any setting asks for TLS.
+    fn asked(&self) -> bool {
+        self.enabled
+            || self.ca_file.is_some()
+            || self.cert_file.is_some()
+            || self.key_file.is_some()
+            || self.server_name.is_some()
+    }
+}
+
+/// Where and how the node connects to the broker (from `mqtt.broker` and `mqtt.tls`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    /// Host and port.
+    pub address: BrokerAddress,
+    /// Connect with TLS.
+    pub tls: bool,
+}
+
+/// Default MQTT port.
+const MQTT_PORT: u16 = 1883;
+/// Default MQTT-over-TLS port.
+const MQTTS_PORT: u16 = 8883;
+
+/// Splits `mqtt.broker` into an optional scheme (`Some(true)`: `mqtts://`), host and port.
+fn parse_broker(text: &str) -> Result<(Option<bool>, String, Option<u16>), NodeError> {
+    let bad = |why: &str| invalid(format!("mqtt.broker {text:?}: {why}"));
+    let (scheme, rest) = match text.split_once("://") {
+        Some(("mqtts", rest)) => (Some(true), rest),
+        Some(("mqtt", rest)) => (Some(false), rest),
+        Some(_) => return Err(bad("the scheme must be mqtt:// or mqtts://")),
+        None => (None, text),
+    };
+    let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or_else(|| bad("unclosed '['"))?;
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => return Err(bad("expected :PORT after the bracketed address")),
+            },
+        }
+    } else {
+        match rest.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Err(bad("put an IPv6 address in brackets: [::1]:1883"));
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        }
+    };
+    if host.is_empty() || host.contains(['/', ' ', '[', ']']) {
+        return Err(bad("expected HOST:PORT"));
+    }
+    let port = port
+        .map(|port| port.parse::<u16>().ok().filter(|p| *p != 0))
+        .map(|port| port.ok_or_else(|| bad("the port must be a number from 1 to 65535")))
+        .transpose()?;
+    Ok((scheme, host.to_owned(), port))
+}
+
+impl MqttConfig {
+    /// The broker's address and whether to use TLS; an error for an unparsable address or
+    /// `mqtt://` with TLS settings.
+    pub fn endpoint(&self) -> Result<BrokerEndpoint, NodeError> {
+        let (scheme, host, port) = parse_broker(&self.broker)?;
+        let tls = match scheme {
+            Some(false) if self.tls.asked() => {
+                return Err(invalid(format!(
+                    "mqtt.broker {:?} says mqtt:// (no TLS) but [mqtt.tls] settings are given: use mqtts://",
+                    self.broker
+                )));
+            }
+            Some(tls) => tls || self.tls.asked(),
+            None => self.tls.asked(),
+        };
+        let port = port.unwrap_or(if tls { MQTTS_PORT } else { MQTT_PORT });
+        Ok(BrokerEndpoint {
+            address: BrokerAddress { host, port },
+            tls,
+        })
+    }
+
+    /// The TLS files; an error if a client certificate comes without its key or a key without
+    /// its certificate.
+    pub fn tls_files(&self) -> Result<TlsFiles, NodeError> {
+        let client = match (&self.tls.cert_file, &self.tls.key_file) {
+            (Some(cert), Some(key)) => Some(ClientIdentity {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(invalid(
+                    "mqtt.tls.cert_file needs mqtt.tls.key_file (the client certificate's private key)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "mqtt.tls.key_file needs mqtt.tls.cert_file (the client certificate it belongs to)",
+                ));
+            }
+        };
+        Ok(TlsFiles {
+            ca: self.tls.ca_file.clone(),
+            client,
+        })
+    }
+
+    /// The name the broker's certificate is checked against: `server_name`, else the host.
+    pub fn tls_server_name(&self, host: &str) -> Result<ServerName<'static>, NodeError> {
+        let (name, setting) = match &self.tls.server_name {
+            Some(name) => (name.as_str(), "mqtt.tls.server_name"),
+            None => (host, "the broker host"),
+        };
+        ServerName::try_from(name.to_owned()).map_err(|_| {
+            invalid(format!(
+                "{setting} {name:?} is neither a DNS name nor an IP address (set mqtt.tls.server_name)"
+            ))
+        })
+    }
 }
 
 /// Limits of protocol §9.
@@ -361,6 +515,20 @@ impl Default for MqttConfig {
             keep_alive_secs: 10,
             receive_maximum: 1024,
             ack_timeout_ms: 5_000,
+            tls: MqttTlsConfig::default(),
+        }
+    }
+}
+
+impl Default for MqttTlsConfig {
+    fn default() -> Self {
+        MqttTlsConfig {
+            enabled: false,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            server_name: None,
+            reload_interval_ms: 5_000,
         }
     }
 }
@@ -550,6 +718,11 @@ impl Config {
         if self.mqtt.receive_maximum == 0 {
             return Err(invalid("mqtt.receive_maximum must be positive"));
         }
+        let endpoint = self.mqtt.endpoint()?;
+        if endpoint.tls {
+            self.mqtt.tls_files()?;
+            self.mqtt.tls_server_name(&endpoint.address.host)?;
+        }
         if !(0.0..=1.0).contains(&self.telemetry.trace_sample_ratio) {
             return Err(invalid(format!(
                 "telemetry.trace_sample_ratio must be between 0 and 1 (got {})",
@@ -681,8 +854,20 @@ impl Config {
         }
     }
 
-    /// MQTT session settings.
+    /// MQTT session settings. With TLS this reads the certificate files: an unreadable or
+    /// unusable one is an error naming it.
     pub fn session(&self) -> Result<SessionConfig, NodeError> {
+        let endpoint = self.mqtt.endpoint()?;
+        let tls = if endpoint.tls {
+            Some(BrokerTls {
+                server_name: self.mqtt.tls_server_name(&endpoint.address.host)?,
+                config: Arc::new(Reloading::load(self.mqtt.tls_files()?)?),
+                reload_interval: (self.mqtt.tls.reload_interval_ms > 0)
+                    .then(|| Duration::from_millis(self.mqtt.tls.reload_interval_ms)),
+            })
+        } else {
+            None
+        };
         // The largest request is a SET value or a device-bound SEND body.
         let max_packet = self
             .limits
@@ -691,7 +876,8 @@ impl Config {
             .saturating_add(self.limits.max_key_bytes)
             .saturating_add(64 << 10);
         Ok(SessionConfig {
-            broker: self.mqtt.broker.clone(),
+            broker: endpoint.address,
+            tls,
             client_id: self.mqtt_client_id(),
             username: self.mqtt.username.clone(),
             password: self.mqtt_password()?,
@@ -707,6 +893,9 @@ impl Config {
 
 #[cfg(test)]
 mod devicebound_tests;
+
+#[cfg(test)]
+mod mqtt_tls_tests;
 
 #[cfg(test)]
 mod tests {

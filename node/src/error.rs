@@ -13,6 +13,10 @@ pub enum NodeError {
     /// Consensus failed.
     #[error("raft: {0}")]
     Raft(#[from] statestore_raft::Error),
+    /// TLS files (CA, client certificate or key) are unreadable or unusable; the message
+    /// names the file.
+    #[error("tls: {0}")]
+    Tls(String),
     /// A listener or the session thread could not start.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

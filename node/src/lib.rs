@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod service;
 pub mod stall;
 pub mod telemetry;
+pub mod tls;
 pub mod transport;
 
 pub use error::NodeError;

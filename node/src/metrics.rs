@@ -393,6 +393,10 @@ pub struct MqttMetrics {
     pub publish_failures_total: IntCounterVec,
     /// `statestore_mqtt_session_events_dropped_total{kind}`
     pub session_events_dropped_total: IntCounterVec,
+    /// `statestore_mqtt_tls_reloads_total{result}`
+    pub tls_reloads_total: IntCounterVec,
+    /// `statestore_mqtt_tls_client_cert_not_after_seconds{file}`
+    pub tls_client_cert_not_after_seconds: IntGaugeVec,
 }
 
 const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
@@ -434,6 +438,16 @@ impl MqttMetrics {
             messages_sent_total.with_label_values(&[kind]);
             publish_failures_total.with_label_values(&[kind]);
         }
+        let tls_reloads_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_mqtt_tls_reloads_total",
+                "Changes of the broker TLS files (CA, client certificate, key), by result: ok (used from the next connection on) or error (unusable; the last good files stay in use)."
+            ),
+            &["result"]
+        ));
+        for result in ["ok", "error"] {
+            tls_reloads_total.with_label_values(&[result]);
+        }
         let metrics = MqttMetrics {
             connection_state,
             connects_total,
@@ -457,6 +471,14 @@ impl MqttMetrics {
                     "Broker reports (PUBACK 0x10: client gone, device offline, feedback unheard) dropped because their queue was full."
                 ),
                 &["kind"]
+            )),
+            tls_reloads_total,
+            tls_client_cert_not_after_seconds: metric!(IntGaugeVec::new(
+                Opts::new(
+                    "statestore_mqtt_tls_client_cert_not_after_seconds",
+                    "Expiry (notAfter) of the client certificate in use for the broker, seconds since the epoch (only with mqtt.tls.cert_file)."
+                ),
+                &["file"]
             )),
         };
         metrics.set_connection_state("disconnected");
@@ -542,6 +564,8 @@ impl NodeMetrics {
         register(&registry, &mqtt.messages_sent_total)?;
         register(&registry, &mqtt.publish_failures_total)?;
         register(&registry, &mqtt.session_events_dropped_total)?;
+        register(&registry, &mqtt.tls_reloads_total)?;
+        register(&registry, &mqtt.tls_client_cert_not_after_seconds)?;
         let build_info = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_build_info",

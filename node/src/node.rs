@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
 use crate::metrics::NodeMetrics;
-use crate::mqtt::MqttHandle;
+use crate::mqtt::{MqttHandle, watch_tls_files};
 use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
@@ -34,6 +34,8 @@ const NOTIFY_QUEUE: usize = 65_536;
 
 /// Runs a node until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), NodeError> {
+    // First: unusable TLS files (or a password file) stop the node before it opens anything.
+    let session = config.session()?;
     let metrics = Arc::new(NodeMetrics::new()?);
     let store = Store::open(&StoreConfig::new(
         config.data_dir.clone(),
@@ -71,8 +73,14 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
             .with_label_values(&["overloaded"]),
     );
     let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
-    let (mqtt, session_events) =
-        MqttHandle::start(config.session()?, intake, metrics.mqtt.clone(), stalls)?;
+    if let Some(tls) = &session.tls {
+        tokio::spawn(watch_tls_files(
+            tls.clone(),
+            metrics.mqtt.clone(),
+            stop.clone(),
+        ));
+    }
+    let (mqtt, session_events) = MqttHandle::start(session, intake, metrics.mqtt.clone(), stalls)?;
     let service = Arc::new(Service::new(
         raft.clone(),
         &config.node_name(),

@@ -8,6 +8,7 @@ pub mod devicebound;
 pub mod history;
 pub mod linearizability;
 pub mod otlp;
+pub mod pki;
 pub mod prometheus;
 pub mod raw;
 pub mod raw_helpers;

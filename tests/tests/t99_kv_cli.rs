@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use statestore_tests::cluster::Cluster;
 use statestore_tests::node::statestore_bin;
+use statestore_tests::pki::make_pki;
 
 /// Runs `statestore kv --broker <broker> <args>` to completion.
 fn kv(broker: &str, args: &[&str]) -> Output {
@@ -173,83 +174,6 @@ async fn watch_prints_every_change_of_its_keys() {
     );
 }
 
-/// Runs `openssl` with `args` in `dir`, failing the test with its output if it fails.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl must be installed");
-    assert!(output.status.success(), "openssl {args:?}: {output:?}");
-}
-
-/// A CA (`<name>-ca.pem`/`-ca.key`) in `dir`, and `leaf` certificates it signs:
-/// `<leaf>.pem`/`<leaf>.key` for each (name, subjectAltName).
-fn make_pki(dir: &std::path::Path, name: &str, leaves: &[(&str, &str)]) {
-    let ca_key = format!("{name}-ca.key");
-    let ca_pem = format!("{name}-ca.pem");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN={name} test CA"),
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca_pem,
-        ],
-    );
-    for (leaf, san) in leaves {
-        let key = format!("{leaf}.key");
-        let csr = format!("{leaf}.csr");
-        let pem = format!("{leaf}.pem");
-        let ext = format!("{leaf}.ext");
-        std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).expect("ext file");
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-subj",
-                &format!("/CN={leaf}"),
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-                "-out",
-                &pem,
-            ],
-        );
-    }
-}
-
 /// `--tls`: the client checks the broker's certificate against `--ca` (and its host name)
 /// and authenticates with `--cert`/`--key` where the broker requires a certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,9 +183,10 @@ async fn tls_with_a_ca_and_a_client_certificate() {
     make_pki(
         dir,
         "good",
+        2,
         &[("broker", "IP:127.0.0.1"), ("client", "DNS:client")],
     );
-    make_pki(dir, "other", &[]);
+    make_pki(dir, "other", 2, &[]);
     let tls_port = statestore_tests::free_port();
     let path = |file: &str| dir.join(file).display().to_string();
     // The node uses the plain listener; `kv` the TLS one, which requires a client certificate.

@@ -15,11 +15,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use crate::error::NodeError;
+use crate::tls::{ClientIdentity, TlsFiles};
 use crate::transport::NOTIFY_TOPIC_PREFIX;
-use session::{Session, Target, TlsFiles};
-
-/// The CA bundle `--tls` trusts without `--ca` (Debian's `ca-certificates`).
-pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+use session::{Session, Target};
 use wire::{Notification, Reply};
 
 /// Exit status: success.
@@ -42,7 +40,7 @@ pub struct KvArgs {
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
     /// Connect with TLS (mqtts), checking the broker's certificate and host name against the
-    /// system's CA bundle or --ca.
+    /// system's CA certificates or --ca.
     #[arg(long)]
     pub tls: bool,
     /// CA certificates (PEM) the broker's certificate must chain to; implies --tls.
@@ -143,18 +141,18 @@ impl KvArgs {
             }
             (None, None) => None,
         };
-        let read = |path: &PathBuf| {
-            std::fs::read(path).map_err(|e| NodeError::Config(format!("{}: {e}", path.display())))
-        };
         let tls = if self.tls || self.ca.is_some() || self.cert.is_some() {
-            let system_bundle = PathBuf::from(SYSTEM_CA_BUNDLE);
-            Some(TlsFiles {
-                ca: read(self.ca.as_ref().unwrap_or(&system_bundle))?,
+            let files = TlsFiles {
+                ca: self.ca.clone(),
                 client: match (&self.cert, &self.key) {
-                    (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
+                    (Some(cert), Some(key)) => Some(ClientIdentity {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                    }),
                     _ => None,
                 },
-            })
+            };
+            Some(files.load()?.config)
         } else {
             None
         };

@@ -6,6 +6,7 @@
 //! [`RESEND_EVERY`] until the deadline: the store remembers replies (§6), so a retried write
 //! takes effect once, and a retry reaches the next leader after a failover.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,17 +37,8 @@ pub struct Target {
     pub credentials: Option<(String, String)>,
     /// MQTT client id.
     pub client_id: String,
-    /// TLS (`mqtts`), when asked for.
-    pub tls: Option<TlsFiles>,
-}
-
-/// What TLS to the broker uses, read from PEM files.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// CA certificates the broker's certificate must chain to.
-    pub ca: Vec<u8>,
-    /// Client certificate chain and private key (X.509 authentication), if any.
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// TLS (`mqtts`), when asked for: the broker's certificate is checked for `host`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What the event loop hands over.
@@ -90,13 +82,9 @@ impl Session {
             options.set_credentials(username, password);
         }
         if let Some(tls) = &target.tls {
-            // The process-wide provider; an error means one is installed already.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            options.set_transport(Transport::tls_with_config(TlsConfiguration::Simple {
-                ca: tls.ca.clone(),
-                alpn: None,
-                client_auth: tls.client.clone(),
-            }));
+            options.set_transport(Transport::tls_with_config(TlsConfiguration::Rustls(
+                tls.clone(),
+            )));
         }
         let mut network = options.network_options();
         network.set_tcp_nodelay(true);

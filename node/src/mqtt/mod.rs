@@ -5,12 +5,15 @@
 //! [`crate::transport::InboundMessage`]s admitted into the request budget, publishes and
 //! subscription changes flow in as commands, connection state is a watch, and notification
 //! PUBACKs with reason 0x10 come back as [`SessionEvent`]s. It reconnects with exponential
-//! backoff and restores the request subscription whenever the service wants it.
+//! backoff and restores the request subscription whenever the service wants it. With TLS
+//! ([`tls`]) every connection takes the latest certificate files.
 
 mod events;
 mod session;
+mod tls;
 
 pub use events::{SESSION_EVENT_QUEUE, SessionEventQueues, SessionEvents};
+pub use tls::watch_tls_files;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +25,53 @@ use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
 use crate::transport::{OutboundMessage, Outbox};
 
+/// The broker's host (a name or an IP address, IPv6 without brackets) and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerAddress {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl std::fmt::Display for BrokerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl ntex_net::connect::Address for BrokerAddress {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn port(&self) -> Option<u16> {
+        Some(self.port)
+    }
+}
+
+/// TLS to the broker.
+#[derive(Debug, Clone)]
+pub struct BrokerTls {
+    /// The name the broker's certificate must be valid for (and the SNI).
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    /// The client configuration, following its files.
+    pub config: Arc<crate::tls::Reloading>,
+    /// How often the files are checked for changes (`None`: never).
+    pub reload_interval: Option<Duration>,
+}
+
 /// Connection settings.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
-    /// Broker `host:port`.
-    pub broker: String,
+    /// Broker host and port.
+    pub broker: BrokerAddress,
+    /// TLS, if the broker is reached over it.
+    pub tls: Option<BrokerTls>,
     /// MQTT client id of this node (unique per node).
     pub client_id: String,
     /// Optional username.

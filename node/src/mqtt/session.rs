@@ -13,17 +13,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ntex_bytes::{ByteString, Bytes as NtexBytes};
+use ntex_io::IoBoxed;
 use ntex_mqtt::v5::client::{Client, Connect, MqttConnector, ProtocolMessage};
 use ntex_mqtt::v5::codec::{
     self, PublishAckReason, RetainHandling, SubscribeAckReason, SubscriptionOptions,
 };
 use ntex_mqtt::v5::{MqttSink, QoS};
+use ntex_net::connect::ConnectError;
 use ntex_service::cfg::SharedCfg;
 use ntex_service::{Pipeline, ServiceFactory, fn_service};
 use ntex_util::time::Seconds;
 use tokio::sync::{mpsc, watch};
 
-use super::{Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
+use super::{BrokerAddress, Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
 use crate::stall::StallDetector;
@@ -64,7 +66,7 @@ pub(super) async fn run(
                 backoff = config.reconnect_min;
                 metrics.connects_total.with_label_values(&["success"]).inc();
                 metrics.set_connection_state("connected");
-                tracing::info!(broker = %config.broker, client_id = %config.client_id, "connected to the MQTT broker");
+                tracing::info!(broker = %config.broker, tls = config.tls.is_some(), client_id = %config.client_id, "connected to the MQTT broker");
                 state.send_replace(SessionState {
                     connected: true,
                     request_subscription_active: false,
@@ -111,12 +113,6 @@ pub(super) async fn run(
 }
 
 async fn connect(config: &SessionConfig) -> Result<Client, String> {
-    let connector = Pipeline::new(
-        MqttConnector::new()
-            .create(SharedCfg::default())
-            .await
-            .map_err(|e| format!("connector: {e:?}"))?,
-    );
     let keep_alive = u16::try_from(config.keep_alive.as_secs()).unwrap_or(u16::MAX);
     let mut connect = Connect::new(config.broker.clone())
         .client_id(ByteString::from(config.client_id.clone()))
@@ -130,6 +126,34 @@ async fn connect(config: &SessionConfig) -> Result<Client, String> {
     if let Some(password) = &config.password {
         connect = connect.password(NtexBytes::copy_from_slice(password.as_bytes()));
     }
+    match &config.tls {
+        Some(tls) => {
+            handshake(
+                MqttConnector::new().connector(super::tls::connector(tls)),
+                connect,
+            )
+            .await
+        }
+        None => handshake(MqttConnector::new(), connect).await,
+    }
+}
+
+/// Opens the connection with `connector` (plain TCP or TLS) and exchanges CONNECT/CONNACK.
+async fn handshake<T>(
+    connector: MqttConnector<BrokerAddress, T>,
+    connect: Connect<BrokerAddress>,
+) -> Result<Client, String>
+where
+    T: ServiceFactory<ntex_net::connect::Connect<BrokerAddress>, SharedCfg, Error = ConnectError>,
+    T::InitError: std::fmt::Debug,
+    IoBoxed: From<T::Response>,
+{
+    let connector = Pipeline::new(
+        connector
+            .create(SharedCfg::default())
+            .await
+            .map_err(|e| format!("connector: {e:?}"))?,
+    );
     match tokio::time::timeout(Duration::from_secs(10), connector.call(connect)).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(err)) => Err(format!("{err:?}")),

@@ -71,6 +71,11 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Mosquitto's log so far (connections, with the user name of each client).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Stops the broker (SIGKILL) to test reconnection.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

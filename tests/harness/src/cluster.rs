@@ -51,6 +51,7 @@ impl Cluster {
                         raft_port: Some(*port),
                         extra_args: args.clone(),
                         placement: None,
+                        broker: None,
                     },
                 )
             })
@@ -85,6 +86,7 @@ impl Cluster {
                             raft_ip: lab.raft_ip(i),
                             broker: format!("{}:{}", lab.broker_ip(), broker.port),
                         }),
+                        broker: None,
                     },
                 )
             })
@@ -212,6 +214,7 @@ impl Cluster {
                 raft_port: Some(raft_port),
                 extra_args: args,
                 placement: None,
+                broker: None,
             },
         );
         self.nodes.push(node);

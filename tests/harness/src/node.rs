@@ -61,6 +61,8 @@ pub struct NodeSpec {
     pub raft_port: Option<u16>,
     /// More flags for `statestore run`.
     pub extra_args: Vec<String>,
+    /// `--broker` (default: the broker's plain listener, or the placement's).
+    pub broker: Option<String>,
     /// Run inside a network namespace (default: the test's own, on 127.0.0.1).
     pub placement: Option<Placement>,
 }
@@ -93,7 +95,7 @@ impl StatestoreNode {
         let id = if spec.id == 0 { 1 } else { spec.id };
         let http_port = free_port();
         let raft_port = spec.raft_port.unwrap_or_else(free_port);
-        let (http_host, raft_host, broker_address) = match &spec.placement {
+        let (http_host, raft_host, default_broker) = match &spec.placement {
             Some(p) => (p.http_ip.clone(), p.raft_ip.clone(), p.broker.clone()),
             None => (
                 "127.0.0.1".to_owned(),
@@ -101,6 +103,7 @@ impl StatestoreNode {
                 broker.address(),
             ),
         };
+        let broker_address = spec.broker.unwrap_or(default_broker);
         let mut args = vec![
             "run".to_owned(),
             "--id".to_owned(),
