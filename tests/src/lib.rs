@@ -5,6 +5,7 @@
 //! durability) the syscalls `strace` sees them make.
 
 pub mod broker;
+pub mod certs;
 pub mod cluster;
 pub mod devicebound;
 pub mod history;
