@@ -11,5 +11,5 @@ mod tls;
 pub use client::{NetworkFactory, PeerClient, PeerTimeouts};
 pub(crate) use client::{connect, read_response};
 pub(crate) use server::serve;
+pub use tls::PeerTls;
 pub(crate) use tls::Transport;
-pub use tls::{PeerStream, PeerTls};

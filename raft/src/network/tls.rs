@@ -191,7 +191,7 @@ impl Transport {
 }
 
 /// A peer connection: plain TCP, or TLS over TCP.
-pub enum PeerStream {
+pub(crate) enum PeerStream {
     /// Plain text (no `cluster.tls`).
     Plain(TcpStream),
     /// TLS, either side (boxed: the TLS state is large, the plain variant should not pay for
