@@ -16,3 +16,10 @@ cargo build --locked --bin statestore
 # this binary and Mosquitto (tools pinned, cached in ~/.cache/statestore-helm).
 STATESTORE_BIN="${CARGO_TARGET_DIR:-target}/debug/statestore" ./scripts/check-helm.sh
 cargo test --locked --workspace "$@"
+# The newest official SDK (1.5.0-beta1: SCAN) in its own crate and lock file (Cargo allows one
+# 1.x version of a crate per build graph); it runs the same binary.
+if [ "$#" -eq 0 ]; then
+    target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+    CARGO_TARGET_DIR="$target_dir" STATESTORE_BIN="$target_dir/debug/statestore" \
+        cargo test --locked --manifest-path tests/sdk-next/Cargo.toml
+fi

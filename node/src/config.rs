@@ -665,6 +665,7 @@ impl Config {
             node_client_id: self.mqtt_client_id(),
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             devicebound: self.devicebound_limits(),
+            scan_page: crate::protocol::scan::PageLimits::default(),
         }
     }
 
@@ -836,7 +837,7 @@ mod tests {
     fn defaults_are_valid_and_match_the_spec_limits() {
         let config = Config::default();
         config.validate().expect("defaults validate");
-        assert_eq!(config.limits.max_key_bytes, 1024);
+        assert_eq!(config.limits.max_key_bytes, 64 * 1024);
         assert_eq!(config.limits.max_value_bytes, 4 << 20);
         assert_eq!(config.limits.max_array_len, 8);
         assert_eq!(config.limits.max_keys, 1_000_000);
@@ -890,7 +891,8 @@ mod tests {
             "the caps reach the replicated limits"
         );
         assert_eq!(
-            config.limits.max_key_bytes, 1024,
+            config.limits.max_key_bytes,
+            64 * 1024,
             "unset keys keep defaults"
         );
         assert_eq!(config.initial_members().expect("members").len(), 2);

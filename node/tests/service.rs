@@ -10,6 +10,10 @@
 //! leadership and every write a test needs completed is made with the clock running; only reads
 //! and a write that is meant never to complete run frozen.
 
+// The service's request future is deep (parse, read or propose, reply): computing its layout
+// needs more than the default query depth.
+#![recursion_limit = "256"]
+
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,6 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
+use statestore_node::protocol::scan::PageLimits;
 use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{InboundMessage, OutboundMessage, Outbox, REQUEST_TOPIC};
@@ -59,6 +64,8 @@ struct Setup {
     wall: Option<ManualClock>,
     /// Where apply delivers committed key events.
     events: Arc<dyn EventSink>,
+    /// What one SCAN page may cost.
+    scan_page: PageLimits,
 }
 
 impl Setup {
@@ -67,6 +74,7 @@ impl Setup {
             request_timeout,
             wall: None,
             events: Arc::new(DiscardEvents),
+            scan_page: PageLimits::default(),
         }
     }
 }
@@ -109,6 +117,7 @@ impl Harness {
                 node_client_id: "statestore-test".to_owned(),
                 request_timeout: setup.request_timeout,
                 devicebound: Default::default(),
+                scan_page: setup.scan_page,
             },
             metrics.clone(),
             serving.clone(),
@@ -558,5 +567,182 @@ async fn the_service_reads_wall_time_from_the_injected_clock() {
             .starts_with(b"-ERR the request timestamp is too far in the future"),
         "{:?}",
         replies[0].payload
+    );
+}
+
+/// A SCAN page as (keys, token), parsed independently of the node's encoder.
+fn scan_page(payload: &[u8]) -> (Vec<Vec<u8>>, Option<Vec<u8>>) {
+    fn number(rest: &mut &[u8], prefix: u8) -> usize {
+        assert_eq!(rest.first(), Some(&prefix), "{rest:?}");
+        let end = rest.windows(2).position(|w| w == b"\r\n").expect("CRLF");
+        let value = std::str::from_utf8(&rest[1..end])
+            .expect("digits")
+            .parse()
+            .expect("number");
+        *rest = &rest[end + 2..];
+        value
+    }
+    fn bulk(rest: &mut &[u8]) -> Vec<u8> {
+        let len = number(rest, b'$');
+        let value = rest[..len].to_vec();
+        assert_eq!(&rest[len..len + 2], b"\r\n");
+        *rest = &rest[len + 2..];
+        value
+    }
+    let mut rest = payload;
+    let elements = number(&mut rest, b'*');
+    let keys = (0..number(&mut rest, b'*'))
+        .map(|_| bulk(&mut rest))
+        .collect();
+    let token = (elements == 2).then(|| bulk(&mut rest));
+    assert!(rest.is_empty(), "nothing after the page: {rest:?}");
+    (keys, token)
+}
+
+/// SCAN (issue 12) through the whole service: pages of a few keys, a retried page, expired and
+/// non-matching keys skipped, hostile patterns and tokens.
+#[tokio::test]
+async fn scan_pages_through_the_live_matching_keys() {
+    let wall = ManualClock::new(WALL_MS);
+    let mut h = Harness::start_with(Setup {
+        wall: Some(wall.clone()),
+        scan_page: PageLimits {
+            max_keys: 2,
+            max_examined: 3,
+            ..PageLimits::default()
+        },
+        ..Setup::new(Duration::from_secs(10))
+    })
+    .await;
+    for key in [
+        "user:1", "user:2", "user:3", "user:4", "user:5", "zz", "user:*",
+    ] {
+        let replies = h.send(&resp(&[b"SET", key.as_bytes(), b"v"])).await;
+        assert_eq!(&replies[0].payload[..], b"+OK\r\n", "{key}");
+    }
+    let replies = h
+        .send(&resp(&[b"SET", b"user:0", b"v", b"PX", b"100"]))
+        .await;
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    let replies = h.send(&resp(&[b"SET", b"user:\xff", b"v"])).await;
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    wall.advance(100);
+
+    let mut found = Vec::new();
+    let mut token: Option<Vec<u8>> = None;
+    let mut pages = 0;
+    loop {
+        let mut request: Vec<&[u8]> = vec![b"SCAN", b"user:?"];
+        if let Some(token) = &token {
+            request.push(token);
+        }
+        let replies = h.send(&resp(&request)).await;
+        assert_eq!(replies.len(), 1);
+        let (keys, next) = scan_page(&replies[0].payload);
+        // The same token again (a client retry) gets the same page.
+        let again = h.send(&resp(&request)).await;
+        assert_eq!(again[0].payload, replies[0].payload, "a retried page");
+        assert!(keys.len() <= 2, "max_keys: {keys:?}");
+        found.extend(keys);
+        pages += 1;
+        match next {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+        assert!(pages < 20, "the scan ends");
+    }
+    let found: Vec<String> = found
+        .iter()
+        .map(|k| String::from_utf8(k.clone()).expect("only UTF-8 keys are returned"))
+        .collect();
+    assert_eq!(
+        found,
+        ["user:*", "user:1", "user:2", "user:3", "user:4", "user:5"],
+        "every live match once, in key order; expired user:0 and non-UTF-8 user:\\xff are not"
+    );
+    assert!(pages >= 3, "bounded pages: {pages}");
+
+    // A pattern can match the literal star (the page ends at max_examined, with a token).
+    let replies = h.send(&resp(&[b"SCAN", b"user:[*]"])).await;
+    let (keys, token) = scan_page(&replies[0].payload);
+    assert_eq!(keys, vec![b"user:*".to_vec()]);
+    assert!(token.is_some());
+
+    // Hostile input: answered, never fatal.
+    let stars = vec![b'*'; 10_000];
+    // (pattern, token, how the reply starts)
+    type HostileCase<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
+    let cases: [HostileCase; 5] = [
+        (b"[", None, b"*2\r\n*0\r\n"),
+        (b"[!]", None, b"*2\r\n*0\r\n"),
+        (b"\xff*", None, b"*2\r\n*0\r\n"),
+        (&stars, None, b"*2\r\n*2\r\n"),
+        (b"*", Some(b"not-a-token"), b"-ERR syntax error\r\n"),
+    ];
+    for (pattern, token, reply_start) in cases {
+        let mut request: Vec<&[u8]> = vec![b"SCAN", pattern];
+        request.extend(token);
+        let replies = h.send(&resp(&request)).await;
+        assert!(
+            replies[0].payload.starts_with(reply_start),
+            "{:?}: {:?}",
+            String::from_utf8_lossy(&pattern[..pattern.len().min(8)]),
+            String::from_utf8_lossy(&replies[0].payload)
+        );
+    }
+    // Still serving.
+    assert_eq!(
+        &h.send(&resp(&[b"GET", b"zz"])).await[0].payload[..],
+        b"$1\r\nv\r\n"
+    );
+}
+
+/// Keys up to the 64 KiB default round-trip, one byte more is `syntax error`; KEYNOTIFY on a
+/// key whose notification topic would not fit MQTT's 65,535 bytes is refused.
+#[tokio::test]
+async fn the_largest_key_round_trips_and_keynotify_refuses_unpublishable_topics() {
+    let mut h = Harness::start(Duration::from_secs(10)).await;
+    let limits = ProtocolLimits::default();
+    let largest = vec![b'k'; limits.max_key_bytes];
+    let value = vec![b'v'; limits.max_value_bytes];
+    let replies = h.send(&resp(&[b"SET", &largest, &value])).await;
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    let replies = h.send(&resp(&[b"GET", &largest])).await;
+    let mut expected = format!("${}\r\n", value.len()).into_bytes();
+    expected.extend_from_slice(&value);
+    expected.extend_from_slice(b"\r\n");
+    assert!(
+        replies[0].payload[..] == expected[..],
+        "the largest value under the largest key"
+    );
+
+    let one_more = vec![b'k'; limits.max_key_bytes + 1];
+    for request in [
+        resp(&[b"SET", &one_more, b"v"]),
+        resp(&[b"GET", &one_more]),
+        resp(&[b"DEL", &one_more]),
+    ] {
+        assert_eq!(
+            &h.send(&request).await[0].payload[..],
+            b"-ERR syntax error\r\n"
+        );
+    }
+    let value_one_more = vec![b'v'; limits.max_value_bytes + 1];
+    assert_eq!(
+        &h.send(&resp(&[b"SET", b"k", &value_one_more])).await[0].payload[..],
+        b"-ERR syntax error\r\n"
+    );
+
+    // The harness's client id is `c1`: its topic fits keys up to (65,535 - fixed) / 2 bytes.
+    let fixed = statestore_node::service::notify::notify_topic_len("c1", b"");
+    let longest_observable = vec![b'o'; (65_535 - fixed) / 2];
+    let too_long = vec![b'o'; (65_535 - fixed) / 2 + 1];
+    assert_eq!(
+        &h.send(&resp(&[b"KEYNOTIFY", &longest_observable])).await[0].payload[..],
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        &h.send(&resp(&[b"KEYNOTIFY", &too_long])).await[0].payload[..],
+        b"-ERR syntax error\r\n"
     );
 }

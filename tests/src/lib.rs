@@ -4,16 +4,11 @@
 //! processes are observed through MQTT, their HTTP admin API, their exit status and (for
 //! durability) the syscalls `strace` sees them make.
 
-pub mod broker;
 pub mod certs;
-pub mod cluster;
 pub mod devicebound;
 pub mod history;
 pub mod linearizability;
-pub mod netlab;
-pub mod node;
 pub mod otlp;
-pub mod process_faults;
 pub mod prometheus;
 pub mod raw;
 pub mod raw_helpers;
@@ -23,39 +18,7 @@ pub mod syscall_trace;
 pub mod version_audit;
 pub mod workload;
 
-use std::net::TcpListener;
-use std::time::{Duration, Instant};
-
-/// A free TCP port on 127.0.0.1 (bound and released; the OS rarely hands it out again soon).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// Polls `condition` every 25 ms until it returns `Some` or `timeout` passes.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, mut condition: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = condition().await {
-            return Some(value);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// The current wall clock in ms since the epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+// The process harness lives in its own crate (no SDK dependency, so `sdk-next` can use it too).
+pub use statestore_harness::{
+    broker, cluster, free_port, netlab, node, now_ms, process_faults, wait_for,
+};

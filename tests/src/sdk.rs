@@ -1,4 +1,5 @@
-//! The official Rust SDK client (`azure_iot_operations_services` 1.3, `state_store`), as a
+//! The official Rust SDK client (`azure_iot_operations_services`, `state_store`: 1.3 in
+//! `statestore-tests`, 1.5.0-beta1 in `tests/sdk-next`, which compiles this file too), as a
 //! user would set it up: one MQTT session per client, no TLS, against the test broker.
 
 use std::sync::Arc;

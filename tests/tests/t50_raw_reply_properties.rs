@@ -720,3 +720,22 @@ async fn s1_1_keynotify_without_any_client_id_is_syntax_error() {
     let r = call(&mut c, "anonymous GET", &resp(&[b"GET", b"ak"]), p).await;
     assert_payload("anonymous GET", &r, b"$1\r\nv\r\n");
 }
+
+/// Issue 12: AIO 1.x clients may mark a SET `aio-persistence: true`; statestore persists
+/// everything, so the property is accepted and ignored, as is any other unknown user property.
+#[tokio::test]
+async fn aio_persistence_and_unknown_user_properties_are_ignored() {
+    let (broker, _node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t50-persist").await;
+    for (what, name, value) in [
+        ("aio-persistence", "aio-persistence", "true"),
+        ("unknown property", "x-vendor-thing", "\u{1F600}"),
+    ] {
+        let mut p = props(&mut c);
+        p.user_properties.push((name.to_owned(), value.to_owned()));
+        let reply = call(&mut c, what, &resp(&[b"SET", what.as_bytes(), b"kept"]), p).await;
+        assert_payload(what, &reply, b"+OK\r\n");
+        let get = cmd(&mut c, what, &[b"GET", what.as_bytes()]).await;
+        assert_payload(what, &get, &bulk(b"kept"));
+    }
+}

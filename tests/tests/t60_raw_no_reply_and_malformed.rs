@@ -356,13 +356,16 @@ async fn s2_random_garbage_is_syntax_error() {
 async fn s9_size_limits_are_syntax_error() {
     let (broker, node) = start_single(&["--max-value-bytes", "1024"]).await;
     let mut c = connect(&broker, "t60-limits").await;
-    let key_max = vec![b'k'; 1024];
-    let key_over = vec![b'k'; 1025];
+    // The default key limit: 64 KiB (issue 12: the SDKs' own tests write 6,500-byte keys).
+    let key_max = vec![b'k'; 65_536];
+    let key_over = vec![b'k'; 65_537];
     let value_max = vec![b'v'; 1024];
     let value_over = vec![b'v'; 1025];
 
-    let ok = cmd(&mut c, "SET 1024-byte key", &[b"SET", &key_max, b"v"]).await;
-    assert_payload("SET 1024-byte key", &ok, b"+OK\r\n");
+    let ok = cmd(&mut c, "SET 64 KiB key", &[b"SET", &key_max, b"v"]).await;
+    assert_payload("SET 64 KiB key", &ok, b"+OK\r\n");
+    let get = cmd(&mut c, "GET 64 KiB key", &[b"GET", &key_max]).await;
+    assert_payload("GET 64 KiB key", &get, &bulk(b"v"));
     let ok = cmd(&mut c, "SET 1024-byte value", &[b"SET", b"big", &value_max]).await;
     assert_payload("SET 1024-byte value", &ok, b"+OK\r\n");
     let get = cmd(&mut c, "GET 1024-byte value", &[b"GET", b"big"]).await;
@@ -373,12 +376,24 @@ async fn s9_size_limits_are_syntax_error() {
     let mut hundred: Vec<&[u8]> = vec![b"GET"];
     hundred.extend(many.iter().map(|m| m.as_slice()));
     let cases: Vec<(String, Vec<u8>)> = vec![
-        ("SET 1025-byte key".into(), resp(&[b"SET", &key_over, b"v"])),
-        ("GET 1025-byte key".into(), resp(&[b"GET", &key_over])),
-        ("DEL 1025-byte key".into(), resp(&[b"DEL", &key_over])),
         (
-            "KEYNOTIFY 1025-byte key".into(),
+            "SET 64 KiB + 1 key".into(),
+            resp(&[b"SET", &key_over, b"v"]),
+        ),
+        ("GET 64 KiB + 1 key".into(), resp(&[b"GET", &key_over])),
+        ("DEL 64 KiB + 1 key".into(), resp(&[b"DEL", &key_over])),
+        (
+            "KEYNOTIFY 64 KiB + 1 key".into(),
             resp(&[b"KEYNOTIFY", &key_over]),
+        ),
+        (
+            // Within the key limit, but HEX(key) would not fit a notification topic.
+            "KEYNOTIFY 64 KiB key".into(),
+            resp(&[b"KEYNOTIFY", &key_max]),
+        ),
+        (
+            "SCAN 64 KiB + 1 pattern".into(),
+            resp(&[b"SCAN", &key_over]),
         ),
         (
             "SET 1025-byte value".into(),
@@ -432,6 +447,64 @@ async fn s2_bad_px_is_syntax_error() {
             &ok,
             b"+OK\r\n",
         );
+    }
+    assert_healthy(&node, &mut c).await;
+}
+
+/// Issue 12: hostile SCAN patterns and tokens over the wire (an unclosed `[`, `[!]`, 10,000
+/// stars, a pattern that is not UTF-8, a token this store never issued, wrong arity) get their
+/// exact replies, and the node keeps serving.
+#[tokio::test]
+async fn scan_hostile_patterns_are_answered_and_node_keeps_serving() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-scan").await;
+    for key in [&b"[!]"[..], b"[", b"a*", b"\xff\xfe"] {
+        let ok = cmd(&mut c, "SET", &[b"SET", key, b"v"]).await;
+        assert_payload("SET", &ok, b"+OK\r\n");
+    }
+    let stars = vec![b'*'; 10_000];
+    // (what, request elements, exact reply)
+    type ScanCase<'a> = (&'a str, Vec<&'a [u8]>, &'a [u8]);
+    let cases: [ScanCase; 7] = [
+        (
+            "unclosed [ is a literal",
+            vec![b"SCAN", b"["],
+            b"*1\r\n*1\r\n$1\r\n[\r\n",
+        ),
+        (
+            "[!] is a literal",
+            vec![b"SCAN", b"[!]"],
+            b"*1\r\n*1\r\n$3\r\n[!]\r\n",
+        ),
+        (
+            "[*] matches a star",
+            vec![b"SCAN", b"a[*]"],
+            b"*1\r\n*1\r\n$2\r\na*\r\n",
+        ),
+        (
+            "10,000 stars: every UTF-8 key (the control keys of other checks are written later)",
+            vec![b"SCAN", &stars],
+            b"*1\r\n*3\r\n$1\r\n[\r\n$3\r\n[!]\r\n$2\r\na*\r\n",
+        ),
+        (
+            "not UTF-8 matches nothing",
+            vec![b"SCAN", b"\xff*"],
+            b"*1\r\n*0\r\n",
+        ),
+        (
+            "foreign token",
+            vec![b"SCAN", b"*", b"1;1;"],
+            b"-ERR syntax error\r\n",
+        ),
+        (
+            "no pattern",
+            vec![b"SCAN"],
+            b"-ERR wrong number of arguments\r\n",
+        ),
+    ];
+    for (what, parts, expected) in cases {
+        let reply = cmd(&mut c, what, &parts).await;
+        assert_payload(what, &reply, expected);
     }
     assert_healthy(&node, &mut c).await;
 }

@@ -14,8 +14,9 @@ fn check(payload: &[u8], limits: &ProtocolLimits) {
     match parse_command(payload, limits) {
         Ok(command) => {
             assert_eq!(command.verb(), sniffed_verb);
-            let key = command.key();
-            assert!(!key.is_empty() && key.len() <= limits.max_key_bytes);
+            if let Some(key) = command.key() {
+                assert!(!key.is_empty() && key.len() <= limits.max_key_bytes);
+            }
             match command {
                 Command::Set {
                     value,
@@ -28,6 +29,13 @@ fn check(payload: &[u8], limits: &ProtocolLimits) {
                     }
                 }
                 Command::VDel { value, .. } => assert!(value.len() <= limits.max_value_bytes),
+                Command::Scan { pattern, after } => {
+                    if let Some(after) = after {
+                        assert!(after.len() <= limits.max_key_bytes);
+                    }
+                    // Matching any key never panics.
+                    let _ = pattern.matches(payload);
+                }
                 Command::Get { .. } | Command::Del { .. } | Command::KeyNotify { .. } => {}
             }
         }

@@ -3,7 +3,9 @@
 //! with the size limits of spec §9. Also the closed set of verbs used as a
 //! metric label.
 
+use super::glob::Glob;
 use super::resp3::{parse_decimal, parse_request, sniff_first_element};
+use super::scan::resume_after;
 use super::{ProtocolError, ProtocolLimits};
 
 /// The condition of a SET (spec §2).
@@ -56,6 +58,13 @@ pub enum Command<'a> {
         /// `true` for `STOP` (unregister), `false` to register.
         stop: bool,
     },
+    /// `SCAN pattern [token]`: one page of the keys matching a glob pattern.
+    Scan {
+        /// The compiled pattern (at most `max_key_bytes` long).
+        pattern: Glob,
+        /// Where the page starts: after this key (from the token), or at the first key.
+        after: Option<&'a [u8]>,
+    },
 }
 
 impl Command<'_> {
@@ -67,24 +76,26 @@ impl Command<'_> {
             Command::Del { .. } => CommandVerb::Del,
             Command::VDel { .. } => CommandVerb::VDel,
             Command::KeyNotify { .. } => CommandVerb::KeyNotify,
+            Command::Scan { .. } => CommandVerb::Scan,
         }
     }
 
-    /// The key the command acts on.
-    pub fn key(&self) -> &[u8] {
+    /// The key the command acts on (`None` for SCAN, which reads many).
+    pub fn key(&self) -> Option<&[u8]> {
         match self {
             Command::Set { key, .. }
             | Command::Get { key }
             | Command::Del { key }
             | Command::VDel { key, .. }
-            | Command::KeyNotify { key, .. } => key,
+            | Command::KeyNotify { key, .. } => Some(key),
+            Command::Scan { .. } => None,
         }
     }
 
-    /// Whether the command changes replicated state (every command but GET;
+    /// Whether the command changes replicated state (every command but GET and SCAN;
     /// KEYNOTIFY changes the registrations). Mutations are de-duplicated (§6).
     pub fn is_mutation(&self) -> bool {
-        !matches!(self, Command::Get { .. })
+        !matches!(self, Command::Get { .. } | Command::Scan { .. })
     }
 }
 
@@ -101,22 +112,25 @@ pub enum CommandVerb {
     VDel,
     /// `KEYNOTIFY`.
     KeyNotify,
+    /// `SCAN`.
+    Scan,
     /// Anything that is not one of the verbs above, or could not be read.
     Unknown,
 }
 
 impl CommandVerb {
     /// Every verb, for registering metric label values up front.
-    pub const ALL: [CommandVerb; 6] = [
+    pub const ALL: [CommandVerb; 7] = [
         CommandVerb::Set,
         CommandVerb::Get,
         CommandVerb::Del,
         CommandVerb::VDel,
         CommandVerb::KeyNotify,
+        CommandVerb::Scan,
         CommandVerb::Unknown,
     ];
 
-    /// Lower-case metric label: `set`, `get`, `del`, `vdel`, `keynotify`, `unknown`.
+    /// Lower-case metric label: `set`, `get`, `del`, `vdel`, `keynotify`, `scan`, `unknown`.
     pub fn label(&self) -> &'static str {
         match self {
             CommandVerb::Set => "set",
@@ -124,18 +138,20 @@ impl CommandVerb {
             CommandVerb::Del => "del",
             CommandVerb::VDel => "vdel",
             CommandVerb::KeyNotify => "keynotify",
+            CommandVerb::Scan => "scan",
             CommandVerb::Unknown => "unknown",
         }
     }
 
     /// The verb named by `name`, matched case-insensitively (spec §2).
     fn from_name(name: &[u8]) -> CommandVerb {
-        const NAMED: [(&[u8], CommandVerb); 5] = [
+        const NAMED: [(&[u8], CommandVerb); 6] = [
             (b"SET", CommandVerb::Set),
             (b"GET", CommandVerb::Get),
             (b"DEL", CommandVerb::Del),
             (b"VDEL", CommandVerb::VDel),
             (b"KEYNOTIFY", CommandVerb::KeyNotify),
+            (b"SCAN", CommandVerb::Scan),
         ];
         NAMED
             .iter()
@@ -181,6 +197,7 @@ pub fn parse_command<'a>(
             _ => Err(ProtocolError::WrongArity),
         },
         CommandVerb::KeyNotify => parse_key_notify(arguments, limits),
+        CommandVerb::Scan => parse_scan(arguments, limits),
         CommandVerb::Unknown => Err(ProtocolError::UnknownCommand),
     }
 }
@@ -254,6 +271,29 @@ fn parse_key_notify<'a>(
     Ok(Command::KeyNotify { key, stop })
 }
 
+/// `SCAN pattern [token]` (spec §2, issue 12): the pattern is at most `max_key_bytes` long
+/// and at most [`super::glob::MAX_PATTERN_ELEMENTS`] elements; the token is one this store
+/// issued. Anything else is `syntax error`.
+fn parse_scan<'a>(
+    arguments: &[&'a [u8]],
+    limits: &ProtocolLimits,
+) -> Result<Command<'a>, ProtocolError> {
+    let (pattern, token) = match *arguments {
+        [pattern] => (pattern, None),
+        [pattern, token] => (pattern, Some(token)),
+        _ => return Err(ProtocolError::WrongArity),
+    };
+    if pattern.len() > limits.max_key_bytes {
+        return Err(ProtocolError::Syntax);
+    }
+    let pattern = Glob::compile(pattern).map_err(|_| ProtocolError::Syntax)?;
+    let after = resume_after(token)?;
+    if after.is_some_and(|key| key.len() > limits.max_key_bytes) {
+        return Err(ProtocolError::Syntax);
+    }
+    Ok(Command::Scan { pattern, after })
+}
+
 /// Stores `value` in an empty slot; a second occurrence of the same kind of
 /// option is `syntax error` (this also refuses `NX` together with `NEX`, and
 /// `TTL` together with `EXPIRES` in device-bound SEND).
@@ -325,6 +365,13 @@ mod tests {
     const ARITY: Expected<'static> = Err(ProtocolError::WrongArity);
     const UNKNOWN: Expected<'static> = Err(ProtocolError::UnknownCommand);
     const EMPTY_KEY: Expected<'static> = Err(ProtocolError::EmptyKey);
+
+    fn scan<'a>(pattern: &[u8], after: Option<&'a [u8]>) -> Command<'a> {
+        Command::Scan {
+            pattern: Glob::compile(pattern).expect("test pattern compiles"),
+            after,
+        }
+    }
 
     #[test]
     fn section_2_sdk_payloads_byte_exact() {
@@ -619,7 +666,32 @@ mod tests {
                 &[b"MGET", b"a", b"b"],
                 UNKNOWN,
             ),
-            ("§5.1 SCAN is not supported", &[b"SCAN", b"*"], UNKNOWN),
+            // --- SCAN pattern [token] (issue 12) ---
+            ("SCAN pattern", &[b"scan", b"k*"], Ok(scan(b"k*", None))),
+            (
+                "SCAN with token",
+                &[b"SCAN", b"*", b"\x01k1"],
+                Ok(scan(b"*", Some(b"k1"))),
+            ),
+            ("SCAN empty pattern", &[b"SCAN", b""], Ok(scan(b"", None))),
+            (
+                "SCAN unclosed bracket",
+                &[b"SCAN", b"["],
+                Ok(scan(b"[", None)),
+            ),
+            (
+                "SCAN not UTF-8",
+                &[b"SCAN", b"\xff*"],
+                Ok(scan(b"\xff*", None)),
+            ),
+            ("SCAN no pattern", &[b"SCAN"], ARITY),
+            (
+                "SCAN extra argument",
+                &[b"SCAN", b"*", b"\x01k", b"COUNT"],
+                ARITY,
+            ),
+            ("SCAN foreign token", &[b"SCAN", b"*", b"1;1;"], SYNTAX),
+            ("SCAN empty token", &[b"SCAN", b"*", b""], SYNTAX),
             ("§5.1 empty verb", &[b""], UNKNOWN),
             ("§5.1 verb with trailing space", &[b"GET ", b"k"], UNKNOWN),
             ("§5.1 verb prefix", &[b"GE", b"k"], UNKNOWN),
@@ -797,6 +869,16 @@ mod tests {
                 SYNTAX,
             ),
             (
+                "SCAN pattern one over the key limit",
+                encode_request(&[b"SCAN", &key_over_limit]),
+                SYNTAX,
+            ),
+            (
+                "SCAN token of a key one over the key limit",
+                encode_request(&[b"SCAN", b"*", &[&[1u8][..], &key_over_limit].concat()]),
+                SYNTAX,
+            ),
+            (
                 "§9 KEYNOTIFY key one over",
                 encode_request(&[b"KEYNOTIFY", &key_over_limit]),
                 SYNTAX,
@@ -924,22 +1006,33 @@ mod tests {
 
     #[test]
     fn command_accessors() {
-        let cases: &[(Command, CommandVerb, &[u8], bool)] = &[
+        let cases: &[(Command, CommandVerb, Option<&[u8]>, bool)] = &[
             (
                 set(b"a", b"v", SetCondition::Always, None),
                 CommandVerb::Set,
-                b"a",
+                Some(b"a"),
                 true,
             ),
-            (Command::Get { key: b"b" }, CommandVerb::Get, b"b", false),
-            (Command::Del { key: b"c" }, CommandVerb::Del, b"c", true),
+            (
+                Command::Get { key: b"b" },
+                CommandVerb::Get,
+                Some(b"b"),
+                false,
+            ),
+            (
+                Command::Del { key: b"c" },
+                CommandVerb::Del,
+                Some(b"c"),
+                true,
+            ),
+            (scan(b"*", None), CommandVerb::Scan, None, false),
             (
                 Command::VDel {
                     key: b"d",
                     value: b"v",
                 },
                 CommandVerb::VDel,
-                b"d",
+                Some(b"d"),
                 true,
             ),
             (
@@ -948,7 +1041,7 @@ mod tests {
                     stop: false,
                 },
                 CommandVerb::KeyNotify,
-                b"e",
+                Some(b"e"),
                 true,
             ),
             (
@@ -957,7 +1050,7 @@ mod tests {
                     stop: true,
                 },
                 CommandVerb::KeyNotify,
-                b"f",
+                Some(b"f"),
                 true,
             ),
         ];
@@ -970,7 +1063,7 @@ mod tests {
 
     #[test]
     fn verb_labels_are_a_closed_lower_case_set() {
-        let expected = ["set", "get", "del", "vdel", "keynotify", "unknown"];
+        let expected = ["set", "get", "del", "vdel", "keynotify", "scan", "unknown"];
         let labels: Vec<&str> = CommandVerb::ALL.iter().map(CommandVerb::label).collect();
         assert_eq!(labels, expected);
     }

@@ -5,6 +5,7 @@
 
 use super::ProtocolError;
 use super::resp3::encode_bulk;
+use super::scan::Page;
 
 /// Every state store error reply of spec §5.1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -181,6 +182,8 @@ pub enum Reply {
     Bulk(Vec<u8>),
     /// `$-1\r\n`: GET miss.
     Nil,
+    /// `*1\r\n*<k>\r\n<keys>` or `*2\r\n*<k>\r\n<keys>$<t>\r\n<token>\r\n`: a SCAN page.
+    Keys(Page),
     /// `-ERR <message>\r\n` with exactly one space after `ERR`.
     Error(ErrorReply),
 }
@@ -198,6 +201,7 @@ impl Reply {
                 out
             }
             Reply::Nil => b"$-1\r\n".to_vec(),
+            Reply::Keys(page) => page.encode(),
             Reply::Error(error) => format!("-ERR {}\r\n", error.message()).into_bytes(),
         }
     }
@@ -208,7 +212,7 @@ impl Reply {
     /// `Integer`; the error's own label for [`Reply::Error`].
     pub fn result_label(&self) -> &'static str {
         match self {
-            Reply::Ok | Reply::Bulk(_) => "ok",
+            Reply::Ok | Reply::Bulk(_) | Reply::Keys(_) => "ok",
             Reply::Integer(number) if *number >= 1 => "ok",
             Reply::Nil | Reply::Integer(0) => "not_found",
             Reply::NotApplied | Reply::Integer(_) => "not_applied",

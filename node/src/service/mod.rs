@@ -54,6 +54,8 @@ pub struct ServiceConfig {
     pub request_timeout: Duration,
     /// Door limits of the device-bound service.
     pub devicebound: crate::devicebound::DeviceboundLimits,
+    /// What one SCAN page may cost.
+    pub scan_page: protocol::scan::PageLimits,
 }
 
 /// Why a request could not be served here (it gets no reply; the client retries).
@@ -324,6 +326,7 @@ impl<O: Outbox> Service<O> {
         let (mutation, request_ts) = match prepared {
             Err(refused) => return Ok(Answer::error(refused)),
             Ok(Prepared::Read { key }) => return self.get(key).await,
+            Ok(Prepared::Scan { pattern, after }) => return self.scan(&pattern, after).await,
             Ok(Prepared::Write {
                 mutation,
                 request_ts,
@@ -381,6 +384,7 @@ impl<O: Outbox> Service<O> {
 
         let mutation = match command {
             Command::Get { key } => return Ok(Prepared::Read { key }),
+            Command::Scan { pattern, after } => return Ok(Prepared::Scan { pattern, after }),
             Command::Set {
                 key,
                 value,
@@ -418,6 +422,10 @@ impl<O: Outbox> Service<O> {
                 else {
                     return Err(ErrorReply::Syntax);
                 };
+                if !stop && !notify::notify_topic_fits(&client, key) {
+                    // Its notifications could not be published: refused like an over-long key.
+                    return Err(ErrorReply::Syntax);
+                }
                 if stop {
                     Mutation::Unobserve {
                         client,
@@ -458,18 +466,24 @@ impl<O: Outbox> Service<O> {
         u64::try_from(window.min(self.config.max_dedup_window).as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// The time a linearizable read uses: never behind an earlier read on this node (a key
+    /// seen expired stays expired), within the same bound the replicated floor has
+    /// (`read::store_time`).
+    fn read_time(&self, view: &statestore_storage::sled::StateView) -> Result<u64, Unavailable> {
+        let floor = read::meta(view)?
+            .time_floor_ms
+            .max(self.read_floor_ms.load(Ordering::SeqCst));
+        let time = read::store_time(floor, self.wall.now_ms());
+        self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
+        Ok(time)
+    }
+
     /// GET: a linearizable read at the leader's time (expired keys are invisible, §8).
     #[tracing::instrument(level = "debug", name = "read", skip_all)]
     async fn get(&self, key: &[u8]) -> Result<Answer, Unavailable> {
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
-        // Never behind an earlier GET on this node (a key seen expired stays expired), within
-        // the same bound the replicated floor has (read::store_time).
-        let floor = read::meta(&view)?
-            .time_floor_ms
-            .max(self.read_floor_ms.load(Ordering::SeqCst));
-        let time = read::store_time(floor, self.wall.now_ms());
-        self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
+        let time = self.read_time(&view)?;
         Ok(match read::live_record(&view, key, time)? {
             Some(record) => Answer {
                 reply: Reply::Bulk(record.value),
@@ -479,6 +493,26 @@ impl<O: Outbox> Service<O> {
                 reply: Reply::Nil,
                 version: None,
             },
+        })
+    }
+
+    /// SCAN: one page of the live keys matching `pattern` after `after`, read linearizably like
+    /// GET; the page's work is bounded by [`protocol::scan::PageLimits`].
+    #[tracing::instrument(level = "debug", name = "read", skip_all)]
+    async fn scan(
+        &self,
+        pattern: &protocol::glob::Glob,
+        after: Option<&[u8]>,
+    ) -> Result<Answer, Unavailable> {
+        self.raft.ensure_linearizable().await?;
+        let view = self.raft.view();
+        let time = self.read_time(&view)?;
+        let stored = read::keys_after(&view, after, time)
+            .map(|entry| entry.map(|(key, live)| protocol::scan::StoredKey { key, live }));
+        let page = protocol::scan::page(pattern, stored, &self.config.scan_page)?;
+        Ok(Answer {
+            reply: Reply::Keys(page),
+            version: None,
         })
     }
 
@@ -565,6 +599,11 @@ impl<O: Outbox> Service<O> {
 enum Prepared<'a> {
     /// A linearizable GET of `key`.
     Read { key: &'a [u8] },
+    /// A linearizable SCAN page.
+    Scan {
+        pattern: protocol::glob::Glob,
+        after: Option<&'a [u8]>,
+    },
     /// A typed mutation to propose, with the request's `__ts`.
     Write {
         mutation: Mutation,

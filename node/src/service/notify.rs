@@ -65,6 +65,24 @@ impl EventSink for NotifySink {
     }
 }
 
+/// The longest topic MQTT can carry (a two-byte length).
+pub const MAX_TOPIC_BYTES: usize = 65_535;
+
+/// Length of [`notify_topic`] for `client_id` and `key`, without building it.
+pub fn notify_topic_len(client_id: &str, key: &[u8]) -> usize {
+    NOTIFY_TOPIC_PREFIX.len()
+        + "/".len()
+        + 2 * client_id.len()
+        + "/command/notify/".len()
+        + 2 * key.len()
+}
+
+/// Whether notifications to `client_id` about `key` fit in an MQTT topic: with 64 KiB keys
+/// allowed, a KEYNOTIFY on a key longer than about 32 KiB cannot be served and is refused.
+pub fn notify_topic_fits(client_id: &str, key: &[u8]) -> bool {
+    notify_topic_len(client_id, key) <= MAX_TOPIC_BYTES
+}
+
 /// The notification topic of `client_id` and `key`: upper-case hex of both (§7).
 pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
     format!(
@@ -194,6 +212,23 @@ mod tests {
             "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/636C69656E742D696431/command/notify/534F4D454B4559"
         );
         assert!(notify_topic("c", &[0xab, 0xcd]).ends_with("/ABCD"));
+    }
+
+    #[test]
+    fn notify_topic_length_is_computed_exactly_and_bounded_by_mqtt() {
+        for (client, key_len) in [("c", 0usize), ("client-id1", 17), ("x", 32_000)] {
+            let key = vec![b'k'; key_len];
+            assert_eq!(
+                notify_topic_len(client, &key),
+                notify_topic(client, &key).len()
+            );
+        }
+        // The longest key whose topic fits, for this client, and one byte more.
+        let client = "client-1";
+        let fixed = notify_topic_len(client, b"");
+        let longest = (MAX_TOPIC_BYTES - fixed) / 2;
+        assert!(notify_topic_fits(client, &vec![b'k'; longest]));
+        assert!(!notify_topic_fits(client, &vec![b'k'; longest + 1]));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::keyspace::layout::{self, Table};
 use crate::keyspace::mutation::RequestId;
 use crate::keyspace::outcome::Outcome;
-use crate::keyspace::record::{KeyspaceMeta, Record, RememberedReply};
+use crate::keyspace::record::{KeyspaceMeta, Record, RecordView, RememberedReply};
 use crate::keyspace::txn::OrderedRead;
 
 /// The store-wide record (defaults on an empty store).
@@ -85,6 +85,29 @@ pub fn due_keys(
         }
     }
     Ok(keys)
+}
+
+/// Stored keys strictly after `after` (from the first key when `None`), ascending, each with
+/// whether it exists at `time_ms` (expired keys stay stored until the sweeper removes them).
+/// Lazy: a caller that stops early reads no further (SCAN bounds its pages this way).
+pub fn keys_after<'a>(
+    view: &'a (impl OrderedRead + ?Sized),
+    after: Option<&[u8]>,
+    time_ms: u64,
+) -> impl Iterator<Item = Result<(Vec<u8>, bool)>> + 'a {
+    let (table_start, table_end) = Table::Keys.bounds();
+    // The smallest record key greater than `after`'s: the same bytes with a zero byte added.
+    let start = after.map_or(table_start, |key| {
+        let mut start = layout::record_key(key);
+        start.push(0);
+        start
+    });
+    view.range(&start, &table_end).map(move |entry| {
+        let (raw, bytes) = entry?;
+        let record: RecordView<'_> = codec::decode_borrowed("record", &bytes)?;
+        let live = record.expires_at_ms.is_none_or(|at| at > time_ms);
+        Ok((layout::user_key(&raw).to_vec(), live))
+    })
 }
 
 /// Client ids registered for notifications on `key`.

@@ -254,6 +254,59 @@ fn section_2_plain_set_clears_an_earlier_expiry() {
 }
 
 #[test]
+fn scan_source_lists_keys_after_the_cursor_with_their_liveness() {
+    let mut r = Replica::new();
+    r.apply(set(b"b", b"1"));
+    r.apply(set_with(b"c", b"1", SetCondition::Always, Some(50), None));
+    r.apply(set(b"a", b"1"));
+    r.apply(set(b"a\0", b"1"));
+    r.apply(set(b"\xff\xff", b"1"));
+    observe_and_remember(&mut r);
+    r.wall_ms += 100;
+    let listed = |after: Option<&[u8]>| -> Vec<(Vec<u8>, bool)> {
+        read::keys_after(&r.map, after, r.wall_ms)
+            .collect::<crate::error::Result<_>>()
+            .expect("list")
+    };
+    let entry = |key: &[u8], live: bool| (key.to_vec(), live);
+    assert_eq!(
+        listed(None),
+        vec![
+            entry(b"a", true),
+            entry(b"a\0", true),
+            entry(b"b", true),
+            entry(b"c", false),
+            entry(b"\xff\xff", true),
+        ],
+        "every stored key once, ascending, expired ones marked; no other table's rows"
+    );
+    assert_eq!(
+        listed(Some(b"a")),
+        listed(None)[1..].to_vec(),
+        "strictly after"
+    );
+    assert_eq!(listed(Some(b"a\0")), listed(None)[2..].to_vec());
+    assert_eq!(
+        listed(Some(b"bb")),
+        listed(None)[3..].to_vec(),
+        "a cursor key need not exist"
+    );
+    assert!(listed(Some(b"\xff\xff")).is_empty());
+}
+
+/// Rows in the tables that sort around the keys table: a registration and a remembered reply.
+fn observe_and_remember(r: &mut Replica) {
+    r.apply(observe("client", b"a"));
+    let request = RequestId {
+        client: b"client".to_vec(),
+        correlation: b"1".to_vec(),
+        remember_for_ms: 60_000,
+    };
+    let proposal = r.proposal(set(b"b", b"2"), Some(request));
+    r.apply_proposal(&proposal);
+}
+
+#[test]
 fn section_2_del_and_vdel_outcomes() {
     let mut r = Replica::new();
     assert_eq!(r.apply(del(b"k", None)).outcome, Outcome::Missing);
