@@ -15,6 +15,8 @@ command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# openssl makes the test certificates (t88 peer TLS, t99 statestore kv --tls, raft's peer_tls).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, DeviceboundConfig, MqttTlsConfig};
+use crate::config::{Config, DeviceboundConfig, HttpTlsConfig, MqttTlsConfig, PeerTlsConfig};
 use crate::error::NodeError;
 
 /// statestore: a replicated, persistent key-value store served over MQTT 5 request/response
@@ -142,6 +142,9 @@ pub struct RunArgs {
     /// Device-bound message queues (`[devicebound]`).
     #[command(flatten)]
     pub devicebound: DeviceboundArgs,
+    /// Peer TLS, HTTPS and the admin token (`[cluster.tls]`, `[admin]`).
+    #[command(flatten)]
+    pub security: SecurityArgs,
 }
 
 /// The `[mqtt.tls]` settings as flags; checked with the file's values.
@@ -259,12 +262,91 @@ impl DeviceboundArgs {
     }
 }
 
+/// The `[cluster.tls]` and `[admin]` settings as flags (README "Security"). The three
+/// `--peer-tls-*` flags go together, as do the two `--http-tls-*`; a flag replaces the file's
+/// whole section.
+#[derive(Debug, Default, Args)]
+pub struct SecurityArgs {
+    /// CA certificates (PEM) every peer's certificate must chain to; turns on mutual TLS
+    /// between peers (with --peer-tls-cert and --peer-tls-key).
+    #[arg(long, value_name = "FILE")]
+    pub peer_tls_ca: Option<PathBuf>,
+    /// This node's peer certificate (PEM), valid for the host of its advertised Raft address.
+    #[arg(long, value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --peer-tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// Certificate (PEM) of the HTTP listener: serve /metrics, health and the admin API over
+    /// HTTPS (with --http-tls-key).
+    #[arg(long, value_name = "FILE")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --http-tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub http_tls_key: Option<PathBuf>,
+    /// File whose first line is the bearer token POST /admin/members requires.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+impl SecurityArgs {
+    /// Overrides the sections given as flags; a partial set of TLS flags is an error.
+    fn apply(self, config: &mut Config) -> Result<(), NodeError> {
+        match (self.peer_tls_ca, self.peer_tls_cert, self.peer_tls_key) {
+            (None, None, None) => {}
+            (Some(ca_file), Some(cert_file), Some(key_file)) => {
+                config.cluster.tls = Some(PeerTlsConfig {
+                    ca_file,
+                    cert_file,
+                    key_file,
+                });
+            }
+            _ => {
+                return Err(NodeError::Config(
+                    "--peer-tls-ca, --peer-tls-cert and --peer-tls-key go together".into(),
+                ));
+            }
+        }
+        match (self.http_tls_cert, self.http_tls_key) {
+            (None, None) => {}
+            (Some(cert_file), Some(key_file)) => {
+                config.admin.tls = Some(HttpTlsConfig {
+                    cert_file,
+                    key_file,
+                });
+            }
+            _ => {
+                return Err(NodeError::Config(
+                    "--http-tls-cert and --http-tls-key go together".into(),
+                ));
+            }
+        }
+        if self.admin_token_file.is_some() {
+            config.admin.token_file = self.admin_token_file;
+        }
+        Ok(())
+    }
+}
+
 /// `statestore cluster ...`
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
-    /// Admin endpoint of any node (its --http address).
+    /// Admin endpoint of any node (its --http address; https://... when it serves HTTPS).
     #[arg(long, default_value = "http://127.0.0.1:7480", global = true)]
     pub endpoint: String,
+    /// CA certificates (PEM) an https:// endpoint's certificate must chain to (default: the
+    /// system's CA bundle).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub ca: Option<PathBuf>,
+    /// File whose first line is the admin bearer token (nodes with admin.token_file require it
+    /// for add-node and remove-node).
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "STATESTORE_ADMIN_TOKEN_FILE",
+        global = true
+    )]
+    pub token_file: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub action: ClusterAction,
@@ -397,6 +479,7 @@ impl RunArgs {
         }
         self.mqtt_tls.apply(&mut config.mqtt.tls);
         self.devicebound.apply(&mut config.devicebound);
+        self.security.apply(&mut config)?;
         config.validate()?;
         Ok(config)
     }
@@ -451,6 +534,40 @@ mod tests {
             (7, 8, 9)
         );
         assert_eq!(config.initial_members().expect("members").len(), 2);
+    }
+
+    #[test]
+    fn security_flags_set_their_sections_and_go_in_sets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef0123\n").expect("write");
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["statestore", "run"];
+            argv.extend(flags);
+            let CliCommand::Run(args) = Cli::try_parse_from(argv).expect("parses").command else {
+                panic!("run expected")
+            };
+            args.into_config()
+        };
+        let config = parse(&["--admin-token-file", token.to_str().expect("utf8")]).expect("valid");
+        assert_eq!(config.admin.token_file.as_deref(), Some(token.as_path()));
+        assert_eq!(config.cluster.tls, None, "peer TLS stays off");
+        let partial = parse(&["--peer-tls-ca", "/ca.pem", "--peer-tls-cert", "/node.pem"])
+            .expect_err("no key");
+        assert!(partial.to_string().contains("go together"), "{partial}");
+        let partial = parse(&["--http-tls-key", "/http.key"]).expect_err("no cert");
+        assert!(partial.to_string().contains("go together"), "{partial}");
+        // A whole set is taken, and then its files must load.
+        let missing = parse(&[
+            "--peer-tls-ca",
+            "/nonexistent/ca.pem",
+            "--peer-tls-cert",
+            "/nonexistent/node.pem",
+            "--peer-tls-key",
+            "/nonexistent/node.key",
+        ])
+        .expect_err("files missing");
+        assert!(missing.to_string().contains("cluster.tls"), "{missing}");
     }
 
     #[test]

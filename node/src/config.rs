@@ -51,6 +51,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// Device-bound message queues (devicebound.md §5).
     pub devicebound: DeviceboundConfig,
+    /// The HTTP listener's TLS and the admin API's bearer token (README "Security").
+    pub admin: AdminConfig,
     /// How long shutdown waits for in-flight requests, ms.
     pub shutdown_grace_ms: u64,
 }
@@ -95,6 +97,8 @@ pub struct ClusterConfig {
     pub replication_timeout_ms: u64,
     /// Raft log payload kept in memory for replication and apply, MiB.
     pub log_cache_mb: u64,
+    /// Mutual TLS between peers (`[cluster.tls]`); absent: plain TCP.
+    pub tls: Option<PeerTlsConfig>,
 }
 
 /// Broker connection.
@@ -471,6 +475,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             telemetry: TelemetryConfig::default(),
             devicebound: DeviceboundConfig::default(),
+            admin: AdminConfig::default(),
             shutdown_grace_ms: 10_000,
         }
     }
@@ -500,6 +505,7 @@ impl Default for ClusterConfig {
             entries_kept_after_snapshot: raft.entries_kept_after_snapshot,
             replication_timeout_ms: as_ms(raft.peer_timeouts.replication),
             log_cache_mb: (raft.log_cache_bytes >> 20) as u64,
+            tls: None,
         }
     }
 }
@@ -730,6 +736,7 @@ impl Config {
             )));
         }
         self.devicebound.validate()?;
+        self.validate_security()?;
         self.initial_members()?;
         if c.join && !c.peers.is_empty() {
             return Err(invalid(
@@ -891,11 +898,125 @@ impl Config {
     }
 }
 
+// ---- Security: peer TLS, HTTPS on the HTTP listener, the admin token (README "Security") ----
+
+/// Mutual TLS between peers: every node holds a certificate of one CA (`[cluster.tls]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerTlsConfig {
+    /// CA certificates (PEM) a peer's certificate must chain to, client and server alike.
+    pub ca_file: PathBuf,
+    /// This node's certificate (PEM, then intermediates), valid for the host of its
+    /// advertised Raft address (a DNS name, or an IP address as an IP subjectAltName).
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+}
+
+/// HTTPS on the HTTP listener (`[admin.tls]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpTlsConfig {
+    /// The listener's certificate (PEM, then intermediates); may be the peer certificate.
+    pub cert_file: PathBuf,
+    /// Its private key (PEM).
+    pub key_file: PathBuf,
+}
+
+/// The HTTP listener's security: `/metrics`, `/livez`, `/readyz` and the admin API.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Serve HTTPS instead of HTTP.
+    pub tls: Option<HttpTlsConfig>,
+    /// File whose first line is the bearer token that `POST /admin/members` requires
+    /// (at least 16 characters). Absent: the endpoint is open to whoever reaches it.
+    pub token_file: Option<PathBuf>,
+}
+
+fn exposed(addr: &SocketAddr) -> bool {
+    !addr.ip().is_loopback()
+}
+
+impl Config {
+    /// The peer network's TLS, read from `[cluster.tls]`'s files.
+    pub fn peer_tls(&self) -> Result<Option<statestore_raft::PeerTls>, NodeError> {
+        let Some(tls) = &self.cluster.tls else {
+            return Ok(None);
+        };
+        statestore_raft::PeerTls::from_files(&tls.ca_file, &tls.cert_file, &tls.key_file)
+            .map(Some)
+            .map_err(|e| match e {
+                statestore_raft::Error::Config(message) => {
+                    invalid(format!("cluster.tls: {message}"))
+                }
+                other => invalid(format!("cluster.tls: {other}")),
+            })
+    }
+
+    /// The HTTP listener's TLS, read from `[admin.tls]`'s files.
+    pub fn http_tls(&self) -> Result<Option<std::sync::Arc<rustls::ServerConfig>>, NodeError> {
+        self.admin
+            .tls
+            .as_ref()
+            .map(|tls| crate::https::server_config("admin.tls", &tls.cert_file, &tls.key_file))
+            .transpose()
+    }
+
+    /// The admin bearer token, read from `admin.token_file`.
+    pub fn admin_token(&self) -> Result<Option<crate::auth::AdminToken>, NodeError> {
+        self.admin
+            .token_file
+            .as_deref()
+            .map(|path| crate::auth::AdminToken::from_file("admin.token_file", path))
+            .transpose()
+    }
+
+    /// Refuses TLS files that do not load and a token file that is unreadable or too short.
+    fn validate_security(&self) -> Result<(), NodeError> {
+        self.peer_tls()?;
+        self.http_tls()?;
+        self.admin_token()?;
+        Ok(())
+    }
+
+    /// What this configuration exposes without protection on a non-loopback address (logged
+    /// as warnings at start); empty on loopback or with TLS and a token.
+    pub fn exposure_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let (raft, http) = (self.listen.raft, self.listen.http);
+        if exposed(&raft) && self.cluster.tls.is_none() {
+            warnings.push(format!(
+                "the Raft listener {raft} is plain text and unauthenticated: whoever reaches it \
+                 can read the replicated data, take part in elections and change membership \
+                 (set [cluster.tls])"
+            ));
+        }
+        if exposed(&http) && self.admin.tls.is_none() {
+            warnings.push(format!(
+                "the HTTP listener {http} is plain text: /metrics, /admin/status and \
+                 /admin/digest, and any bearer token sent to it, cross the network unencrypted \
+                 (set [admin.tls])"
+            ));
+        }
+        if exposed(&http) && self.admin.token_file.is_none() {
+            warnings.push(format!(
+                "POST /admin/members on {http} needs no token: whoever reaches it can add and \
+                 remove members (set admin.token_file)"
+            ));
+        }
+        warnings
+    }
+}
+
 #[cfg(test)]
 mod devicebound_tests;
 
 #[cfg(test)]
 mod mqtt_tls_tests;
+
+#[cfg(test)]
+mod security_tests;
 
 #[cfg(test)]
 mod tests {

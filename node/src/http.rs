@@ -1,12 +1,15 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/livez`, `/readyz`, and the admin API
 //! (`/admin/status`, `/admin/digest`, `/admin/members`) that `statestore cluster` and the
-//! black-box tests use.
+//! black-box tests use. Plain HTTP, or HTTPS with `[admin.tls]` ([`crate::https`]); the one
+//! mutating endpoint, `POST /admin/members`, requires the bearer token of `admin.token_file`
+//! when one is set ([`crate::auth`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -15,6 +18,7 @@ use statestore_raft::{MembershipChange, RaftNode};
 use statestore_storage::keyspace::read;
 use tokio::sync::watch;
 
+use crate::auth::{self, AdminAuth};
 use crate::metrics::NodeMetrics;
 use crate::mqtt::SessionState;
 
@@ -30,6 +34,8 @@ pub struct HttpState {
     pub serving: Arc<AtomicBool>,
     /// Node name.
     pub name: String,
+    /// Guards the mutating admin endpoints.
+    pub admin_auth: AdminAuth,
 }
 
 impl HttpState {
@@ -55,13 +61,19 @@ impl HttpState {
 
 /// The router.
 pub fn router(state: Arc<HttpState>) -> Router {
+    let mutating = Router::new()
+        .route("/admin/members", post(change_members))
+        .route_layer(middleware::from_fn_with_state(
+            state.admin_auth.clone(),
+            auth::require_token,
+        ));
     Router::new()
         .route("/metrics", get(metrics))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/admin/status", get(status))
         .route("/admin/digest", get(digest))
-        .route("/admin/members", post(change_members))
+        .merge(mutating)
         .with_state(state)
 }
 

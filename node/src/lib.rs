@@ -9,12 +9,14 @@
 
 pub mod admin;
 pub mod admission;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod device_metrics;
 pub mod devicebound;
 pub mod error;
 pub mod http;
+pub mod https;
 pub mod kv;
 pub mod metrics;
 pub mod mqtt;

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
                 Ok(())
             }
             CliCommand::Cluster(args) => {
-                println!("{}", admin::run(&args.endpoint, &args.action).await?);
+                println!("{}", admin::run(&args).await?);
                 Ok(())
             }
             // Its own exit statuses (0 found, 1 missing, 2 error); it prints its errors.

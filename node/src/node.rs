@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use statestore_raft::RaftNode;
 use statestore_storage::keyspace::read;
 use statestore_storage::sled::{Store, StoreConfig};
@@ -14,9 +14,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::admission::Intake;
+use crate::auth::AdminAuth;
 use crate::config::Config;
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
+use crate::https::TlsListener;
 use crate::metrics::NodeMetrics;
 use crate::mqtt::{MqttHandle, watch_tls_files};
 use crate::service::device_push::DevicePush;
@@ -46,7 +48,14 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     let serving = Arc::new(AtomicBool::new(false));
     let (event_tx, event_rx) = mpsc::channel(NOTIFY_QUEUE);
     let sink = Arc::new(NotifySink::new(event_tx, serving.clone(), metrics.clone()));
-    let raft = RaftNode::start(&config.raft(), store.clone(), sink, &metrics.registry).await?;
+    let mut raft_config = config.raft();
+    raft_config.peer_tls = config.peer_tls()?;
+    let http_tls = config.http_tls()?;
+    let admin_auth = AdminAuth::new(config.admin_token()?, &metrics.registry)?;
+    for warning in config.exposure_warnings() {
+        tracing::warn!("{warning}");
+    }
+    let raft = RaftNode::start(&raft_config, store.clone(), sink, &metrics.registry).await?;
 
     let raft_listener = TcpListener::bind(config.listen.raft).await?;
     let http_listener = TcpListener::bind(config.listen.http).await?;
@@ -96,13 +105,21 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         mqtt: mqtt.state(),
         serving: serving.clone(),
         name: config.node_name(),
+        admin_auth,
     });
-    tokio::spawn(serve(
-        http_listener,
-        http::router(http_state),
-        stop.clone(),
-        "http",
-    ));
+    let router = http::router(http_state);
+    match http_tls {
+        Some(tls) => {
+            let listener = TlsListener::new(http_listener, tls)?;
+            tokio::spawn(serve(listener, router, stop.clone(), "https"));
+        }
+        None => {
+            let listener = http_listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            tokio::spawn(serve(listener, router, stop.clone(), "http"));
+        }
+    }
     tokio::spawn(leader::run(
         service.clone(),
         mqtt.clone(),
@@ -160,6 +177,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         http = %config.listen.http,
         raft = %config.listen.raft,
         broker = %config.mqtt.broker,
+        peer_tls = config.cluster.tls.is_some(),
+        https = config.admin.tls.is_some(),
+        admin_token = config.admin.token_file.is_some(),
         "statestore node started"
     );
 
@@ -209,23 +229,21 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     Ok(())
 }
 
-async fn serve(
-    listener: TcpListener,
+async fn serve<L>(
+    listener: L,
     router: axum::Router,
     mut stop: watch::Receiver<bool>,
     name: &'static str,
-) {
+) where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
     let shutdown = async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
-    if let Err(err) = axum::serve(
-        listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        }),
-        router,
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    if let Err(err) = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
     {
         tracing::error!(listener = name, error = %err, "listener failed");
     }

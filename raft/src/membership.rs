@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::network::protocol::{self, Request, Response};
-use crate::network::{connect, read_response};
+use crate::network::{Transport, connect, read_response};
 use crate::types::{NodeId, Raft, TypeConfig};
 
 /// How long a forwarded change may take (adding a voter waits for it to catch up).
@@ -78,8 +78,13 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
     Ok(())
 }
 
-/// Runs `change` here if this node leads, otherwise forwards it to the leader.
-pub async fn apply_anywhere(raft: &Raft, change: &MembershipChange) -> Result<()> {
+/// Runs `change` here if this node leads, otherwise forwards it to the leader (over
+/// `transport`, the peer network's: TLS when the cluster uses it).
+pub(crate) async fn apply_anywhere(
+    raft: &Raft,
+    transport: &Transport,
+    change: &MembershipChange,
+) -> Result<()> {
     match apply_locally(raft, change).await {
         Err(Error::NotLeader {
             leader: Some(leader),
@@ -94,15 +99,19 @@ pub async fn apply_anywhere(raft: &Raft, change: &MembershipChange) -> Result<()
                 .ok_or(Error::NotLeader {
                     leader: Some(leader),
                 })?;
-            forward(&addr, change).await
+            forward(transport, &addr, change).await
         }
         other => other,
     }
 }
 
-async fn forward(leader_addr: &str, change: &MembershipChange) -> Result<()> {
+async fn forward(
+    transport: &Transport,
+    leader_addr: &str,
+    change: &MembershipChange,
+) -> Result<()> {
     let exchange = async {
-        let mut conn = connect(leader_addr, None, Duration::from_secs(5)).await?;
+        let mut conn = connect(transport, leader_addr, None, Duration::from_secs(5)).await?;
         conn.send(protocol::encode(&Request::ChangeMembership(change.clone())))
             .await
             .map_err(|e| e.to_string())?;

@@ -145,12 +145,22 @@ impl RpcKind {
 
 /// RPCs the TCP peer network sent to other nodes. A heartbeat to each follower is one quorum
 /// round's cost on an idle leader, so `{kind="heartbeat"}` shows whether linearizable reads
-/// share rounds.
+/// share rounds. Also the peer connections refused at the TLS handshake.
 #[derive(Clone)]
 pub struct PeerRpcMetrics {
     /// `statestore_raft_rpcs_sent_total{kind}`
     sent: IntCounterVec,
+    /// `statestore_raft_peer_tls_failures_total{side}`
+    tls_failures: IntCounterVec,
 }
+
+/// The `side` label of `statestore_raft_peer_tls_failures_total`: `client` (this node dialled
+/// a peer and the handshake failed, e.g. the peer's certificate is not of the cluster CA or
+/// not for its address), `server` (a connection to this node's Raft listener failed the
+/// handshake, e.g. without a client certificate of the cluster CA). With TLS 1.3 a client
+/// learns that its own certificate was refused only when reading the hello's answer: that
+/// failure shows on the server's side only.
+pub const TLS_SIDES: [&str; 2] = ["client", "server"];
 
 impl Default for PeerRpcMetrics {
     fn default() -> Self {
@@ -165,19 +175,36 @@ impl Default for PeerRpcMetrics {
         for kind in RpcKind::ALL {
             sent.with_label_values(&[kind.label()]).reset();
         }
-        PeerRpcMetrics { sent }
+        let tls_failures = IntCounterVec::new(
+            Opts::new(
+                "statestore_raft_peer_tls_failures_total",
+                "Peer connections whose TLS handshake failed (refused certificate, timeout), by side.",
+            ),
+            &["side"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        for side in TLS_SIDES {
+            tls_failures.with_label_values(&[side]).reset();
+        }
+        PeerRpcMetrics { sent, tls_failures }
     }
 }
 
 impl PeerRpcMetrics {
     /// Registers every metric into `registry`.
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
-        registry.register(Box::new(self.sent.clone()))
+        registry.register(Box::new(self.sent.clone()))?;
+        registry.register(Box::new(self.tls_failures.clone()))
     }
 
     /// The counter of RPCs of `kind`.
     pub fn sent(&self, kind: RpcKind) -> IntCounter {
         self.sent.with_label_values(&[kind.label()])
+    }
+
+    /// The counter of failed TLS handshakes on `side` (one of [`TLS_SIDES`]).
+    pub fn tls_failures(&self, side: &str) -> IntCounter {
+        self.tls_failures.with_label_values(&[side])
     }
 }
 

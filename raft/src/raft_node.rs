@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
-use crate::network::{NetworkFactory, PeerTimeouts};
+use crate::network::{NetworkFactory, PeerTimeouts, PeerTls, Transport};
 use crate::read_barrier;
 use crate::snapshot::SnapshotData;
 use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
@@ -50,6 +50,8 @@ pub struct RaftConfig {
     pub snapshot_timeout: Duration,
     /// Log payload bytes kept in memory for replication and apply.
     pub log_cache_bytes: usize,
+    /// Mutual TLS between peers; `None`: plain TCP.
+    pub peer_tls: Option<PeerTls>,
 }
 
 impl Default for RaftConfig {
@@ -68,6 +70,7 @@ impl Default for RaftConfig {
             peer_timeouts: PeerTimeouts::default(),
             snapshot_timeout: Duration::from_secs(60),
             log_cache_bytes: 64 << 20,
+            peer_tls: None,
         }
     }
 }
@@ -147,6 +150,8 @@ pub struct RaftNode {
     store: Store,
     state: statestore_storage::sled::StateTree,
     log: LogStore,
+    /// How this node accepts peers and forwards membership changes (plain or TLS).
+    transport: Transport,
     leadership: watch::Receiver<Leadership>,
     metrics: watch::Receiver<RaftMetrics>,
     batcher: Batcher,
@@ -166,8 +171,10 @@ impl RaftNode {
         let rpcs = PeerRpcMetrics::default();
         rpcs.register(registry)
             .map_err(|e| Error::Config(format!("metrics: {e}")))?;
-        let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs);
-        Self::start_with_network(config, store, sink, registry, network).await
+        let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs.clone())
+            .with_tls(config.peer_tls.clone());
+        let transport = Transport::new(config.peer_tls.clone(), rpcs, config.peer_timeouts.connect);
+        Self::start_inner(config, store, sink, registry, network, transport).await
     }
 
     /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
@@ -177,6 +184,28 @@ impl RaftNode {
         sink: Arc<dyn EventSink>,
         registry: &Registry,
         network: N,
+    ) -> Result<RaftNode>
+    where
+        N: RaftNetworkFactory<TypeConfig>,
+        N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
+    {
+        // The TCP listener and membership forwarding, should a test use them (their
+        // counters are not registered).
+        let transport = Transport::new(
+            config.peer_tls.clone(),
+            PeerRpcMetrics::default(),
+            config.peer_timeouts.connect,
+        );
+        Self::start_inner(config, store, sink, registry, network, transport).await
+    }
+
+    async fn start_inner<N>(
+        config: &RaftConfig,
+        store: Store,
+        sink: Arc<dyn EventSink>,
+        registry: &Registry,
+        network: N,
+        transport: Transport,
     ) -> Result<RaftNode>
     where
         N: RaftNetworkFactory<TypeConfig>,
@@ -234,6 +263,7 @@ impl RaftNode {
             store,
             state,
             log: log_store,
+            transport,
             leadership,
             metrics,
             batcher,
@@ -250,9 +280,17 @@ impl RaftNode {
         self.id
     }
 
-    /// Serves peers on `listener` until `stop` turns true.
+    /// Serves peers on `listener` until `stop` turns true (mutual TLS when the config had
+    /// [`RaftConfig::peer_tls`]).
     pub async fn serve_peers(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
-        crate::network::serve(listener, self.raft.clone(), self.state.clone(), stop).await
+        crate::network::serve(
+            listener,
+            self.transport.clone(),
+            self.raft.clone(),
+            self.state.clone(),
+            stop,
+        )
+        .await
     }
 
     /// Initialises a new cluster with `members` (id -> Raft address) unless this node already
@@ -322,7 +360,7 @@ impl RaftNode {
 
     /// Changes membership; runs on the leader (forwarded there if this node is a follower).
     pub async fn change_membership(&self, change: &MembershipChange) -> Result<()> {
-        membership::apply_anywhere(&self.raft, change).await
+        membership::apply_anywhere(&self.raft, &self.transport, change).await
     }
 
     /// Index of the last committed log entry as this node knows it.

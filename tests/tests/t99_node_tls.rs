@@ -443,7 +443,12 @@ async fn a_cluster_on_the_tls_listener_fails_over() {
             )
         })
         .collect();
-    let mut cluster = Cluster { broker, nodes };
+    let mut cluster = Cluster {
+        broker,
+        nodes,
+        admin: Default::default(),
+        join_args: Vec::new(),
+    };
     cluster.wait_ready(Duration::from_secs(60)).await;
     let leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let sdk = SdkClient::connect(cluster.broker.port, "tls-cluster-client").await;

@@ -179,7 +179,9 @@ fn ca_roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, NodeError> {
     Ok(roots)
 }
 
-fn system_roots() -> Result<RootCertStore, NodeError> {
+/// The system's CA certificates (`rustls-native-certs`: the OS bundle, or `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR`).
+pub(crate) fn system_roots() -> Result<RootCertStore, NodeError> {
     let found = rustls_native_certs::load_native_certs();
     let mut roots = RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(found.certs);

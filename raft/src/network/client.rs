@@ -6,6 +6,9 @@
 //! transfer overlap. A replication answer may take [`PeerTimeouts::replication`] (a loaded
 //! follower, not the heartbeat interval); heartbeats and votes use openraft's own deadline.
 //!
+//! Connections are plain TCP, or mutual TLS with [`PeerTls`] (see [`super::tls`]); the TLS
+//! handshake is part of connecting and shares its deadline ([`PeerTimeouts::connect`]).
+//!
 //! Error mapping: a refused or failed connection is `Unreachable` (openraft backs off longer);
 //! a broken connection or undecodable answer is `Network`; no answer in time is `Timeout`.
 //! After any error the connection is dropped and the next call opens a new one.
@@ -30,17 +33,17 @@ use openraft::raft::{
     TransferLeaderRequest, TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::metrics::{PeerRpcMetrics, RpcKind};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
+use crate::network::tls::{PeerStream, PeerTls, Transport};
 use crate::snapshot::SnapshotData;
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
-type Conn = Framed<TcpStream, LengthDelimitedCodec>;
+type Conn = Framed<PeerStream, LengthDelimitedCodec>;
 type RpcError = RPCError<TypeConfig>;
 
 /// AppendEntries a replication stream keeps unanswered at most.
@@ -49,7 +52,7 @@ const PIPELINE_DEPTH: usize = 64;
 /// Deadlines of peer calls.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerTimeouts {
-    /// Establishing a connection (TCP and hello).
+    /// Establishing a connection (TCP, the TLS handshake if any, and hello).
     pub connect: Duration,
     /// An answer to one replicated AppendEntries.
     pub replication: Duration,
@@ -70,12 +73,26 @@ pub struct NetworkFactory {
     id: NodeId,
     timeouts: PeerTimeouts,
     rpcs: PeerRpcMetrics,
+    transport: Transport,
 }
 
 impl NetworkFactory {
-    /// Clients of node `id` with these deadlines, counting what they send in `rpcs`.
+    /// Clients of node `id` with these deadlines, counting what they send in `rpcs`, over
+    /// plain TCP (see [`NetworkFactory::with_tls`]).
     pub fn new(id: NodeId, timeouts: PeerTimeouts, rpcs: PeerRpcMetrics) -> Self {
-        NetworkFactory { id, timeouts, rpcs }
+        let transport = Transport::new(None, rpcs.clone(), timeouts.connect);
+        NetworkFactory {
+            id,
+            timeouts,
+            rpcs,
+            transport,
+        }
+    }
+
+    /// The same clients over mutual TLS (`Some`) or plain TCP (`None`).
+    pub fn with_tls(mut self, tls: Option<PeerTls>) -> Self {
+        self.transport = Transport::new(tls, self.rpcs.clone(), self.timeouts.connect);
+        self
     }
 
     fn client(&self, target: NodeId, node: &Node, purpose: Purpose) -> PeerClient {
@@ -87,6 +104,7 @@ impl NetworkFactory {
             from: self.id,
             target,
             addr: node.addr.clone(),
+            transport: self.transport.clone(),
             timeouts: self.timeouts,
             purpose,
             conn: None,
@@ -119,6 +137,7 @@ pub struct PeerClient {
     from: NodeId,
     target: NodeId,
     addr: String,
+    transport: Transport,
     timeouts: PeerTimeouts,
     purpose: Purpose,
     conn: Option<Conn>,
@@ -135,18 +154,17 @@ fn unreachable(err: impl std::fmt::Display) -> RpcError {
     RPCError::Unreachable(Unreachable::from_string(err.to_string()))
 }
 
-/// Opens a connection to `addr` and exchanges hellos.
+/// Opens a connection to `addr` (TCP, then TLS if configured) and exchanges hellos, all
+/// within `within`.
 pub(crate) async fn connect(
+    transport: &Transport,
     addr: &str,
     from: Option<NodeId>,
     within: Duration,
 ) -> Result<Conn, String> {
     let open = async {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        let mut conn = Framed::new(tcp, protocol::framing());
+        let stream = transport.connect(addr).await?;
+        let mut conn = Framed::new(stream, protocol::framing());
         let hello = Request::Hello {
             protocol: PROTOCOL_VERSION,
             from,
@@ -185,9 +203,14 @@ impl PeerClient {
     async fn connection(&mut self) -> Result<Conn, RpcError> {
         match self.conn.take() {
             Some(conn) => Ok(conn),
-            None => connect(&self.addr, Some(self.from), self.timeouts.connect)
-                .await
-                .map_err(unreachable),
+            None => connect(
+                &self.transport,
+                &self.addr,
+                Some(self.from),
+                self.timeouts.connect,
+            )
+            .await
+            .map_err(unreachable),
         }
     }
 

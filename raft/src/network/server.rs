@@ -5,7 +5,8 @@
 //! snapshot chunks go into a file — and queues a handle to its answer; a writer sends the
 //! answers in request order. At most [`MAX_PENDING`] answers are outstanding per connection,
 //! which bounds what one peer can make this node hold. A frame that does not decode gets
-//! `Refused` and the connection is closed; it never reaches Raft.
+//! `Refused` and the connection is closed; it never reaches Raft. With TLS, a connection whose
+//! handshake fails (no client certificate of the cluster CA) is closed before its first frame.
 
 use std::path::PathBuf;
 
@@ -15,22 +16,24 @@ use openraft::error::Fatal;
 use openraft::raft::StreamAppendResult;
 use statestore_storage::sled::StateTree;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::codec::Framed;
 
 use crate::membership;
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::network::tls::{PeerStream, Transport};
 use crate::snapshot::SnapshotData;
 use crate::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Answers outstanding per connection (pipelined AppendEntries included).
 const MAX_PENDING: usize = 256;
 
-/// Serves peers on `listener` until `stop` turns true.
-pub async fn serve(
+/// Serves peers on `listener` until `stop` turns true, over `transport` (plain or TLS).
+pub(crate) async fn serve(
     listener: TcpListener,
+    transport: Transport,
     raft: Raft,
     state: StateTree,
     mut stop: watch::Receiver<bool>,
@@ -42,13 +45,18 @@ pub async fn serve(
         };
         match accepted {
             Ok((tcp, peer)) => {
-                let _ = tcp.set_nodelay(true);
                 let connection = Connection {
                     raft: raft.clone(),
                     state: state.clone(),
                 };
+                let transport = transport.clone();
                 tokio::spawn(async move {
-                    if let Err(reason) = connection.run(tcp).await {
+                    // The handshake runs here, not in the accept loop: a slow or silent client
+                    // holds up only its own connection.
+                    let Some(stream) = transport.accept(tcp, peer).await else {
+                        return;
+                    };
+                    if let Err(reason) = connection.run(stream).await {
                         tracing::debug!(%peer, %reason, "peer connection closed");
                     }
                 });
@@ -98,8 +106,8 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(self, tcp: TcpStream) -> Result<(), String> {
-        let conn = Framed::new(tcp, protocol::framing());
+    async fn run(self, stream: PeerStream) -> Result<(), String> {
+        let conn = Framed::new(stream, protocol::framing());
         let (mut sink, mut frames) = conn.split();
         let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
 
@@ -134,7 +142,7 @@ impl Connection {
     async fn read_requests(
         &self,
         frames: &mut futures::stream::SplitStream<
-            Framed<TcpStream, tokio_util::codec::LengthDelimitedCodec>,
+            Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>,
         >,
         pending: &mpsc::Sender<Pending>,
     ) -> Result<(), String> {

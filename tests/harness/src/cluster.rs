@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::broker::Broker;
 use crate::netlab::NetLab;
-use crate::node::{NodeSpec, Placement, StatestoreNode};
+use crate::node::{AdminAccess, NodeSpec, Placement, StatestoreNode};
 use crate::{free_port, wait_for};
 
 /// Raft timing used by cluster tests, spelled out (equal to the shipped defaults) so the
@@ -25,6 +25,10 @@ pub struct Cluster {
     pub broker: Broker,
     /// Nodes, index i has id i+1.
     pub nodes: Vec<StatestoreNode>,
+    /// How the nodes' HTTP listeners are reached (see [`Cluster::with_admin_access`]).
+    pub admin: AdminAccess,
+    /// Flags of nodes started by [`Cluster::add_node`], besides the timing and `--join`.
+    pub join_args: Vec<String>,
 }
 
 impl Cluster {
@@ -56,7 +60,22 @@ impl Cluster {
                 )
             })
             .collect();
-        Cluster { broker, nodes }
+        Cluster {
+            broker,
+            nodes,
+            admin: AdminAccess::default(),
+            join_args: Vec::new(),
+        }
+    }
+
+    /// Reaches every node's HTTP listener (and those added later) with `access`: HTTPS and a
+    /// token, for nodes started with `--http-tls-*` and `--admin-token-file`.
+    pub fn with_admin_access(mut self, access: AdminAccess) -> Cluster {
+        for node in &mut self.nodes {
+            node.admin = access.clone();
+        }
+        self.admin = access;
+        self
     }
 
     /// Starts `size` nodes, node i in namespace i of `lab`, with a broker every namespace
@@ -91,7 +110,12 @@ impl Cluster {
                 )
             })
             .collect();
-        Cluster { broker, nodes }
+        Cluster {
+            broker,
+            nodes,
+            admin: AdminAccess::default(),
+            join_args: Vec::new(),
+        }
     }
 
     /// Waits until every running node is ready.
@@ -206,7 +230,8 @@ impl Cluster {
         let raft_port = free_port();
         let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
         args.push("--join".into());
-        let node = StatestoreNode::start(
+        args.extend(self.join_args.iter().cloned());
+        let mut node = StatestoreNode::start(
             &self.broker,
             NodeSpec {
                 id,
@@ -217,6 +242,7 @@ impl Cluster {
                 broker: None,
             },
         );
+        node.admin = self.admin.clone();
         self.nodes.push(node);
         let body = serde_json::json!({"action": "add", "id": id, "raft": format!("127.0.0.1:{raft_port}")});
         self.admin_post(via, body).await;
@@ -230,21 +256,17 @@ impl Cluster {
     }
 
     async fn admin_post(&self, via: usize, body: serde_json::Value) {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .no_proxy()
-            .build()
-            .expect("http client");
-        let response = client
-            .post(format!("{}/admin/members", self.nodes[via].http_url()))
-            .json(&body)
-            .send()
+        let (status, text) = self.nodes[via]
+            .request(
+                "POST",
+                "/admin/members",
+                Some(&body),
+                Duration::from_secs(120),
+            )
             .await
-            .expect("admin request");
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
+            .expect("admin request answered");
         assert!(
-            status.is_success(),
+            (200..300).contains(&status),
             "membership change {body} failed: {status} {text}"
         );
     }

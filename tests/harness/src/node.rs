@@ -1,6 +1,7 @@
 //! `statestore` processes: start, stop (SIGTERM), kill (SIGKILL), pause (SIGSTOP/SIGCONT),
-//! restart on the same data directory, and read their admin API. A node's log is printed when
-//! a test panics while the node is alive, so CI failures explain themselves.
+//! restart on the same data directory, and read their admin API (plain HTTP, or HTTPS with
+//! a bearer token: [`AdminAccess`]). A node's log is printed when a test panics while the node
+//! is alive, so CI failures explain themselves.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -41,6 +42,8 @@ pub struct StatestoreNode {
     pub data_dir: PathBuf,
     /// Address of the HTTP listener (127.0.0.1, or the node's namespace address).
     pub http_host: String,
+    /// How the test reaches the HTTP listener (default: plain HTTP, no token).
+    pub admin: AdminAccess,
     netns: Option<String>,
     args: Vec<String>,
     env: Vec<(String, String)>,
@@ -65,6 +68,64 @@ pub struct NodeSpec {
     pub broker: Option<String>,
     /// Run inside a network namespace (default: the test's own, on 127.0.0.1).
     pub placement: Option<Placement>,
+}
+
+/// How a test talks to a node's HTTP listener: over HTTPS trusting `ca` (then through `curl`),
+/// and with `token` as the admin bearer token.
+#[derive(Debug, Clone, Default)]
+pub struct AdminAccess {
+    /// CA certificate (PEM) of the listener's HTTPS certificate; `None`: plain HTTP.
+    pub ca: Option<PathBuf>,
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+}
+
+/// One HTTP request of `method` to `url` (body: JSON): status and body, `None` when no answer
+/// came within `timeout`. HTTPS goes through `curl --cacert` (the harness's reqwest has no TLS).
+pub async fn http_request(
+    url: &str,
+    access: &AdminAccess,
+    method: &str,
+    body: Option<&serde_json::Value>,
+    timeout: Duration,
+) -> Option<(u16, String)> {
+    if let Some(ca) = &access.ca {
+        let mut curl = tokio::process::Command::new("curl");
+        curl.args(["-sS", "--noproxy", "*", "-X", method, "--cacert"])
+            .arg(ca)
+            .args(["--max-time", &format!("{:.3}", timeout.as_secs_f64())])
+            .args(["-o", "-", "-w", "\n%{http_code}"]);
+        if let Some(token) = &access.token {
+            curl.args(["-H", &format!("Authorization: Bearer {token}")]);
+        }
+        if let Some(body) = body {
+            curl.args(["-H", "content-type: application/json", "--data-binary"])
+                .arg(body.to_string());
+        }
+        let output = curl.arg(url).output().await.ok()?;
+        if !output.status.success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n')?;
+        return Some((code.trim().parse().ok()?, body.to_owned()));
+    }
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .no_proxy()
+        .build()
+        .ok()?;
+    let method = reqwest::Method::from_bytes(method.as_bytes()).ok()?;
+    let mut request = client.request(method, url);
+    if let Some(token) = &access.token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    let response = request.send().await.ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.text().await.ok()?))
 }
 
 /// Where a node runs when it has its own network namespace.
@@ -130,6 +191,7 @@ impl StatestoreNode {
             raft_port,
             data_dir,
             http_host,
+            admin: AdminAccess::default(),
             netns: spec.placement.map(|p| p.netns),
             args,
             env: Vec::new(),
@@ -288,25 +350,32 @@ impl StatestoreNode {
         self.signal("CONT");
     }
 
-    /// `http://<http host>:<http port>`.
+    /// `http://<http host>:<http port>` (`https://` with [`AdminAccess::ca`]).
     pub fn http_url(&self) -> String {
-        format!("http://{}:{}", self.http_host, self.http_port)
+        let scheme = if self.admin.ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}:{}", self.http_host, self.http_port)
     }
 
     /// HTTP GET of `path` on the node's admin listener: status and body.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .no_proxy()
-            .build()
-            .ok()?;
-        let response = client
-            .get(format!("{}{}", self.http_url(), path))
-            .send()
+        self.request("GET", path, None, Duration::from_secs(2))
             .await
-            .ok()?;
-        let status = response.status().as_u16();
-        Some((status, response.text().await.ok()?))
+    }
+
+    /// A request to the node's admin listener, with its [`AdminAccess`].
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        timeout: Duration,
+    ) -> Option<(u16, String)> {
+        let url = format!("{}{}", self.http_url(), path);
+        http_request(&url, &self.admin, method, body, timeout).await
     }
 
     /// True if `/readyz` answers 200.
