@@ -9,7 +9,8 @@
 #   5. helm template of the same; kubernetes-validate --strict against Kubernetes 1.30 and
 #      the newest it knows; ServiceMonitor/PrometheusRule against their CRD schemas; yamllint
 #   6. helm/tools/check_rendered.py: assertions over the manifests, values that must fail
-#   7. helm/tools/rehearse.py: the rendered pods as local processes (kill -9, restart, scale)
+#   7. helm/tools/rehearse.py: the rendered pods as local processes (kill -9, restart, scale),
+#      then again with --tls (peer TLS, HTTPS and the admin token on)
 #
 # Tools are pinned and installed into $STATESTORE_HELM_CACHE (default ~/.cache/statestore-helm),
 # outside the repository, on first use or when their pins change:
@@ -160,5 +161,7 @@ if $rehearsal; then
   [ -x "$bin" ] || { echo "no statestore binary at $bin (cargo build --bin statestore, or STATESTORE_BIN)" >&2; exit 1; }
   step "rehearsal of the StatefulSet with $bin"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin"
+  step "rehearsal with tls.peers, tls.http and admin.token"
+  "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin" --tls
 fi
 step "check-helm: all passed"

@@ -157,6 +157,7 @@ def default_render():
             get["path"] == path and named_port(container, get["port"]) == http_port,
             f"{probe} GET {path} on the --http port",
         )
+    check(all(container[p]["httpGet"].get("scheme", "HTTP") == "HTTP" for p in ("startupProbe", "livenessProbe", "readinessProbe")), "probes use HTTP by default")
     startup = container["startupProbe"]
     check(startup["periodSeconds"] * startup["failureThreshold"] >= 300, "startup probe allows >= 5 min of catch-up")
 
@@ -224,6 +225,10 @@ def default_render():
     )
     restrictive("broker", bpod)
 
+    check(
+        all("tls" not in c["cluster"] and "tls" not in c["mqtt"] and "admin" not in c for c in configs.values()),
+        "default: no [mqtt.tls], [cluster.tls] or [admin] (TLS and the admin token are opt-in)",
+    )
     # PDB, security, grace, checksum.
     pdb = m.one("PodDisruptionBudget")
     check(pdb["spec"].get("maxUnavailable") == 1 and "minAvailable" not in pdb["spec"], "PDB maxUnavailable 1")
@@ -371,6 +376,122 @@ def external_render():
     check(any(p["port"] == port for r in np["spec"]["egress"] for p in r["ports"]), f"NetworkPolicy egress to the broker port {port}")
 
 
+def tls_render():
+    print("== ci/tls-values.yaml")
+    values = yaml.safe_load((CHART / "ci" / "tls-values.yaml").read_text())
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml")))
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    f = flags(container["args"])
+    mounts = {vm["mountPath"]: vm for vm in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+
+    def provides(path, mounted, vols, secret, key):
+        """path is the file of key `key` of Secret `secret`, mounted read-only without subPath."""
+        directory, filename = path.rsplit("/", 1)
+        vm = mounted.get(directory)
+        ok = bool(vm) and vm.get("readOnly") is True and "subPath" not in vm
+        if ok:
+            ref = vols[vm["name"]].get("secret", {})
+            items = ref.get("items")
+            ok = ref.get("secretName") == secret and (
+                key == filename if items is None else {i["key"]: i["path"] for i in items}.get(key) == filename
+            )
+        return check(ok, f"{path} is key {key} of Secret {secret}, mounted read-only (no subPath)")
+
+    configs, _ = node_configs(m, sts)
+    tls = values["tls"]
+    for i in range(5):
+        c = configs[f"{name}-{i}.toml"]
+        mt = c["mqtt"].get("tls", {})
+        check(
+            mt.get("enabled") is True
+            and {k: mt.get(k) for k in ("ca_file", "cert_file", "key_file")}
+            == {k: f"/etc/statestore/tls/broker/{n}" for k, n in (("ca_file", "ca.crt"), ("cert_file", "tls.crt"), ("key_file", "tls.key"))},
+            f"pod {i}: [mqtt.tls] enabled with ca_file, cert_file, key_file",
+        )
+        check(
+            c["cluster"].get("tls") == {k: f"/etc/statestore/tls/peers/{n}" for k, n in (("ca_file", "ca.crt"), ("cert_file", "tls.crt"), ("key_file", "tls.key"))},
+            f"pod {i}: [cluster.tls] ca_file, cert_file, key_file",
+        )
+        check(
+            c.get("admin", {}).get("tls") == {"cert_file": "/etc/statestore/tls/http/tls.crt", "key_file": "/etc/statestore/tls/http/tls.key"}
+            and c["admin"].get("token_file") == "/etc/statestore/admin/token",
+            f"pod {i}: [admin.tls] and admin.token_file",
+        )
+    c = configs[f"{name}-0.toml"]
+    for path, key in ((c["mqtt"]["tls"]["ca_file"], "ca.crt"), (c["mqtt"]["tls"]["cert_file"], "tls.crt"), (c["mqtt"]["tls"]["key_file"], "tls.key")):
+        provides(path, mounts, volumes, tls["broker"]["secretName"], key)
+    for path, key in ((c["cluster"]["tls"]["ca_file"], "ca.crt"), (c["cluster"]["tls"]["cert_file"], "tls.crt"), (c["cluster"]["tls"]["key_file"], "tls.key")):
+        provides(path, mounts, volumes, tls["peers"]["secretName"], key)
+    for path, key in ((c["admin"]["tls"]["cert_file"], "tls.crt"), (c["admin"]["tls"]["key_file"], "tls.key")):
+        provides(path, mounts, volumes, tls["http"]["secretName"], key)
+    token = m.one("Secret", f"{name}-admin-token")
+    check(len(token["data"].get("token", "")) >= 24, "generated admin token Secret (key token, 16+ characters)")
+    provides(c["admin"]["token_file"], mounts, volumes, token["metadata"]["name"], "token")
+    check(f["--broker"] == values["broker"]["address"], "--broker = broker.address (TLS from [mqtt.tls])")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        check(container[probe]["httpGet"].get("scheme") == "HTTPS", f"{probe} uses HTTPS")
+    admin_host = f"{name}.{NS}.svc.{DOMAIN}"
+
+    job = m.one("Job")
+    jpod = job["spec"]["template"]["spec"]
+    jvolumes = {v["name"]: v for v in jpod.get("volumes", [])}
+    steps = jpod["initContainers"] + jpod["containers"]
+    check(len(steps) == 3, "join Job: add-node 4, add-node 5, status")
+    for step in steps:
+        jf = flags(step["args"])
+        jmounts = {vm["mountPath"]: vm for vm in step.get("volumeMounts", [])}
+        check(
+            step["args"][:2] == ["cluster", "--endpoint"] and jf["--endpoint"] == f"https://{admin_host}:7480",
+            f"join Job/{step['name']}: --endpoint https://{admin_host}:7480",
+        )
+        check("--ca" in jf and "--token-file" in jf, f"join Job/{step['name']}: passes --ca and --token-file")
+        provides(jf["--ca"], jmounts, jvolumes, tls["http"]["secretName"], "ca.crt")
+        provides(jf["--token-file"], jmounts, jvolumes, token["metadata"]["name"], "token")
+    check(
+        all(set(v["secret"].get("items", [{}])[0].values()) <= {"ca.crt", "token"} and len(v["secret"]["items"]) == 1 for v in jvolumes.values()),
+        "join Job mounts only the CA and the token (no private key)",
+    )
+    hook = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "replicas=3", "--set", "membership.previousReplicas=5")).one("Job")
+    for step in hook["spec"]["template"]["spec"]["initContainers"] + hook["spec"]["template"]["spec"]["containers"]:
+        jf = flags(step["args"])
+        check(
+            jf.get("--endpoint") == f"https://{admin_host}:7480"
+            and jf.get("--ca") == "/etc/statestore/tls/http/ca.crt"
+            and jf.get("--token-file") == "/etc/statestore/admin/token"
+            and {vm["mountPath"] for vm in step.get("volumeMounts", [])} == {"/etc/statestore/tls/http", "/etc/statestore/admin"},
+            f"remove hook/{step['name']}: https endpoint, --ca and --token-file mounted",
+        )
+
+    sm = m.one("ServiceMonitor")
+    (ep,) = sm["spec"]["endpoints"]
+    check(
+        ep.get("scheme") == "https"
+        and ep.get("tlsConfig", {}).get("ca", {}).get("secret") == {"name": tls["http"]["secretName"], "key": "ca.crt"}
+        and ep["tlsConfig"].get("serverName") == admin_host,
+        "ServiceMonitor: https, CA from the tls.http Secret, server name = the admin Service",
+    )
+    test = m.one("Pod")
+    tvolumes = {v["name"]: v for v in test["spec"]["volumes"]}
+    for step in test["spec"]["initContainers"] + test["spec"]["containers"]:
+        tmounts = {vm["mountPath"]: vm for vm in step.get("volumeMounts", [])}
+        args = step["args"]
+        check("--ca" in args and "--cert" not in args and "--key" not in args, f"helm test/{step['name']}: kv --ca, no client certificate")
+        provides(args[args.index("--ca") + 1], tmounts, tvolumes, tls["broker"]["secretName"], "ca.crt")
+    np = m.one("NetworkPolicy")
+    check(any(p["port"] == 8883 for r in np["spec"]["egress"] for p in r["ports"]), "NetworkPolicy egress to the broker's TLS port 8883")
+
+    print("== tls.broker with the system CA bundle, server name")
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.secretName=", "--set", "tls.broker.clientCert=false", "--set", "tls.broker.serverName=mqtt.example.com"))
+    sts = m.one("StatefulSet")
+    c = node_configs(m, sts)[0][f"{name}-0.toml"]
+    check(c["mqtt"]["tls"] == {"enabled": True, "server_name": "mqtt.example.com"}, "[mqtt.tls] enabled and server_name only")
+    check(not any("/etc/statestore/tls/broker" == vm["mountPath"] for vm in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]), "no broker TLS volume")
+
+
 def failing_renders():
     print("== values that must be refused")
     cases = [
@@ -390,6 +511,13 @@ def failing_renders():
         (["--set", "mqtt.auth.users[0].name=statestore"], "at '/auth/users/0/name'"),
         (["--set", "metrics.serviceMonitor.enabled=true", "--set", "fullnameOverride=kv"], 'the scrape job name "kv" must contain "statestore"'),
         (["--set", "replica=3"], "additional properties 'replica' not allowed"),
+        (["--set", "tls.broker.enabled=true"], "tls.broker needs an external broker (mqtt.enabled=false"),
+        (["--set", "tls.peers.enabled=true"], "tls.peers.enabled needs tls.peers.secretName"),
+        (["--set", "tls.http.enabled=true"], "tls.http.enabled needs tls.http.secretName"),
+        (["--set", "tls.broker.clientCert=true"], "tls.broker.clientCert needs tls.broker.secretName"),
+        (["--set", "admin.token.key=a/b"], "at '/admin/token/key'"),
+        (["--set", "config.admin.token_file=/x"], "additional properties 'admin' not allowed"),
+        (["--set", "config.cluster.tls.ca_file=/x"], "additional properties 'tls' not allowed"),
     ]
     for args, message in cases:
         out = helm_template(*args)
@@ -437,6 +565,7 @@ def main():
     scale_render(checksum, configs)
     monitoring_render()
     external_render()
+    tls_render()
     changed = failing_renders()
     check(changed != checksum, "a config change changes checksum/config (the pods roll)")
     schema_covers_values()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A rehearsal of what the chart's StatefulSet does, without Kubernetes.
 
-    rehearse.py HELM REPO_ROOT STATESTORE_BIN
+    rehearse.py HELM REPO_ROOT STATESTORE_BIN [--tls]
 
 It renders the chart with helm and plays its pods as local processes: the real `statestore`
 binary with exactly the container args of the StatefulSet (the kubelet's $(VAR) expansion
@@ -22,16 +22,26 @@ failure under restartPolicy OnFailure. Then:
   6. scale back to 3 (the pre-upgrade hook's commands), stop pods 4 and 3; every key is there
   7. the `helm test` pod's commands (statestore kv set/get/del) when the binary has `kv`
 
+With --tls the same runs with tls.peers, tls.http (one Secret for both, made here with
+openssl: a CA and a certificate for the headless wildcard, the admin Service and 127.0.0.1,
+where the rewritten names point) and a generated admin token: the members form the cluster
+over mutual TLS, probes and the rehearsal's status reads use HTTPS (unverified, as the
+kubelet's), the Job and hook commands check the certificate with --ca and send --token-file,
+and an add-node without the token must be refused. tls.broker is not rehearsed (it needs an
+external broker; the bundled Mosquitto is plain text).
+
 Exits 1 on the first failure, printing the logs' tails. Keeps its directory with KEEP=1.
 """
 
 import base64
+import http.client
 import json
 import os
 import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -45,6 +55,14 @@ sys.dont_write_bytecode = True  # no __pycache__ next to mqtt5.py in the reposit
 import mqtt5  # noqa: E402
 
 HELM, ROOT, BIN = sys.argv[1], Path(sys.argv[2]).resolve(), str(Path(sys.argv[3]).resolve())
+TLS = sys.argv[4:] == ["--tls"]
+TLS_SECRET = "rehearsal-tls"
+TLS_VALUES = [
+    "--set", f"tls.peers.enabled=true,tls.peers.secretName={TLS_SECRET}",
+    "--set", f"tls.http.enabled=true,tls.http.secretName={TLS_SECRET}",
+    "--set", "admin.token.enabled=true",
+] if TLS else []
+EXISTING = {}  # Secrets the release expects to exist (kind, name) -> manifest
 CHART = ROOT / "helm" / "statestore"
 RELEASE, NS = "demo", "store"
 REQUEST_TOPIC = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke"
@@ -80,12 +98,13 @@ def wait_for(what, fn, timeout=60.0, interval=0.1):
 def render(*args, installed=None):
     """helm template; with `installed` (an earlier render), Secrets keep the installed data,
     as the chart's lookup of the existing Secret does on an upgrade (helm template cannot)."""
-    cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, *args]
+    cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, *TLS_VALUES, *args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise Failed(f"helm template {' '.join(args)}: {out.stderr}")
     docs = [d for d in yaml.safe_load_all(out.stdout) if d]
     manifests = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    manifests.update(EXISTING)
     for key, doc in (installed or {}).items():
         if key[0] == "Secret" and key in manifests:
             manifests[key] = doc
@@ -98,13 +117,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Probes and the rehearsal's own status reads do not check the certificate (the kubelet does
+# not either); the Jobs' `statestore cluster --ca` and the peers do.
+UNVERIFIED = ssl.create_default_context()
+UNVERIFIED.check_hostname = False
+UNVERIFIED.verify_mode = ssl.CERT_NONE
+
+
 def http_get(url, timeout=2.0):
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(url, timeout=timeout, context=UNVERIFIED) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-    except OSError:
+    except (OSError, http.client.HTTPException):  # e.g. plain HTTP to an HTTPS listener
         return None, ""
 
 
@@ -144,13 +170,16 @@ class World:
 
     def admin_endpoint(self, text):
         """The admin Service routes to a ready member: pick one."""
-        url = f"http://{self.name}.{NS}.svc.{self.domain}:"
-        if url not in text:
+        for scheme in ("http", "https"):
+            url = f"{scheme}://{self.name}.{NS}.svc.{self.domain}:"
+            if url in text:
+                break
+        else:
             return text
         port = int(text.split(url, 1)[1].split("/")[0])
         for pod in self.pods.values():
             if pod.running() and pod.ready():
-                return text.replace(f"{url}{port}", f"http://127.0.0.1:{self.local_port(pod.name, port)}")
+                return text.replace(f"{url}{port}", f"{scheme}://127.0.0.1:{self.local_port(pod.name, port)}")
         raise Failed("no ready member behind the admin Service")
 
 
@@ -270,14 +299,18 @@ class Pod:
         port = probe["port"]
         if isinstance(port, str):
             port = next(p["containerPort"] for p in self.container["ports"] if p["name"] == port)
-        status, _ = http_get(f"http://127.0.0.1:{self.w.local_port(self.name, port)}{probe['path']}")
+        scheme = probe.get("scheme", "HTTP").lower()
+        status, _ = http_get(f"{scheme}://127.0.0.1:{self.w.local_port(self.name, port)}{probe['path']}")
         return status == 200
+
+    def scheme(self):
+        return self.container["readinessProbe"]["httpGet"].get("scheme", "HTTP").lower()
 
     def http_port(self):
         return self.w.local_port(self.name, next(p["containerPort"] for p in self.container["ports"] if p["name"] == "http"))
 
     def status(self):
-        code, body = http_get(f"http://127.0.0.1:{self.http_port()}/admin/status")
+        code, body = http_get(f"{self.scheme()}://127.0.0.1:{self.http_port()}/admin/status")
         return json.loads(body) if code == 200 else None
 
     def kill(self, sig):
@@ -410,11 +443,55 @@ def leader(world):
     return None
 
 
+def make_tls_secret(work):
+    """A CA and one certificate (client and server) for every pod name, the admin Service and
+    127.0.0.1, as a kubernetes.io/tls Secret with ca.crt (the layout cert-manager writes)."""
+    d = work / "certs"
+    d.mkdir(parents=True)
+    name = f"{RELEASE}-statestore"
+    run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+        "-subj", "/CN=rehearsal CA", "-keyout", "ca.key", "-out", "ca.crt",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
+        "-keyout", "tls.key", "-out", "tls.csr")
+    (d / "ext").write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+        f"subjectAltName=DNS:*.{name}-headless.{NS}.svc.cluster.local,DNS:{name}.{NS}.svc.cluster.local,IP:127.0.0.1\n"
+    )
+    run("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "2", "-extfile", "ext", "-out", "tls.crt")
+    data = {k: base64.b64encode((d / k).read_bytes()).decode() for k in ("ca.crt", "tls.crt", "tls.key")}
+    secret = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+              "metadata": {"name": TLS_SECRET}, "data": data}
+    EXISTING[("Secret", TLS_SECRET)] = secret
+    log(f"made Secret {TLS_SECRET}: CA and a certificate for *.{name}-headless..., {name}.{NS}.svc..., 127.0.0.1")
+    return d
+
+
+def tls_checks(world, m, certs):
+    """The members serve HTTPS only, and add-node without the chart's token is refused."""
+    pod = next(p for p in world.pods.values() if p.running())
+    port = pod.http_port()
+    code, _ = http_get(f"http://127.0.0.1:{port}/livez")
+    must(code is None and pod.scheme() == "https", f"{pod.name}: the HTTP port speaks HTTPS only (plain http: no answer)")
+    base = [BIN, "cluster", "--endpoint", f"https://127.0.0.1:{port}", "--ca", str(certs / "ca.crt")]
+    out = subprocess.run(base + ["status"], capture_output=True, text=True, timeout=60)
+    must(out.returncode == 0, f"statestore cluster --ca status against {pod.name} over HTTPS ({out.stderr.strip()[:200]})")
+    out = subprocess.run(base + ["add-node", "--id", "9", "--raft", "127.0.0.1:9"], capture_output=True, text=True, timeout=60,
+                         env={k: v for k, v in os.environ.items() if k != "STATESTORE_ADMIN_TOKEN_FILE"})
+    text = (out.stdout + out.stderr).strip().replace("\n", " ")
+    must(out.returncode != 0 and "401" in text, f"add-node without the admin token refused ({text[:200]})")
+    cfg = m[("ConfigMap", f"{world.name}-config")]["data"][f"{pod.name}.toml"]
+    must("[cluster.tls]" in cfg and "[admin.tls]" in cfg and "token_file" in cfg, f"{pod.name}.toml has [cluster.tls], [admin.tls] and admin.token_file")
+
+
 def main():
     work = Path(tempfile.mkdtemp(prefix="statestore-rehearsal-"))
     world = None
     broker = None
     try:
+        certs = make_tls_secret(work) if TLS else None
         m3 = render()
         world = World(m3, work)
         log(f"rendered {len(m3)} objects; work dir {work}")
@@ -449,6 +526,8 @@ def main():
         wait_ready(pods)
         client.set("rehearsal/k1", "v1")
         client.get("rehearsal/k1", "v1")
+        if TLS:
+            tls_checks(world, m3, certs)
 
         # 3. kill -9 the leader; the others keep serving; restart it with its data.
         lead = wait_for("a leader", lambda: leader(world), 30)
@@ -512,7 +591,7 @@ def main():
         else:
             log("SKIP helm test pod: this statestore binary has no `kv` subcommand yet")
 
-        log(f"rehearsal passed ({client.n} MQTT requests)")
+        log(f"rehearsal{' with TLS' if TLS else ''} passed ({client.n} MQTT requests)")
         return 0
     except (Failed, subprocess.TimeoutExpired) as e:
         print(f"FAIL {e}", flush=True)

@@ -163,6 +163,35 @@ statestore.io/admin-client: "true"
 {{- $_ := set $mqtt "username" $user -}}
 {{- $_ := set $cfg "mqtt" $mqtt -}}
 {{- end -}}
+{{- $tls := $root.Values.tls -}}
+{{- if $tls.broker.enabled -}}
+{{- $dir := "/etc/statestore/tls/broker" -}}
+{{- $mtls := dict "enabled" true -}}
+{{- if $tls.broker.secretName -}}{{- $_ := set $mtls "ca_file" (printf "%s/ca.crt" $dir) -}}{{- end -}}
+{{- if $tls.broker.clientCert -}}
+{{- $_ := set $mtls "cert_file" (printf "%s/tls.crt" $dir) -}}
+{{- $_ := set $mtls "key_file" (printf "%s/tls.key" $dir) -}}
+{{- end -}}
+{{- with $tls.broker.serverName -}}{{- $_ := set $mtls "server_name" . -}}{{- end -}}
+{{- $mqtt := get $cfg "mqtt" | default dict -}}
+{{- $_ := set $mqtt "tls" $mtls -}}
+{{- $_ := set $cfg "mqtt" $mqtt -}}
+{{- end -}}
+{{- if $tls.peers.enabled -}}
+{{- $dir := "/etc/statestore/tls/peers" -}}
+{{- $_ := set $cluster "tls" (dict "ca_file" (printf "%s/ca.crt" $dir) "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir)) -}}
+{{- end -}}
+{{- $admin := dict -}}
+{{- if $tls.http.enabled -}}
+{{- $dir := "/etc/statestore/tls/http" -}}
+{{- $_ := set $admin "tls" (dict "cert_file" (printf "%s/tls.crt" $dir) "key_file" (printf "%s/tls.key" $dir)) -}}
+{{- end -}}
+{{- if $root.Values.admin.token.enabled -}}
+{{- $_ := set $admin "token_file" "/etc/statestore/admin/token" -}}
+{{- end -}}
+{{- if $admin -}}
+{{- $_ := set $cfg "admin" $admin -}}
+{{- end -}}
 # Node {{ add $i 1 }}, pod {{ include "statestore.fullname" $root }}-{{ $i }}: written by the statestore chart.
 {{- if lt $i (int $root.Values.cluster.bootstrapReplicas) }}
 # One of the {{ $root.Values.cluster.bootstrapReplicas }} members that bootstrap the cluster (the same peers on each).
@@ -180,6 +209,18 @@ statestore.io/admin-client: "true"
 {{- if and .Values.mqtt.enabled (gt (int .Values.replicas) (int .Values.mqtt.auth.statestoreNodes)) -}}
 {{- fail (printf "mqtt.auth.statestoreNodes (%d) must be at least replicas (%d): the bundled broker has one user per statestore node" (int .Values.mqtt.auth.statestoreNodes) (int .Values.replicas)) -}}
 {{- end -}}
+{{- if and .Values.tls.broker.enabled .Values.mqtt.enabled -}}
+{{- fail "tls.broker needs an external broker (mqtt.enabled=false, broker.address = its TLS port): the bundled Mosquitto listens in plain text only" -}}
+{{- end -}}
+{{- if and .Values.tls.broker.clientCert (not .Values.tls.broker.secretName) -}}
+{{- fail "tls.broker.clientCert needs tls.broker.secretName: the Secret holding tls.crt and tls.key" -}}
+{{- end -}}
+{{- if and .Values.tls.peers.enabled (not .Values.tls.peers.secretName) -}}
+{{- fail "tls.peers.enabled needs tls.peers.secretName: a Secret with ca.crt, tls.crt and tls.key (a certificate naming every pod, e.g. *.<fullname>-headless.<namespace>.svc.<domain>)" -}}
+{{- end -}}
+{{- if and .Values.tls.http.enabled (not .Values.tls.http.secretName) -}}
+{{- fail "tls.http.enabled needs tls.http.secretName: a Secret with tls.crt, tls.key and ca.crt" -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (contains "statestore" (include "statestore.jobName" .))) -}}
 {{- fail (printf "the scrape job name %q must contain \"statestore\": the alerts and dashboards select job=~\".*statestore.*\" (set metrics.serviceMonitor.jobName)" (include "statestore.jobName" .)) -}}
 {{- end -}}
@@ -189,7 +230,67 @@ statestore.io/admin-client: "true"
 {{- .Values.metrics.serviceMonitor.jobName | default (include "statestore.fullname" .) -}}
 {{- end -}}
 
+{{/* The admin Service's DNS name (what the HTTPS certificate must name). */}}
+{{- define "statestore.adminHost" -}}
+{{- printf "%s.%s.svc.%s" (include "statestore.fullname" .) .Release.Namespace .Values.cluster.domain -}}
+{{- end -}}
+
 {{/* Arguments of `statestore cluster` against the admin Service. */}}
 {{- define "statestore.adminEndpoint" -}}
-{{- printf "http://%s.%s.svc.%s:%d" (include "statestore.fullname" .) .Release.Namespace .Values.cluster.domain (int .Values.ports.http) -}}
+{{- printf "%s://%s:%d" (ternary "https" "http" .Values.tls.http.enabled) (include "statestore.adminHost" .) (int .Values.ports.http) -}}
+{{- end -}}
+
+{{/* The Secret and key of the admin token, as JSON ({} when off). */}}
+{{- define "statestore.adminTokenSecret" -}}
+{{- if .Values.admin.token.enabled -}}
+{{- if .Values.admin.token.existingSecret -}}
+{{- toJson (dict "name" .Values.admin.token.existingSecret "key" .Values.admin.token.key) -}}
+{{- else -}}
+{{- toJson (dict "name" (printf "%s-admin-token" (include "statestore.fullname" .)) "key" "token") -}}
+{{- end -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
+{{/* The options of `statestore cluster` after --endpoint, as ", --ca, "FILE", --token-file, "FILE"" (flow sequence items). */}}
+{{- define "statestore.clusterOpts" -}}
+{{- if .Values.tls.http.enabled -}}, --ca, {{ "/etc/statestore/tls/http/ca.crt" | quote }}{{- end -}}
+{{- if .Values.admin.token.enabled -}}, --token-file, {{ "/etc/statestore/admin/token" | quote }}{{- end -}}
+{{- end -}}
+
+{{/* Volume mounts and volumes of the membership Jobs (the HTTPS CA, the admin token). */}}
+{{- define "statestore.clusterClientMounts" -}}
+{{- if .Values.tls.http.enabled }}
+- name: http-ca
+  mountPath: /etc/statestore/tls/http
+  readOnly: true
+{{- end }}
+{{- if .Values.admin.token.enabled }}
+- name: admin-token
+  mountPath: /etc/statestore/admin
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "statestore.clusterClientVolumes" -}}
+{{- $token := include "statestore.adminTokenSecret" . | fromJson -}}
+{{- if .Values.tls.http.enabled }}
+- name: http-ca
+  secret:
+    secretName: {{ .Values.tls.http.secretName }}
+    defaultMode: 0440
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- if $token.name }}
+- name: admin-token
+  secret:
+    secretName: {{ $token.name }}
+    defaultMode: 0440
+    items:
+      - key: {{ $token.key }}
+        path: token
+{{- end }}
 {{- end -}}
