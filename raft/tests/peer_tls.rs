@@ -3,85 +3,19 @@
 //! replicates; a node whose certificate comes from another CA gets nowhere, in either
 //! direction, and every refusal is counted in `statestore_raft_peer_tls_failures_total{side}`.
 //!
-//! Certificates are made with the `openssl` command (EC P-256, valid two days).
+//! Certificates are made with the `openssl` command (EC P-256, valid two days) by the test
+//! harness's [`Pki`].
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus::Registry;
+use statestore_harness::pki::{CertFiles, Pki};
 use statestore_raft::{DiscardEvents, MembershipChange, PeerTls, RaftConfig, RaftNode};
 use statestore_storage::sled::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let output = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl must be installed");
-    assert!(output.status.success(), "openssl {args:?}: {output:?}");
-}
-
-const EC: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-
-/// A CA `<ca>.pem`/`<ca>.key` in `dir`.
-fn make_ca(dir: &Path, ca: &str) {
-    let (pem, key, subject) = (
-        format!("{ca}.pem"),
-        format!("{ca}.key"),
-        format!("/CN={ca}"),
-    );
-    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj", &subject];
-    args.extend(EC);
-    args.extend(["-keyout", &key, "-out", &pem]);
-    openssl(dir, &args);
-}
-
-/// `<leaf>.pem`/`<leaf>.key` signed by `ca`, for subjectAltName `san`.
-fn make_leaf(dir: &Path, ca: &str, leaf: &str, san: &str) -> (PathBuf, PathBuf) {
-    let (pem, key, csr, ext) = (
-        format!("{leaf}.pem"),
-        format!("{leaf}.key"),
-        format!("{leaf}.csr"),
-        format!("{leaf}.ext"),
-    );
-    let subject = format!("/CN={leaf}");
-    std::fs::write(
-        dir.join(&ext),
-        format!("subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n"),
-    )
-    .expect("ext file");
-    let mut args = vec!["req", "-new", "-nodes", "-subj", &subject];
-    args.extend(EC);
-    args.extend(["-keyout", &key, "-out", &csr]);
-    openssl(dir, &args);
-    let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca_pem,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &pem,
-        ],
-    );
-    (dir.join(pem), dir.join(key))
-}
 
 struct Member {
     node: RaftNode,
@@ -149,12 +83,15 @@ async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_ways() {
-    let pki = tempfile::tempdir().expect("temp dir");
-    let dir = pki.path();
-    make_ca(dir, "cluster-ca");
-    make_ca(dir, "rogue-ca");
-    let (cert, key) = make_leaf(dir, "cluster-ca", "node", "IP:127.0.0.1");
-    let (rogue_cert, rogue_key) = make_leaf(dir, "rogue-ca", "rogue", "IP:127.0.0.1");
+    let pki = Pki::new();
+    let dir = pki.dir();
+    pki.ca("cluster-ca");
+    pki.ca("rogue-ca");
+    let CertFiles { cert, key } = pki.leaf("cluster-ca", "node", "IP:127.0.0.1");
+    let CertFiles {
+        cert: rogue_cert,
+        key: rogue_key,
+    } = pki.leaf("rogue-ca", "rogue", "IP:127.0.0.1");
     // The rogue trusts both CAs: whatever fails, fails because of its own certificate.
     let both = dir.join("both-ca.pem");
     let mut bundle = std::fs::read(dir.join("cluster-ca.pem")).expect("ca");
@@ -290,11 +227,11 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
 
 #[test]
 fn unreadable_or_mismatched_files_are_refused_naming_the_setting() {
-    let pki = tempfile::tempdir().expect("temp dir");
-    let dir = pki.path();
-    make_ca(dir, "ca");
-    let (cert, key) = make_leaf(dir, "ca", "node", "IP:127.0.0.1");
-    let (_, other_key) = make_leaf(dir, "ca", "other", "IP:127.0.0.1");
+    let pki = Pki::new();
+    let dir = pki.dir();
+    pki.ca("ca");
+    let CertFiles { cert, key } = pki.leaf("ca", "node", "IP:127.0.0.1");
+    let other_key = pki.leaf("ca", "other", "IP:127.0.0.1").key;
     let ca = dir.join("ca.pem");
     let missing = dir.join("missing.pem");
 

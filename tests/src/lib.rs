@@ -4,12 +4,10 @@
 //! processes are observed through MQTT, their HTTP admin API, their exit status and (for
 //! durability) the syscalls `strace` sees them make.
 
-pub mod certs;
 pub mod devicebound;
 pub mod history;
 pub mod linearizability;
 pub mod otlp;
-pub mod pki;
 pub mod prometheus;
 pub mod raw;
 pub mod raw_helpers;
@@ -21,5 +19,5 @@ pub mod workload;
 
 // The process harness lives in its own crate (no SDK dependency, so `sdk-next` can use it too).
 pub use statestore_harness::{
-    broker, cluster, free_port, netlab, node, now_ms, process_faults, wait_for,
+    broker, cluster, free_port, netlab, node, now_ms, pki, process_faults, wait_for,
 };

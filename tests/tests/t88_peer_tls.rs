@@ -14,9 +14,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use azure_iot_operations_services::state_store::SetOptions;
-use statestore_tests::certs::{CertFiles, Pki};
 use statestore_tests::cluster::{Cluster, TEST_TIMING};
 use statestore_tests::node::{AdminAccess, NodeSpec, StatestoreNode, http_request, statestore_bin};
+use statestore_tests::pki::{CertFiles, Pki};
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
 use statestore_tests::{free_port, wait_for};
 

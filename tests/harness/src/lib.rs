@@ -8,6 +8,7 @@ pub mod broker;
 pub mod cluster;
 pub mod netlab;
 pub mod node;
+pub mod pki;
 pub mod process_faults;
 
 use std::net::TcpListener;
