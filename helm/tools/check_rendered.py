@@ -255,6 +255,17 @@ def default_render():
         any("namespaceSelector" in pe for r in http_rules for pe in r["from"]),
         "NetworkPolicy: HTTP port from the monitoring namespace",
     )
+    check(
+        any(pe.get("podSelector", {}).get("matchLabels") == spec["selector"]["matchLabels"] for r in http_rules for pe in r["from"])
+        and any(
+            pe.get("podSelector", {}).get("matchLabels") == spec["selector"]["matchLabels"]
+            for r in np["spec"]["egress"]
+            if any(p["port"] == http_port for p in r["ports"])
+            for pe in r["to"]
+        ),
+        "NetworkPolicy: members reach each other's HTTP port (admin commands run in a member)",
+    )
+    check("unhealthyPodEvictionPolicy" not in pdb["spec"], "PDB keeps the default eviction policy (not-ready members still vote)")
     egress_ports = {p["port"] for r in np["spec"]["egress"] for p in r["ports"]}
     check({raft_port, 1883, 53} <= egress_ports, f"NetworkPolicy egress: peers, broker, DNS ({sorted(egress_ports, key=str)})")
 
