@@ -28,6 +28,8 @@ pub struct PageLimits {
     pub max_reply_bytes: usize,
     /// Stored keys looked at, matching or not, expired or not.
     pub max_examined: usize,
+    /// Bytes of the stored records (key and value) looked at.
+    pub max_examined_bytes: usize,
     /// Pattern comparisons.
     pub max_comparisons: u64,
 }
@@ -38,6 +40,7 @@ impl Default for PageLimits {
             max_keys: 1000,
             max_reply_bytes: 256 * 1024,
             max_examined: 10_000,
+            max_examined_bytes: 16 << 20,
             max_comparisons: 8_000_000,
         }
     }
@@ -50,6 +53,8 @@ pub struct StoredKey {
     pub key: Vec<u8>,
     /// False when it has expired (it is skipped, but counts as examined).
     pub live: bool,
+    /// Bytes read to look at it (its stored record).
+    pub stored_bytes: usize,
 }
 
 /// One page: the matching keys and, unless the scan is complete, where the next page starts.
@@ -106,6 +111,7 @@ pub fn page<E>(
     let mut keys = Vec::new();
     let mut reply_bytes = 0usize;
     let mut comparisons = 0u64;
+    let mut examined_bytes = 0usize;
     let mut last_examined: Option<Vec<u8>> = None;
     for (examined, entry) in stored.into_iter().enumerate() {
         // Never before the first key: a page always makes progress.
@@ -113,6 +119,7 @@ pub fn page<E>(
             && (keys.len() >= limits.max_keys
                 || reply_bytes >= limits.max_reply_bytes
                 || examined >= limits.max_examined
+                || examined_bytes >= limits.max_examined_bytes
                 || comparisons >= limits.max_comparisons);
         if full {
             return Ok(Page {
@@ -120,7 +127,12 @@ pub fn page<E>(
                 next_token: last_examined.as_deref().map(token_after),
             });
         }
-        let StoredKey { key, live } = entry?;
+        let StoredKey {
+            key,
+            live,
+            stored_bytes,
+        } = entry?;
+        examined_bytes = examined_bytes.saturating_add(stored_bytes);
         if live {
             let result = pattern.matches(&key);
             comparisons = comparisons.saturating_add(result.comparisons);

@@ -507,8 +507,13 @@ impl<O: Outbox> Service<O> {
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
         let time = self.read_time(&view)?;
-        let stored = read::keys_after(&view, after, time)
-            .map(|entry| entry.map(|(key, live)| protocol::scan::StoredKey { key, live }));
+        let stored = read::keys_after(&view, after, time).map(|entry| {
+            entry.map(|(key, live, stored_bytes)| protocol::scan::StoredKey {
+                key,
+                live,
+                stored_bytes,
+            })
+        });
         let page = protocol::scan::page(pattern, stored, &self.config.scan_page)?;
         Ok(Answer {
             reply: Reply::Keys(page),

@@ -88,13 +88,14 @@ pub fn due_keys(
 }
 
 /// Stored keys strictly after `after` (from the first key when `None`), ascending, each with
-/// whether it exists at `time_ms` (expired keys stay stored until the sweeper removes them).
+/// whether it exists at `time_ms` (expired keys stay stored until the sweeper removes them)
+/// and the bytes read for it (its record row, value included).
 /// Lazy: a caller that stops early reads no further (SCAN bounds its pages this way).
 pub fn keys_after<'a>(
     view: &'a (impl OrderedRead + ?Sized),
     after: Option<&[u8]>,
     time_ms: u64,
-) -> impl Iterator<Item = Result<(Vec<u8>, bool)>> + 'a {
+) -> impl Iterator<Item = Result<(Vec<u8>, bool, usize)>> + 'a {
     let (table_start, table_end) = Table::Keys.bounds();
     // The smallest record key greater than `after`'s: the same bytes with a zero byte added.
     let start = after.map_or(table_start, |key| {
@@ -106,7 +107,11 @@ pub fn keys_after<'a>(
         let (raw, bytes) = entry?;
         let record: RecordView<'_> = codec::decode_borrowed("record", &bytes)?;
         let live = record.expires_at_ms.is_none_or(|at| at > time_ms);
-        Ok((layout::user_key(&raw).to_vec(), live))
+        Ok((
+            layout::user_key(&raw).to_vec(),
+            live,
+            raw.len() + bytes.len(),
+        ))
     })
 }
 

@@ -265,6 +265,15 @@ fn scan_source_lists_keys_after_the_cursor_with_their_liveness() {
     r.wall_ms += 100;
     let listed = |after: Option<&[u8]>| -> Vec<(Vec<u8>, bool)> {
         read::keys_after(&r.map, after, r.wall_ms)
+            .map(|entry| {
+                entry.map(|(key, live, stored_bytes)| {
+                    assert!(
+                        stored_bytes > key.len(),
+                        "the record row is counted, not only the key"
+                    );
+                    (key, live)
+                })
+            })
             .collect::<crate::error::Result<_>>()
             .expect("list")
     };

@@ -13,6 +13,7 @@ fn stored(keys: &[(&[u8], bool)]) -> Vec<Result<StoredKey, Infallible>> {
             Ok(StoredKey {
                 key: key.to_vec(),
                 live,
+                stored_bytes: 10,
             })
         })
         .collect()
@@ -149,10 +150,12 @@ fn a_key_larger_than_the_reply_budget_still_makes_progress() {
         Ok::<_, Infallible>(StoredKey {
             key: b"a".to_vec(),
             live: true,
+            stored_bytes: 10,
         }),
         Ok(StoredKey {
             key: big.clone(),
             live: true,
+            stored_bytes: 10,
         }),
     ];
     let limits = PageLimits {
@@ -166,6 +169,7 @@ fn a_key_larger_than_the_reply_budget_still_makes_progress() {
     let rest = vec![Ok::<_, Infallible>(StoredKey {
         key: big.clone(),
         live: true,
+        stored_bytes: 10,
     })];
     let second = unwrap_page(page(&glob(b"*"), rest, &limits));
     assert_eq!(second.keys, vec![big]);
@@ -191,6 +195,7 @@ fn source_errors_are_passed_on() {
         Ok(StoredKey {
             key: b"a".to_vec(),
             live: true,
+            stored_bytes: 10,
         }),
         Err("disk"),
     ];
@@ -239,7 +244,7 @@ proptest! {
             let source: Vec<Result<StoredKey, Infallible>> = store
                 .keys()
                 .filter(|k| after.is_none_or(|a| k.as_slice() > a))
-                .map(|k| Ok(StoredKey { key: k.clone(), live: true }))
+                .map(|k| Ok(StoredKey { key: k.clone(), live: true, stored_bytes: 10 }))
                 .collect();
             let result = unwrap_page(page(&pattern, source.clone(), &limits));
             pages += 1;
