@@ -8,9 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus::Registry;
+mod support;
+
 use statestore_harness::pki::{CertFiles, Pki};
 use statestore_raft::{DiscardEvents, MembershipChange, PeerTls, RaftConfig, RaftNode};
 use statestore_storage::sled::{Store, StoreConfig};
@@ -54,31 +56,19 @@ async fn start(id: u64, tls: &PeerTls, stop: &watch::Receiver<bool>) -> Member {
 
 /// `statestore_raft_peer_tls_failures_total{side}` as read from `registry`.
 fn tls_failures(registry: &Registry, side: &str) -> u64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == "statestore_raft_peer_tls_failures_total")
-        .flat_map(|family| family.get_metric())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|l| l.name() == "side" && l.value() == side)
-        })
-        .map(|metric| metric.get_counter().get_value() as u64)
-        .sum()
+    support::counter(
+        registry,
+        "statestore_raft_peer_tls_failures_total",
+        "side",
+        side,
+    )
 }
 
-/// Polls `condition` every 25 ms until it holds or `timeout` passes.
+/// Polls `condition` (through the harness's `wait_for`) until it holds or `timeout` passes.
 async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    true
+    statestore_harness::wait_for(timeout, || std::future::ready(condition().then_some(())))
+        .await
+        .is_some()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

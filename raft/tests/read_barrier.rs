@@ -12,6 +12,8 @@
 //! reads reach the leader, against the round trip: 4 to 13 rounds for 200 reads on a loaded
 //! 2-core machine, where one round per read would be 200.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -130,19 +132,7 @@ fn caught_up(leader: &RaftNode) -> bool {
 
 /// `statestore_raft_rpcs_sent_total{kind}` as read from `registry`.
 fn rpcs_sent(registry: &Registry, kind: &str) -> u64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|family| family.name() == "statestore_raft_rpcs_sent_total")
-        .flat_map(|family| family.get_metric())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|l| l.name() == "kind" && l.value() == kind)
-        })
-        .map(|metric| metric.get_counter().get_value() as u64)
-        .sum()
+    support::counter(registry, "statestore_raft_rpcs_sent_total", "kind", kind)
 }
 
 /// AppendEntries the leader sent to followers: heartbeats and replication.

@@ -64,27 +64,33 @@ pub fn make_pki(dir: &Path, name: &str, days: u32, leaves: &[(&str, &str)]) {
                 &csr,
             ],
         );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-days",
-                &days,
-                "-extfile",
-                &ext,
-                "-out",
-                &pem,
-            ],
-        );
+        sign(dir, &ca_pem, &ca_key, &csr, &days, &ext, &pem);
     }
+}
+
+/// Signs the request `csr` with the CA `ca_pem`/`ca_key` for `days`, with the extensions in
+/// `ext`, into `pem` (all names relative to `dir`).
+fn sign(dir: &Path, ca_pem: &str, ca_key: &str, csr: &str, days: &str, ext: &str, pem: &str) {
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            csr,
+            "-CA",
+            ca_pem,
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+            "-days",
+            days,
+            "-extfile",
+            ext,
+            "-out",
+            pem,
+        ],
+    );
 }
 
 /// notAfter of the certificate in `pem`, seconds since the epoch (`openssl x509 -enddate`
@@ -200,23 +206,7 @@ impl Pki {
         args.extend(["-keyout", &key, "-out", &csr]);
         self.openssl(&args);
         let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &ca_pem,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &pem,
-        ]);
+        sign(self.dir(), &ca_pem, &ca_key, &csr, "2", &ext, &pem);
         CertFiles {
             cert: self.dir().join(pem),
             key: self.dir().join(key),
