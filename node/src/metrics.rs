@@ -514,6 +514,9 @@ pub struct NodeMetrics {
     pub mqtt: std::sync::Arc<MqttMetrics>,
     /// Device-bound queues.
     pub devicebound: crate::device_metrics::DeviceboundMetrics,
+    /// `statestore_tls_cert_not_after_seconds{listener,file}`: the peer and HTTPS
+    /// certificates, read at start (the broker client certificate has its own, reloaded gauge).
+    pub tls_cert_not_after_seconds: IntGaugeVec,
 }
 
 impl NodeMetrics {
@@ -584,13 +587,32 @@ impl NodeMetrics {
             crate::telemetry::SuppressedLogLines::for_process()?
         ))?;
         let devicebound = crate::device_metrics::DeviceboundMetrics::register(&registry)?;
+        let tls_cert_not_after_seconds = metric!(IntGaugeVec::new(
+            Opts::new(
+                "statestore_tls_cert_not_after_seconds",
+                "Expiry (notAfter) of the certificate a listener serves, seconds since the epoch: peer (cluster.tls, also its client certificate) and http (admin.tls). Read at start: a renewed certificate needs a restart."
+            ),
+            &["listener", "file"]
+        ));
+        register(&registry, &tls_cert_not_after_seconds)?;
         Ok(NodeMetrics {
             registry,
             service,
             store,
             mqtt: std::sync::Arc::new(mqtt),
             devicebound,
+            tls_cert_not_after_seconds,
         })
+    }
+
+    /// Records the expiry of the certificate `listener` serves from `file` (left unset when
+    /// it cannot be read: the node refused to start then anyway).
+    pub fn record_cert_expiry(&self, listener: &str, file: &std::path::Path) {
+        if let Some(not_after) = crate::tls::pem_file_not_after_unix(file) {
+            self.tls_cert_not_after_seconds
+                .with_label_values(&[listener, &file.display().to_string()])
+                .set(not_after);
+        }
     }
 
     /// The text exposition of every registered metric.

@@ -51,6 +51,12 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     let mut raft_config = config.raft();
     raft_config.peer_tls = config.peer_tls()?;
     let http_tls = config.http_tls()?;
+    if let Some(tls) = &config.cluster.tls {
+        metrics.record_cert_expiry("peer", &tls.cert_file);
+    }
+    if let Some(tls) = &config.admin.tls {
+        metrics.record_cert_expiry("http", &tls.cert_file);
+    }
     let admin_auth = AdminAuth::new(config.admin_token()?, &metrics.registry)?;
     for warning in config.exposure_warnings() {
         tracing::warn!("{warning}");

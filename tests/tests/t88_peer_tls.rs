@@ -16,7 +16,7 @@ use std::time::Duration;
 use azure_iot_operations_services::state_store::SetOptions;
 use statestore_tests::cluster::{Cluster, TEST_TIMING};
 use statestore_tests::node::{AdminAccess, NodeSpec, StatestoreNode, http_request, statestore_bin};
-use statestore_tests::pki::{CertFiles, Pki};
+use statestore_tests::pki::{CertFiles, Pki, not_after};
 use statestore_tests::sdk::{SdkClient, TIMEOUT};
 use statestore_tests::{free_port, wait_for};
 
@@ -156,6 +156,18 @@ async fn peer_tls_https_and_the_admin_token() {
         .await
         .expect("metrics over HTTPS");
     assert!(metrics.contains("statestore_raft_peer_tls_failures_total"));
+    // The served certificates' expiry, for the certificate alerts.
+    for listener in ["peer", "http"] {
+        let series = format!(
+            "statestore_tls_cert_not_after_seconds{{file=\"{}\",listener=\"{listener}\"}}",
+            node_cert.cert.display()
+        );
+        assert_eq!(
+            cluster.nodes[0].metric(&series).await,
+            Some(not_after(&node_cert.cert) as f64),
+            "{series}"
+        );
+    }
     let base = format!("127.0.0.1:{}", cluster.nodes[0].http_port);
     let plain = http_request(
         &format!("http://{base}/metrics"),

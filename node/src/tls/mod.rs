@@ -10,7 +10,7 @@
 mod not_after;
 mod verifier;
 
-pub use not_after::not_after_unix;
+pub use not_after::{not_after_unix, pem_file_not_after_unix};
 pub use verifier::RecordingVerifier;
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,10 @@
 //! RFC 5280's `Certificate → TBSCertificate → Validity` (no general ASN.1 parser: only the
 //! fields in front of `validity` are stepped over).
 
+use std::path::Path;
+
 use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 
 const SEQUENCE: u8 = 0x30;
 const VERSION: u8 = 0xa0;
@@ -53,6 +56,14 @@ pub fn not_after_unix(cert: &CertificateDer<'_>) -> Option<i64> {
     let (_, _not_before, rest) = element(validity)?;
     let (tag, not_after, _) = element(rest)?;
     parse_time(tag, not_after)
+}
+
+/// notAfter of the first certificate of the PEM file at `path` (a server's or client's own
+/// certificate comes first in its chain); `None` if the file or the certificate cannot be read.
+pub fn pem_file_not_after_unix(path: &Path) -> Option<i64> {
+    let pem = std::fs::read(path).ok()?;
+    let first = CertificateDer::pem_slice_iter(&pem).next()?.ok()?;
+    not_after_unix(&first)
 }
 
 /// UTCTime `YYMMDDHHMMSSZ` (years 1950–2049, RFC 5280 §4.1.2.5.1) or GeneralizedTime

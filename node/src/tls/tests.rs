@@ -138,3 +138,19 @@ fn reloading_follows_the_files_and_keeps_the_last_good_configuration() {
     assert!(!Arc::ptr_eq(&first, &reloading.current().config));
     assert!(matches!(reloading.check(), Reload::Unchanged));
 }
+
+#[test]
+fn a_pem_files_expiry_is_its_first_certificates_and_unreadable_files_have_none() {
+    assert_eq!(
+        pem_file_not_after_unix(&data("client.pem")),
+        Some(CLIENT_NOT_AFTER)
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a certificate\n").expect("write");
+    assert_eq!(pem_file_not_after_unix(&garbage), None);
+    assert_eq!(
+        pem_file_not_after_unix(&dir.path().join("missing.pem")),
+        None
+    );
+}
