@@ -3,7 +3,8 @@
 //!
 //! Invariants checked, after every step of a random sequence of SEND, PURGE, FORGET,
 //! deliveries, receives, undeliveries, settlements (with live, stale, foreign and made-up
-//! tokens), sweeps, feedback cuts/deliveries/settlements, retried requests and clock moves:
+//! tokens), SENDs and settlements that also deliver (`SendAndDeliver`, `SettleAndDeliver`),
+//! sweeps, feedback cuts/deliveries/settlements, retried requests and clock moves:
 //!
 //! - the crate and a deliberately plain model (Vec/VecDeque/BTreeMap, no code shared with the
 //!   implementation; the crate's data types are only vocabulary) give the same result;
@@ -73,6 +74,8 @@ enum Op {
         body_len: usize,
         ack: Ack,
         expiry: Expiry,
+        /// `SendAndDeliver` instead of `Send`.
+        deliver: bool,
     },
     Purge(usize),
     Forget(usize),
@@ -80,8 +83,9 @@ enum Op {
     Receive(usize),
     /// (device, token pick, recent tokens only, the token's own device instead)
     Undeliver(usize, Index, bool, bool),
-    /// (device, token pick, recent tokens only, the token's own device instead, settlement)
-    Settle(usize, Index, bool, bool, Settlement),
+    /// (device, token pick, recent tokens only, the token's own device instead, settlement,
+    /// `SettleAndDeliver` instead of `Settle`)
+    Settle(usize, Index, bool, bool, Settlement, bool),
     ExpireLocks(u32),
     ExpireMessages(u32),
     Cut,
@@ -123,8 +127,8 @@ fn settlement() -> impl Strategy<Value = Settlement> {
 fn op() -> impl Strategy<Value = Op> {
     let device = 0..DEVICES.len();
     prop_oneof![
-        6 => (device.clone(), 0usize..8, ack(), expiry()).prop_map(|(device, body_len, ack, expiry)| {
-            Op::Send { device, body_len, ack, expiry }
+        6 => (device.clone(), 0usize..8, ack(), expiry(), any::<bool>()).prop_map(|(device, body_len, ack, expiry, deliver)| {
+            Op::Send { device, body_len, ack, expiry, deliver }
         }),
         1 => device.clone().prop_map(Op::Purge),
         1 => device.clone().prop_map(Op::Forget),
@@ -132,8 +136,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => device.clone().prop_map(Op::Receive),
         1 => (device.clone(), any::<Index>(), any::<bool>(), prop::bool::weighted(0.8))
             .prop_map(|(d, i, recent, own)| Op::Undeliver(d, i, recent, own)),
-        6 => (device.clone(), any::<Index>(), prop::bool::weighted(0.7), prop::bool::weighted(0.8), settlement())
-            .prop_map(|(d, i, recent, own, s)| Op::Settle(d, i, recent, own, s)),
+        6 => (device.clone(), any::<Index>(), prop::bool::weighted(0.7), prop::bool::weighted(0.8), settlement(), any::<bool>())
+            .prop_map(|(d, i, recent, own, s, deliver)| Op::Settle(d, i, recent, own, s, deliver)),
         2 => (0u32..4).prop_map(Op::ExpireLocks),
         2 => (0u32..4).prop_map(Op::ExpireMessages),
         2 => Just(Op::Cut),
@@ -639,7 +643,11 @@ fn device_index(device: &[u8]) -> usize {
 
 fn tokens_of(result: &DeviceResult) -> Vec<String> {
     match result {
-        DeviceResult::Delivered { messages } => messages.iter().map(|m| m.token.clone()).collect(),
+        DeviceResult::Delivered { messages }
+        | DeviceResult::SentAndDelivered { messages, .. }
+        | DeviceResult::SettledAndDelivered { messages, .. } => {
+            messages.iter().map(|m| m.token.clone()).collect()
+        }
         DeviceResult::Received(Some(m)) => vec![m.token.clone()],
         DeviceResult::FeedbackDelivered { batches } => {
             batches.iter().map(|b| b.token.clone()).collect()
@@ -697,10 +705,15 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 body_len,
                 ack,
                 expiry,
+                deliver,
             } => propose(
                 wall,
                 Some(request(step)),
-                DeviceCommand::Send(SendMessage {
+                (if *deliver {
+                    DeviceCommand::SendAndDeliver
+                } else {
+                    DeviceCommand::Send
+                })(SendMessage {
                     device: DEVICES[*device].to_vec(),
                     message_id: format!("m{step}").into_bytes(),
                     body: vec![b'x'; *body_len],
@@ -752,15 +765,25 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                     },
                 )
             }
-            Op::Settle(d, i, recent, own, settlement) => {
+            Op::Settle(d, i, recent, own, settlement, deliver) => {
                 let (token, device) = pick_token(&message_tokens, i, *recent, *own, *d);
+                let device = DEVICES[device].to_vec();
+                let settlement = *settlement;
                 propose(
                     wall,
                     Some(request(step)),
-                    DeviceCommand::Settle {
-                        device: DEVICES[device].to_vec(),
-                        token,
-                        settlement: *settlement,
+                    if *deliver {
+                        DeviceCommand::SettleAndDeliver {
+                            device,
+                            token,
+                            settlement,
+                        }
+                    } else {
+                        DeviceCommand::Settle {
+                            device,
+                            token,
+                            settlement,
+                        }
                     },
                 )
             }
@@ -868,6 +891,27 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 DeviceCommand::ExpireFeedbackLocks { max } => model.expire_feedback_locks(*max),
                 DeviceCommand::ExpireFeedbackBatches { max } => model.expire_feedback_batches(*max),
                 DeviceCommand::SetSettings(_) => DeviceResult::SettingsSet,
+                DeviceCommand::SendAndDeliver(send) => match model.send(send) {
+                    DeviceResult::Sent { expires_at_ms } => DeviceResult::SentAndDelivered {
+                        expires_at_ms,
+                        messages: model.deliver(&send.device, u32::MAX, false, &mut issued_iter),
+                    },
+                    refused => refused,
+                },
+                DeviceCommand::SettleAndDeliver {
+                    device,
+                    token,
+                    settlement,
+                } => match model.settle(device, token, *settlement) {
+                    DeviceResult::Settled { settled: true } => DeviceResult::SettledAndDelivered {
+                        settled: true,
+                        messages: model.deliver(device, u32::MAX, false, &mut issued_iter),
+                    },
+                    _ => DeviceResult::SettledAndDelivered {
+                        settled: false,
+                        messages: Vec::new(),
+                    },
+                },
             },
             (None, other) => return Err(fail(format!("not a device command: {other:?}"))),
         };
@@ -879,10 +923,22 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 "a retry counts nothing"
             );
         } else if let Some(key) = reply_key {
-            model.replies.insert(key, (expected.clone(), wall + 3_000));
+            // A retry gets the reply without the deliveries: they are published once.
+            let reply = match expected.clone() {
+                DeviceResult::SentAndDelivered { expires_at_ms, .. } => {
+                    DeviceResult::Sent { expires_at_ms }
+                }
+                DeviceResult::SettledAndDelivered { settled, .. } => {
+                    DeviceResult::Settled { settled }
+                }
+                other => other,
+            };
+            model.replies.insert(key, (reply, wall + 3_000));
         }
         match &outcome.result {
-            DeviceResult::Delivered { messages } => message_tokens.extend(
+            DeviceResult::Delivered { messages }
+            | DeviceResult::SentAndDelivered { messages, .. }
+            | DeviceResult::SettledAndDelivered { messages, .. } => message_tokens.extend(
                 messages
                     .iter()
                     .map(|m| (m.token.clone(), device_index(&m.device))),

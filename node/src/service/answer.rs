@@ -52,7 +52,9 @@ pub fn from_outcome(outcome: Outcome) -> Answer {
 fn device_reply(result: &DeviceResult) -> Reply {
     let count = |n: u32| Reply::Integer(i64::from(n));
     match result {
-        DeviceResult::Sent { .. } | DeviceResult::SettingsSet => Reply::Ok,
+        DeviceResult::Sent { .. }
+        | DeviceResult::SentAndDelivered { .. }
+        | DeviceResult::SettingsSet => Reply::Ok,
         DeviceResult::Rejected(rejection) => Reply::Error(match rejection {
             DeviceRejection::QueueFull => ErrorReply::DeviceQueueFull,
             DeviceRejection::MessageTooLarge => ErrorReply::MessageTooLarge,
@@ -64,7 +66,9 @@ fn device_reply(result: &DeviceResult) -> Reply {
             dead_letters,
             ..
         } => count(messages.saturating_add(*dead_letters)),
-        DeviceResult::Settled { settled } => count(u32::from(*settled)),
+        DeviceResult::Settled { settled } | DeviceResult::SettledAndDelivered { settled, .. } => {
+            count(u32::from(*settled))
+        }
         DeviceResult::Delivered { .. }
         | DeviceResult::Received(_)
         | DeviceResult::Undelivered { .. }
@@ -126,6 +130,9 @@ mod tests {
             (device(DeviceResult::Forgot { messages: 2, dead_letters: 4, feedback_records: 9 }), b":6\r\n".to_vec(), false),
             (device(DeviceResult::Settled { settled: true }), b":1\r\n".to_vec(), false),
             (device(DeviceResult::Settled { settled: false }), b":0\r\n".to_vec(), false),
+            (device(DeviceResult::SentAndDelivered { expires_at_ms: 5, messages: Vec::new() }), b"+OK\r\n".to_vec(), false),
+            (device(DeviceResult::SettledAndDelivered { settled: true, messages: Vec::new() }), b":1\r\n".to_vec(), false),
+            (device(DeviceResult::SettledAndDelivered { settled: false, messages: Vec::new() }), b":0\r\n".to_vec(), false),
         ];
         for (outcome, bytes, has_version) in cases {
             let answer = from_outcome(outcome.clone());

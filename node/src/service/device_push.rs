@@ -157,7 +157,6 @@ impl Backoffs {
 /// The device push of one node.
 pub struct DevicePush<O: Outbox> {
     service: Arc<Service<O>>,
-    backoffs: Mutex<Backoffs>,
     /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
     feedback_paused_until: Mutex<Option<Instant>>,
 }
@@ -170,7 +169,6 @@ impl<O: Outbox> DevicePush<O> {
     pub fn new(service: Arc<Service<O>>) -> Arc<Self> {
         Arc::new(DevicePush {
             service,
-            backoffs: Mutex::new(Backoffs::new(MAX_BACKOFF_DEVICES)),
             feedback_paused_until: Mutex::new(None),
         })
     }
@@ -189,17 +187,7 @@ impl<O: Outbox> DevicePush<O> {
     }
 
     fn with_backoffs<R>(&self, f: impl FnOnce(&mut Backoffs) -> R) -> R {
-        let mut backoffs = self
-            .backoffs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let result = f(&mut backoffs);
-        self.service
-            .metrics()
-            .devicebound
-            .devices_in_backoff
-            .set(i64::try_from(backoffs.len()).unwrap_or(i64::MAX));
-        result
+        self.service.with_device_backoffs(f)
     }
 
     /// Runs push rounds while this node serves, until `stop` flips to true.
@@ -268,10 +256,8 @@ impl<O: Outbox> DevicePush<O> {
             for outcome in futures::future::join_all(delivers).await {
                 match outcome {
                     Ok(Outcome::Device(outcome)) => {
-                        if let DeviceResult::Delivered { messages } = outcome.result {
-                            for message in messages {
-                                self.publish(message).await;
-                            }
+                        for message in outcome.result.deliveries() {
+                            publish_delivery(&self.service, message).await;
                         }
                     }
                     Ok(_) => {}
@@ -287,54 +273,6 @@ impl<O: Outbox> DevicePush<O> {
             }
         }
         Ok(())
-    }
-
-    /// Publishes one committed delivery (only while serving: otherwise its lock runs out and
-    /// the next leader delivers it again).
-    async fn publish(&self, delivered: MessageDelivery) {
-        if !self.service.is_serving() {
-            return;
-        }
-        let text = DeliveryText::of(&delivered);
-        let delivery = text.delivery(&delivered);
-        let Ok(topic) = delivery_topic(&delivery) else {
-            // Refused at SEND already; should one slip through, dead-letter it rather than
-            // publish a topic the broker would refuse.
-            tracing::warn!(
-                device = %text.device,
-                "delivery topic too long: dead-lettering the message"
-            );
-            let _ = self
-                .service
-                .propose_device(
-                    None,
-                    None,
-                    DeviceCommand::Settle {
-                        device: delivered.device.clone(),
-                        token: delivered.token.clone(),
-                        settlement: Settlement::Reject,
-                    },
-                )
-                .await;
-            return;
-        };
-        let user_properties = owned_properties(delivery_user_properties(&delivery));
-        let expiry =
-            message_expiry_interval_secs(delivered.message.expires_at_ms, self.service.wall_ms());
-        let token = delivered.token.clone();
-        let message = OutboundMessage {
-            topic,
-            payload: Bytes::from(delivered.message.body),
-            correlation_data: None,
-            message_expiry_secs: Some(expiry),
-            content_type: None,
-            user_properties,
-            kind: OutboundKind::DeviceMessage {
-                device: text.device,
-                token,
-            },
-        };
-        self.service.outbox().publish(message).await;
     }
 
     /// Handles what the session reports about device-bound publishes, until `stop`. The
@@ -436,7 +374,9 @@ impl<O: Outbox> DevicePush<O> {
                 action, lock_token, ..
             } => (
                 "settle",
-                DeviceCommand::Settle {
+                // The device is online (it just published): a settlement that frees a slot of
+                // its window delivers its next message in the same proposal.
+                DeviceCommand::SettleAndDeliver {
                     device,
                     token: lock_token.to_owned(),
                     settlement: match action {
@@ -463,7 +403,7 @@ impl<O: Outbox> DevicePush<O> {
             .service
             .propose_device(envelope.as_ref(), message.message_expiry_secs, command)
             .await;
-        let result = match outcome {
+        let mut result = match outcome {
             Ok(Outcome::Device(outcome)) => outcome.result,
             Ok(_) => return,
             Err(err) => {
@@ -474,6 +414,12 @@ impl<O: Outbox> DevicePush<O> {
                 return;
             }
         };
+        if let DeviceResult::SettledAndDelivered { settled, messages } = result {
+            for message in messages {
+                publish_delivery(&self.service, message).await;
+            }
+            result = DeviceResult::Settled { settled };
+        }
         let Some(envelope) = envelope else {
             return; // settled without a reply
         };
@@ -506,6 +452,53 @@ impl<O: Outbox> DevicePush<O> {
         };
         self.service.outbox().publish(message).await;
     }
+}
+
+/// Publishes one committed delivery (only while serving: otherwise its lock runs out and the
+/// next leader delivers it again). Shared by the push rounds, SEND and settlements.
+pub async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDelivery) {
+    if !service.is_serving() {
+        return;
+    }
+    let text = DeliveryText::of(&delivered);
+    let delivery = text.delivery(&delivered);
+    let Ok(topic) = delivery_topic(&delivery) else {
+        // Refused at SEND already; should one slip through, dead-letter it rather than
+        // publish a topic the broker would refuse.
+        tracing::warn!(
+            device = %text.device,
+            "delivery topic too long: dead-lettering the message"
+        );
+        let _ = service
+            .propose_device(
+                None,
+                None,
+                DeviceCommand::Settle {
+                    device: delivered.device.clone(),
+                    token: delivered.token.clone(),
+                    settlement: Settlement::Reject,
+                },
+            )
+            .await;
+        return;
+    };
+    let user_properties = owned_properties(delivery_user_properties(&delivery));
+    let expiry =
+        message_expiry_interval_secs(delivered.message.expires_at_ms, service.wall_ms());
+    let token = delivered.token.clone();
+    let message = OutboundMessage {
+        topic,
+        payload: Bytes::from(delivered.message.body),
+        correlation_data: None,
+        message_expiry_secs: Some(expiry),
+        content_type: None,
+        user_properties,
+        kind: OutboundKind::DeviceMessage {
+            device: text.device,
+            token,
+        },
+    };
+    service.outbox().publish(message).await;
 }
 
 fn owned_properties(pairs: Vec<(String, String)>) -> Vec<(Cow<'static, str>, String)> {

@@ -19,7 +19,7 @@ use crate::devicebound::{
 };
 use crate::protocol::{ErrorReply, Reply};
 use crate::service::envelope::{self, Envelope};
-use crate::service::{GaugeGuard, Service, Unavailable, answer, request_span};
+use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
 use crate::transport::{InboundMessage, Outbox};
 
 /// A device-bound reply payload and its `result` label.
@@ -161,7 +161,7 @@ impl<O: Outbox> Service<O> {
     }
 
     async fn execute_device(
-        &self,
+        self: &Arc<Self>,
         request: DeviceRequest<'_>,
         message: &InboundMessage,
         envelope: &Envelope,
@@ -211,7 +211,16 @@ impl<O: Outbox> Service<O> {
                 if let Err(err) = check_delivery_fits(&send, &properties) {
                     return Ok(DeviceAnswer::error(err.into()));
                 }
-                DeviceCommand::Send(send_command(&send, properties))
+                let command = send_command(&send, properties);
+                let offline =
+                    self.with_device_backoffs(|b| b.blocked(send.device_id, Instant::now()));
+                if !offline {
+                    let outcome = self
+                        .send_and_deliver(envelope, message.message_expiry_secs, command)
+                        .await?;
+                    return Ok(answer::from_outcome(outcome).reply.into());
+                }
+                DeviceCommand::Send(command)
             }
             DeviceRequest::Purge { device_id } => DeviceCommand::Purge {
                 device: device_id.as_bytes().to_vec(),
@@ -234,6 +243,43 @@ impl<O: Outbox> Service<O> {
             .propose_device(Some(envelope), message.message_expiry_secs, command)
             .await?;
         Ok(answer::from_outcome(outcome).reply.into())
+    }
+
+    /// SEND to a device not known to be offline: `SendAndDeliver`, proposed in a task of its
+    /// own that publishes what it delivered once it commits, even if the request stops waiting
+    /// (its deadline): a committed delivery left unpublished would hold the device's window
+    /// until its lock runs out.
+    async fn send_and_deliver(
+        self: &Arc<Self>,
+        envelope: &Envelope,
+        message_expiry_secs: Option<u32>,
+        send: SendMessage,
+    ) -> Result<Outcome, Unavailable> {
+        let service = self.clone();
+        let envelope = envelope.clone();
+        let task = tokio::spawn(
+            async move {
+                let mut outcome = service
+                    .propose_device(
+                        Some(&envelope),
+                        message_expiry_secs,
+                        DeviceCommand::SendAndDeliver(send),
+                    )
+                    .await?;
+                if let Outcome::Device(device) = &mut outcome
+                    && let Some(reply) = device.result.without_deliveries()
+                {
+                    let committed = std::mem::replace(&mut device.result, reply);
+                    for delivery in committed.deliveries() {
+                        device_push::publish_delivery(&service, delivery).await;
+                    }
+                }
+                Ok(outcome)
+            }
+            .in_current_span(),
+        );
+        task.await
+            .map_err(|err| Unavailable::Internal(format!("SEND task: {err}")))?
     }
 
     /// Proposes `command`; with an `envelope`, under the reply memory (a retry gets the

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statestore_raft::RaftNode;
+use statestore_storage::devicebound::DeviceResult;
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
 use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
@@ -155,6 +156,9 @@ pub struct Service<O: Outbox> {
     read_floor_ms: std::sync::atomic::AtomicU64,
     /// Woken whenever a device-bound command commits here (the device push looks again).
     device_wake: Arc<Notify>,
+    /// Offline devices backing off (device push). SEND reads it too: a device backing off
+    /// gets a plain `Send`, any other a `SendAndDeliver`.
+    device_backoffs: std::sync::Mutex<device_push::Backoffs>,
 }
 
 impl<O: Outbox> Service<O> {
@@ -202,6 +206,9 @@ impl<O: Outbox> Service<O> {
             in_flight: Arc::default(),
             read_floor_ms: std::sync::atomic::AtomicU64::new(0),
             device_wake: Arc::default(),
+            device_backoffs: std::sync::Mutex::new(device_push::Backoffs::new(
+                device_push::MAX_BACKOFF_DEVICES,
+            )),
         }
     }
 
@@ -554,7 +561,12 @@ impl<O: Outbox> Service<O> {
         if let Outcome::Device(device) = &outcome {
             // Remembered replies carry zero counters: nothing is counted twice.
             self.metrics.devicebound.record(&device.counters);
-            if device.counters != Default::default() {
+            // The *AndDeliver commands delivered whatever their device had deliverable.
+            let delivered_already = matches!(
+                device.result,
+                DeviceResult::SentAndDelivered { .. } | DeviceResult::SettledAndDelivered { .. }
+            );
+            if device.counters != Default::default() && !delivered_already {
                 self.device_wake.notify_one();
             }
         }
@@ -564,6 +576,20 @@ impl<O: Outbox> Service<O> {
     /// Woken whenever a device-bound command commits on this node.
     pub fn device_wake(&self) -> Arc<Notify> {
         self.device_wake.clone()
+    }
+
+    /// Runs `f` on the offline devices' backoffs and updates their gauge.
+    pub fn with_device_backoffs<R>(&self, f: impl FnOnce(&mut device_push::Backoffs) -> R) -> R {
+        let mut backoffs = self
+            .device_backoffs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let result = f(&mut backoffs);
+        self.metrics
+            .devicebound
+            .devices_in_backoff
+            .set(i64::try_from(backoffs.len()).unwrap_or(i64::MAX));
+        result
     }
 
     /// Internal proposal (sweeps, departed clients, limits) with no reply memory.

@@ -194,6 +194,26 @@ impl<T: Txn> Machine<'_, T> {
                 self.meta_changed = true;
                 Ok(DeviceResult::SettingsSet)
             }
+            DeviceCommand::SendAndDeliver(send) => match self.send(send)? {
+                DeviceResult::Sent { expires_at_ms } => Ok(DeviceResult::SentAndDelivered {
+                    expires_at_ms,
+                    messages: self.deliver(&send.device, u32::MAX, Window::Push)?,
+                }),
+                refused => Ok(refused),
+            },
+            DeviceCommand::SettleAndDeliver {
+                device,
+                token,
+                settlement,
+            } => {
+                let settled = self.settle(device, token, *settlement)?;
+                let messages = if settled {
+                    self.deliver(device, u32::MAX, Window::Push)?
+                } else {
+                    Vec::new()
+                };
+                Ok(DeviceResult::SettledAndDelivered { settled, messages })
+            }
         }
     }
 

@@ -100,6 +100,23 @@ pub enum DeviceCommand {
     },
     /// Replace the replicated settings (proposed by a leader whose configuration differs).
     SetSettings(DeviceboundSettings),
+    /// SEND, then, if the message was enqueued, what [`DeviceCommand::Deliver`] does for its
+    /// device (head messages first, within the window). The leader proposes it for a device it
+    /// does not know to be offline: a message to an online device then costs one proposal, and
+    /// one commit before it is published, less. (Variants are only ever appended: the log and
+    /// the reply memory encode them by position.)
+    SendAndDeliver(SendMessage),
+    /// [`DeviceCommand::Settle`], then, if it took effect, what [`DeviceCommand::Deliver`]
+    /// does for the device: the device that settles is online, and its window has a free slot.
+    SettleAndDeliver {
+        /// The settling device (from the topic: its identity).
+        #[serde(with = "serde_bytes")]
+        device: Vec<u8>,
+        /// Lock token of the delivery.
+        token: String,
+        /// complete / abandon / reject.
+        settlement: Settlement,
+    },
 }
 
 impl DeviceCommand {
@@ -122,13 +139,15 @@ impl DeviceCommand {
             DeviceCommand::ExpireFeedbackLocks { .. } => "feedback_expire_locks",
             DeviceCommand::ExpireFeedbackBatches { .. } => "feedback_expire_batches",
             DeviceCommand::SetSettings(_) => "device_set_settings",
+            DeviceCommand::SendAndDeliver(_) => "device_send_deliver",
+            DeviceCommand::SettleAndDeliver { .. } => "device_settle_deliver",
         }
     }
 
     /// Bytes of payload the command carries (what proposal batches are capped by).
     pub fn approximate_bytes(&self) -> usize {
         match self {
-            DeviceCommand::Send(send) => {
+            DeviceCommand::Send(send) | DeviceCommand::SendAndDeliver(send) => {
                 send.device.len()
                     + send.message_id.len()
                     + send.body.len()
@@ -146,7 +165,8 @@ impl DeviceCommand {
             | DeviceCommand::Deliver { device, .. }
             | DeviceCommand::Receive { device } => device.len(),
             DeviceCommand::Undeliver { device, token }
-            | DeviceCommand::Settle { device, token, .. } => device.len() + token.len(),
+            | DeviceCommand::Settle { device, token, .. }
+            | DeviceCommand::SettleAndDeliver { device, token, .. } => device.len() + token.len(),
             DeviceCommand::UndeliverFeedback { token }
             | DeviceCommand::SettleFeedback { token, .. } => token.len(),
             DeviceCommand::ExpireLocks { .. }

@@ -81,6 +81,47 @@ pub enum DeviceResult {
     },
     /// New settings are in force.
     SettingsSet,
+    /// SendAndDeliver enqueued the message (`+OK`) and locked these for delivery.
+    SentAndDelivered {
+        /// The message's expiry instant.
+        expires_at_ms: u64,
+        /// The deliveries to publish, in queue order (perhaps none: window full).
+        messages: Vec<MessageDelivery>,
+    },
+    /// SettleAndDeliver (`:1` / `:0`) and the deliveries it locked after a settlement.
+    SettledAndDelivered {
+        /// True if the token held the lock and the settlement took effect.
+        settled: bool,
+        /// The deliveries to publish, in queue order (none unless settled).
+        messages: Vec<MessageDelivery>,
+    },
+}
+
+impl DeviceResult {
+    /// The result without its deliveries, as the reply memory keeps it: a retried request
+    /// gets its reply, never a second publish of the deliveries (they went out once, after the
+    /// first commit; the bodies would only weigh on the reply memory).
+    pub fn without_deliveries(&self) -> Option<DeviceResult> {
+        match self {
+            DeviceResult::SentAndDelivered { expires_at_ms, .. } => Some(DeviceResult::Sent {
+                expires_at_ms: *expires_at_ms,
+            }),
+            DeviceResult::SettledAndDelivered { settled, .. } => {
+                Some(DeviceResult::Settled { settled: *settled })
+            }
+            _ => None,
+        }
+    }
+
+    /// The deliveries a push-side command locked (to publish after commit).
+    pub fn deliveries(self) -> Vec<MessageDelivery> {
+        match self {
+            DeviceResult::Delivered { messages }
+            | DeviceResult::SentAndDelivered { messages, .. }
+            | DeviceResult::SettledAndDelivered { messages, .. } => messages,
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// Apply-time refusals of a SEND.

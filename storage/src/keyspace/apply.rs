@@ -74,7 +74,7 @@
 //!   what it removes, in one proposal).
 
 use crate::codec;
-use crate::devicebound::{self, DeviceCounters};
+use crate::devicebound::{self, DeviceCounters, DeviceOutcome};
 use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
@@ -596,13 +596,22 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         let expires_at_ms = time.saturating_add(request.remember_for_ms);
         let remembered = match outcome {
-            // A retry that gets this reply changes nothing: it must count nothing either.
-            Outcome::Device(device) if device.counters != DeviceCounters::default() => {
-                let mut quiet = device.clone();
-                quiet.counters = DeviceCounters::default();
+            // A retry that gets this reply changes nothing: it must count nothing (and publish
+            // nothing) either.
+            Outcome::Device(device)
+                if device.counters != DeviceCounters::default()
+                    || device.result.without_deliveries().is_some() =>
+            {
+                let quiet = DeviceOutcome {
+                    result: device
+                        .result
+                        .without_deliveries()
+                        .unwrap_or_else(|| device.result.clone()),
+                    counters: DeviceCounters::default(),
+                };
                 codec::encode(&RememberedReplyOut {
                     expires_at_ms,
-                    outcome: &Outcome::Device(quiet),
+                    outcome: &Outcome::Device(Box::new(quiet)),
                 })
             }
             _ => codec::encode(&RememberedReplyOut {
