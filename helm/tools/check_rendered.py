@@ -529,12 +529,23 @@ def failing_renders():
         (["--set", "admin.token.key=a/b"], "at '/admin/token/key'"),
         (["--set", "config.admin.token_file=/x"], "additional properties 'admin' not allowed"),
         (["--set", "config.cluster.tls.ca_file=/x"], "additional properties 'tls' not allowed"),
+        (["--set", "ports.raft=7480"], "ports.http and ports.raft are both 7480"),
+        (["--set", "ports.http=7481"], "ports.http and ports.raft are both 7481"),
+        (["--set", "ports.http=0"], "at '/ports/http': minimum"),
+        (["--set", "ports.raft=65536"], "at '/ports/raft': maximum"),
+        (["--set", "mqtt.service.port=65536"], "at '/service/port': maximum"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:0"], "at '/broker/address': 'mqtt:0' does not match pattern"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:65536"], "at '/broker/address': 'mqtt:65536' does not match pattern"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:99999"], "at '/broker/address': 'mqtt:99999' does not match pattern"),
     ]
     for args, message in cases:
         out = helm_template(*args)
         check(out.returncode != 0 and message in out.stderr, f"{' '.join(args[1::2])}: refused with {message!r}")
         if out.returncode == 0 or message not in out.stderr:
             print(f"     rc={out.returncode} stderr: {out.stderr.strip()[:400]}")
+    for port in (1, 65535):
+        out = helm_template("--set", "mqtt.enabled=false", "--set", f"broker.address=mqtt:{port}")
+        check(out.returncode == 0 and f"- mqtt:{port}\n" in out.stdout, f"broker.address port {port} accepted")
     out = helm_template("--set", "config.shutdown_grace_ms=40000")
     check(out.returncode == 0 and "terminationGracePeriodSeconds: 60" in out.stdout, "termination grace follows shutdown_grace_ms (40 s -> 60 s)")
     m = Manifests(render("--set-json", 'config={"limits":{"max_keys":200000}}'))

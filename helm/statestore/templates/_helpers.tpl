@@ -203,6 +203,9 @@ statestore.io/admin-client: "true"
 
 {{/* Checks across values that the schema cannot express. */}}
 {{- define "statestore.validate" -}}
+{{- if eq (int .Values.ports.http) (int .Values.ports.raft) -}}
+{{- fail (printf "ports.http and ports.raft are both %d: the HTTP listener (/metrics, probes, admin API) and the Raft listener each need their own port" (int .Values.ports.http)) -}}
+{{- end -}}
 {{- if gt (int .Values.cluster.bootstrapReplicas) (int .Values.replicas) -}}
 {{- fail (printf "replicas (%d) must be at least cluster.bootstrapReplicas (%d): the bootstrap members are never removed by the chart; remove members above the bootstrap set only" (int .Values.replicas) (int .Values.cluster.bootstrapReplicas)) -}}
 {{- end -}}
