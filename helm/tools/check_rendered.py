@@ -503,6 +503,19 @@ def tls_render():
     check(not any("/etc/statestore/tls/broker" == vm["mountPath"] for vm in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]), "no broker TLS volume")
 
 
+def scheduling_render():
+    print("== ci/scheduling-values.yaml")
+    path = CHART / "ci" / "scheduling-values.yaml"
+    values = yaml.safe_load(path.read_text())
+    out = helm_template("-f", str(path))
+    if not check(out.returncode == 0, "resources given as numbers (cpu: 1, cpu: 1.5, memory in bytes) are accepted"):
+        print(f"     stderr: {out.stderr.strip()[:400]}")
+        return
+    m = Manifests([d for d in yaml.safe_load_all(out.stdout) if d])
+    (container,) = m.one("StatefulSet")["spec"]["template"]["spec"]["containers"]
+    check(container["resources"] == values["resources"], f"container resources = the values, numbers kept ({container['resources']})")
+
+
 def failing_renders():
     print("== values that must be refused")
     cases = [
@@ -529,6 +542,9 @@ def failing_renders():
         (["--set", "admin.token.key=a/b"], "at '/admin/token/key'"),
         (["--set", "config.admin.token_file=/x"], "additional properties 'admin' not allowed"),
         (["--set", "config.cluster.tls.ca_file=/x"], "additional properties 'tls' not allowed"),
+        (["--set-string", "resources.requests.memory=512MB"], "at '/resources/requests/memory': 'anyOf' failed"),
+        (["--set", "resources.limits.cpu=-1"], "at '/resources/limits/cpu': 'anyOf' failed"),
+        (["--set", "resources.limits.cpu=true"], "at '/resources/limits/cpu': 'anyOf' failed"),
         (["--set", "ports.raft=7480"], "ports.http and ports.raft are both 7480"),
         (["--set", "ports.http=7481"], "ports.http and ports.raft are both 7481"),
         (["--set", "ports.http=0"], "at '/ports/http': minimum"),
@@ -588,6 +604,7 @@ def main():
     monitoring_render()
     external_render()
     tls_render()
+    scheduling_render()
     changed = failing_renders()
     check(changed != checksum, "a config change changes checksum/config (the pods roll)")
     schema_covers_values()
