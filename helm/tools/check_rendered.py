@@ -424,6 +424,10 @@ def tls_render():
             f"pod {i}: [mqtt.tls] enabled with ca_file, cert_file, key_file",
         )
         check(
+            mt.get("reload_interval_ms") == tls["broker"]["reloadIntervalMs"],
+            f"pod {i}: [mqtt.tls] reload_interval_ms = tls.broker.reloadIntervalMs ({mt.get('reload_interval_ms')})",
+        )
+        check(
             c["cluster"].get("tls") == {k: f"/etc/statestore/tls/peers/{n}" for k, n in (("ca_file", "ca.crt"), ("cert_file", "tls.crt"), ("key_file", "tls.key"))},
             f"pod {i}: [cluster.tls] ca_file, cert_file, key_file",
         )
@@ -496,10 +500,13 @@ def tls_render():
     check(any(p["port"] == 8883 for r in np["spec"]["egress"] for p in r["ports"]), "NetworkPolicy egress to the broker's TLS port 8883")
 
     print("== tls.broker with the system CA bundle, server name")
-    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.secretName=", "--set", "tls.broker.clientCert=false", "--set", "tls.broker.serverName=mqtt.example.com"))
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.secretName=", "--set", "tls.broker.clientCert=false", "--set", "tls.broker.serverName=mqtt.example.com", "--set", "tls.broker.reloadIntervalMs=null"))
     sts = m.one("StatefulSet")
     c = node_configs(m, sts)[0][f"{name}-0.toml"]
-    check(c["mqtt"]["tls"] == {"enabled": True, "server_name": "mqtt.example.com"}, "[mqtt.tls] enabled and server_name only")
+    check(c["mqtt"]["tls"] == {"enabled": True, "server_name": "mqtt.example.com"}, "[mqtt.tls] enabled and server_name only (reloadIntervalMs null: the node's default)")
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.reloadIntervalMs=0"))
+    c = node_configs(m, m.one("StatefulSet"))[0][f"{name}-0.toml"]
+    check(c["mqtt"]["tls"].get("reload_interval_ms") == 0, "tls.broker.reloadIntervalMs 0 is written (reloading off), not dropped as empty")
     check(not any("/etc/statestore/tls/broker" == vm["mountPath"] for vm in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]), "no broker TLS volume")
 
 
@@ -545,6 +552,8 @@ def failing_renders():
         (["--set-string", "resources.requests.memory=512MB"], "at '/resources/requests/memory': 'anyOf' failed"),
         (["--set", "resources.limits.cpu=-1"], "at '/resources/limits/cpu': 'anyOf' failed"),
         (["--set", "resources.limits.cpu=true"], "at '/resources/limits/cpu': 'anyOf' failed"),
+        (["--set", "tls.broker.reloadIntervalMs=-1"], "at '/tls/broker/reloadIntervalMs': minimum"),
+        (["--set", "tls.broker.reloadIntervalMs=86400001"], "at '/tls/broker/reloadIntervalMs': maximum"),
         (["--set", "ports.raft=7480"], "ports.http and ports.raft are both 7480"),
         (["--set", "ports.http=7481"], "ports.http and ports.raft are both 7481"),
         (["--set", "ports.http=0"], "at '/ports/http': minimum"),

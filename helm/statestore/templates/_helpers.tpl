@@ -173,6 +173,9 @@ statestore.io/admin-client: "true"
 {{- $_ := set $mtls "key_file" (printf "%s/tls.key" $dir) -}}
 {{- end -}}
 {{- with $tls.broker.serverName -}}{{- $_ := set $mtls "server_name" . -}}{{- end -}}
+{{- if not (kindIs "invalid" $tls.broker.reloadIntervalMs) -}}
+{{- $_ := set $mtls "reload_interval_ms" (int64 $tls.broker.reloadIntervalMs) -}}
+{{- end -}}
 {{- $mqtt := get $cfg "mqtt" | default dict -}}
 {{- $_ := set $mqtt "tls" $mtls -}}
 {{- $_ := set $cfg "mqtt" $mqtt -}}
