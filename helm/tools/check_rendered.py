@@ -522,6 +522,20 @@ def scheduling_render():
     (container,) = m.one("StatefulSet")["spec"]["template"]["spec"]["containers"]
     check(container["resources"] == values["resources"], f"container resources = the values, numbers kept ({container['resources']})")
 
+    # The same placement for every pod of the release (a scale-down renders the remove hook
+    # next to the join Job); no priority class for the helm test pod.
+    m = Manifests(render("-f", str(path), "--set", "membership.previousReplicas=7"))
+    sts = m.one("StatefulSet")
+    jobs = {j["metadata"]["name"].removeprefix(f"{sts['metadata']['name']}-"): j for j in m.all("Job")}
+    pods = {"StatefulSet": sts["spec"]["template"]["spec"], "helm test pod": m.one("Pod")["spec"]}
+    pods.update({f"{'remove hook' if n.startswith('remove-') else 'join Job'} {n}": j["spec"]["template"]["spec"] for n, j in jobs.items()})
+    check(sorted(jobs) == ["join-r1", "remove-r1"], f"join Job and remove hook rendered ({sorted(jobs)})")
+    for where, spec in pods.items():
+        for key in ("nodeSelector", "tolerations", "imagePullSecrets"):
+            check(spec.get(key) == values[key], f"{where}: {key} = the values' {key}")
+        want = None if where == "helm test pod" else values["priorityClassName"]
+        check(spec.get("priorityClassName") == want, f"{where}: priorityClassName {want}")
+
 
 def failing_renders():
     print("== values that must be refused")

@@ -47,6 +47,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 statestore.io/admin-client: "true"
 {{- end -}}
 
+{{/*
+Where a pod of the release may run, from the members' values: imagePullSecrets (the same
+image), nodeSelector and tolerations; priorityClassName too with .priority (the members and
+the membership Jobs; not the helm test pod, which should not preempt anything). Callers trim
+and indent it: it is empty when none is set.
+*/}}
+{{- define "statestore.podPlacement" -}}
+{{- $v := .root.Values -}}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .priority }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{- define "statestore.image" -}}
 {{- $repo := required "image.repository is required: the statestore image (build it with `docker build -t statestore:<tag> .` at the repository root)" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
