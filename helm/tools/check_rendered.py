@@ -65,6 +65,18 @@ class Manifests:
         found = [d for d in self.all(kind) if d["metadata"]["name"] == name]
         return found[0] if found else None
 
+    def jobs(self, what):
+        """The membership Jobs of revision 1: what is "join" or "remove"."""
+        return [d for d in self.all("Job") if d["metadata"]["name"].endswith(f"-{what}-r1")]
+
+
+def hook_events(job):
+    return set(job["metadata"].get("annotations", {}).get("helm.sh/hook", "").split(","))
+
+
+def removed_ids(job):
+    return [c["args"][-1] for c in job["spec"]["template"]["spec"]["initContainers"]]
+
 
 def flags(args):
     """`--flag value` pairs of a container's args (after the subcommand)."""
@@ -239,7 +251,15 @@ def default_render():
     checksum = spec["template"]["metadata"]["annotations"].get("checksum/config", "")
     check(len(checksum) == 64, "checksum/config annotation on the pods")
     check(not m.all("ServiceMonitor") and not m.all("PrometheusRule"), "ServiceMonitor and PrometheusRule off by default")
-    check(not m.all("Job"), "no membership Job without scaling")
+    check(not m.jobs("join"), "no join Job without scaling")
+    # `helm rollback` runs the hooks stored with the revision it returns to: every revision
+    # carries a remove hook for the ids above its own replica count.
+    hooks = m.jobs("remove")
+    if check(len(hooks) == 1, "remove hook rendered without a scale-down too (stored for a later rollback to this revision)"):
+        (hook,) = hooks
+        check(hook_events(hook) == {"pre-rollback"}, f"remove hook without a scale-down: pre-rollback only, an upgrade does not run it ({hook_events(hook)})")
+        check(removed_ids(hook) == ["9", "8", "7", "6", "5", "4"], f"remove hook: every id above replicas 3, highest first ({removed_ids(hook)})")
+    check(len(m.all("Job")) == len(hooks), "no other Job")
 
     # NetworkPolicy.
     np = m.one("NetworkPolicy")
@@ -323,7 +343,12 @@ def scale_render(default_checksum, default_configs):
         sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == default_checksum,
         "scaling does not change checksum/config (running pods do not roll)",
     )
-    job = m.one("Job")
+    (job,) = m.jobs("join")
+    hooks = m.jobs("remove")
+    check(
+        len(hooks) == 1 and hook_events(hooks[0]) == {"pre-rollback"} and removed_ids(hooks[0]) == ["9", "8", "7", "6"],
+        f"replicas 5: its rollback hook removes ids above 5 only (a rollback to this revision keeps 4 and 5): {[removed_ids(h) for h in hooks]}",
+    )
     headless = sts["spec"]["serviceName"]
     admin = f"http://{name}.{NS}.svc.{DOMAIN}:7480"
     adds = [c["args"] for c in job["spec"]["template"]["spec"]["initContainers"]]
@@ -343,9 +368,11 @@ def scale_render(default_checksum, default_configs):
     print("== scale down: 5 -> 3 (membership.previousReplicas)")
     m = Manifests(render("--set", "membership.previousReplicas=5"))
     job = m.one("Job")
-    check(job["metadata"]["annotations"].get("helm.sh/hook") == "pre-upgrade", "remove Job is a pre-upgrade hook")
-    removes = [c["args"][-1] for c in job["spec"]["template"]["spec"]["initContainers"]]
-    check(removes == ["5", "4"], f"remove Job: remove-node {removes}, highest id first")
+    check(hook_events(job) == {"pre-upgrade", "pre-rollback"}, f"remove Job is a pre-upgrade and pre-rollback hook ({hook_events(job)})")
+    removes = removed_ids(job)
+    check(removes == ["9", "8", "7", "6", "5", "4"], f"remove Job: remove-node {removes} (4 and 5 included), highest id first")
+    m = Manifests(render("--set", "replicas=9", "--set", "mqtt.auth.statestoreNodes=9"))
+    check(not m.jobs("remove"), "replicas 9: no remove hook (no member id above 9)")
     m = Manifests(render("--set", "membership.automate=false", "--set", "replicas=5"))
     check(not m.all("Job"), "membership.automate=false: no Job")
 
@@ -451,7 +478,7 @@ def tls_render():
         check(container[probe]["httpGet"].get("scheme") == "HTTPS", f"{probe} uses HTTPS")
     admin_host = f"{name}.{NS}.svc.{DOMAIN}"
 
-    job = m.one("Job")
+    (job,) = m.jobs("join")
     jpod = job["spec"]["template"]["spec"]
     jvolumes = {v["name"]: v for v in jpod.get("volumes", [])}
     steps = jpod["initContainers"] + jpod["containers"]
@@ -522,9 +549,8 @@ def scheduling_render():
     (container,) = m.one("StatefulSet")["spec"]["template"]["spec"]["containers"]
     check(container["resources"] == values["resources"], f"container resources = the values, numbers kept ({container['resources']})")
 
-    # The same placement for every pod of the release (a scale-down renders the remove hook
-    # next to the join Job); no priority class for the helm test pod.
-    m = Manifests(render("-f", str(path), "--set", "membership.previousReplicas=7"))
+    # The same placement for every pod of the release; no priority class for the helm test pod.
+    m = Manifests(render("-f", str(path)))
     sts = m.one("StatefulSet")
     jobs = {j["metadata"]["name"].removeprefix(f"{sts['metadata']['name']}-"): j for j in m.all("Job")}
     pods = {"StatefulSet": sts["spec"]["template"]["spec"], "helm test pod": m.one("Pod")["spec"]}
