@@ -8,13 +8,18 @@ Each check prints PASS/FAIL with what it compared; exits 1 if any failed. Needs 
 tools venv of scripts/check-helm.sh) and Python 3.11 (tomllib).
 """
 
+import copy
 import json
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ next to fake_apiserver.py in the repository
+from fake_apiserver import FakeApiServer  # noqa: E402
 
 HELM = sys.argv[1]
 ROOT = Path(sys.argv[2]).resolve()
@@ -563,6 +568,72 @@ def scheduling_render():
         check(spec.get("priorityClassName") == want, f"{where}: priorityClassName {want}")
 
 
+def against_cluster(existing, *args):
+    """helm template --dry-run=server --is-upgrade against a fake API server holding `existing`
+    as the release's StatefulSet (None: no StatefulSet), so that lookup finds it."""
+    objects = {("apps/v1", "StatefulSet", NS, f"{RELEASE}-statestore"): existing} if existing else {}
+    with FakeApiServer(objects) as api:
+        cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, "--dry-run=server", "--is-upgrade", "--disable-openapi-validation", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **api.env})
+    return out, api.requests
+
+
+def upgrade_lookups():
+    print("== upgrades against a (fake) API server: lookup of the release's StatefulSet")
+    sts = Manifests(render()).one("StatefulSet")
+    # As the API server returns it: defaulted fields, quantities in canonical form.
+    sts["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"] = "Filesystem"
+    sts["spec"]["volumeClaimTemplates"][0]["status"] = {"phase": "Pending"}
+    sts["status"] = {"replicas": 3}
+
+    def variant(size=None, storage_class=None, modes=None, replicas=None):
+        v = copy.deepcopy(sts)
+        t = v["spec"]["volumeClaimTemplates"][0]["spec"]
+        if size:
+            t["resources"]["requests"]["storage"] = size
+        if storage_class:
+            t["storageClassName"] = storage_class
+        if modes:
+            t["accessModes"] = modes
+        if replicas:
+            v["spec"]["replicas"] = replicas
+        return v
+
+    out, requests = against_cluster(sts)
+    check(
+        out.returncode == 0 and f"/apis/apps/v1/namespaces/{NS}/statefulsets/{RELEASE}-statestore" in requests,
+        "unchanged persistence: the upgrade renders, after looking the StatefulSet up",
+    )
+    if out.returncode != 0:
+        print(f"     stderr: {out.stderr.strip()[:400]}")
+    out, _ = against_cluster(variant(size="1Gi"), "--set", "persistence.size=1024Mi")
+    check(out.returncode == 0, "persistence.size 1024Mi = the StatefulSet's 1Gi (quantities compared as bytes)")
+    refused = [
+        (sts, ["--set", "persistence.size=20Gi"], "persistence.size is 20Gi, but the StatefulSet demo-statestore has volume claims of 10Gi"),
+        (variant(size="10G"), [], "persistence.size is 10Gi, but the StatefulSet demo-statestore has volume claims of 10G"),
+        (sts, ["--set", "persistence.storageClassName=fast"], 'persistence.storageClassName is "fast", but the StatefulSet demo-statestore has volume claims of StorageClass ""'),
+        (variant(storage_class="standard"), [], 'persistence.storageClassName is "", but the StatefulSet demo-statestore has volume claims of StorageClass "standard"'),
+        (sts, ["--set", "persistence.accessModes={ReadWriteOncePod}"], 'persistence.accessModes is ["ReadWriteOncePod"], but the StatefulSet demo-statestore has volume claims with ["ReadWriteOnce"]'),
+    ]
+    for existing, args, message in refused:
+        out, _ = against_cluster(existing, *args)
+        check(out.returncode != 0 and message in out.stderr and "kubectl delete statefulset" * ("size" in message) in out.stderr,
+              f"immutable volumeClaimTemplates: refused with {message!r}")
+        if out.returncode == 0 or message not in out.stderr:
+            print(f"     rc={out.returncode} stderr: {out.stderr.strip()[:400]}")
+    out, _ = against_cluster(None, "--set", "persistence.size=20Gi")
+    check(out.returncode == 0, "no StatefulSet yet (install): nothing to compare")
+
+    # The remove hook finds the current size with the same lookup.
+    for replicas, events in ((5, {"pre-upgrade", "pre-rollback"}), (3, {"pre-rollback"})):
+        out, _ = against_cluster(variant(replicas=replicas))
+        hooks = Manifests([d for d in yaml.safe_load_all(out.stdout) if d]).jobs("remove") if out.returncode == 0 else []
+        check(
+            len(hooks) == 1 and hook_events(hooks[0]) == events,
+            f"StatefulSet at {replicas} replicas, values 3: the remove hook is {sorted(events)} ({[sorted(hook_events(h)) for h in hooks]})",
+        )
+
+
 def failing_renders():
     print("== values that must be refused")
     cases = [
@@ -654,6 +725,7 @@ def main():
     external_render()
     tls_render()
     scheduling_render()
+    upgrade_lookups()
     changed = failing_renders()
     check(changed != checksum, "a config change changes checksum/config (the pods roll)")
     schema_covers_values()

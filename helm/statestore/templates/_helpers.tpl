@@ -259,6 +259,47 @@ tolerations:
 {{- end -}}
 {{- end -}}
 
+{{/* A quantity (10Gi, 1.5G, 500m) in bytes as "%.3f"; "" when it is not one of these forms. */}}
+{{- define "statestore.quantityBytes" -}}
+{{- $units := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $q := toString . -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$" $q -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- printf "%.3f" (mulf (float64 $number) (get $units (trimPrefix $number $q))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuses an upgrade that changes what Kubernetes does not let a StatefulSet change: its
+volumeClaimTemplates (the API server would answer "updates to statefulset spec for fields
+other than ... are forbidden"). .existing is the release's StatefulSet from lookup: empty
+under helm template, --dry-run=client and on install, so this checks only against a cluster.
+*/}}
+{{- define "statestore.checkClaimTemplate" -}}
+{{- $v := .root.Values.persistence -}}
+{{- $name := include "statestore.fullname" .root -}}
+{{- $spec := get (.existing | default dict) "spec" | default dict -}}
+{{- range $t := get $spec "volumeClaimTemplates" | default list -}}
+{{- if eq (dig "metadata" "name" "" $t) "data" -}}
+{{- $size := toString (dig "spec" "resources" "requests" "storage" "" $t) -}}
+{{- $sizeBytes := include "statestore.quantityBytes" $size -}}
+{{- if not (and $sizeBytes (eq $sizeBytes (include "statestore.quantityBytes" $v.size))) -}}
+{{- if ne $size (toString $v.size) -}}
+{{- fail (printf "persistence.size is %s, but the StatefulSet %s has volume claims of %s, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates (the upgrade would be refused as \"updates to statefulset spec ... are forbidden\"). Keep persistence.size: %s. To grow the volumes (a StorageClass with allowVolumeExpansion), resize each claim data-%s-<ordinal> with kubectl patch, then run kubectl delete statefulset %s --cascade=orphan (the pods keep running) and upgrade with the new size (README \"Deploy on Kubernetes\", Volumes)" (toString $v.size) $name $size $size $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $class := toString (dig "spec" "storageClassName" "" $t) -}}
+{{- if ne $class (toString $v.storageClassName) -}}
+{{- fail (printf "persistence.storageClassName is %q, but the StatefulSet %s has volume claims of StorageClass %q, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates, nor the class of existing claims. Keep persistence.storageClassName: %q (README \"Deploy on Kubernetes\", Volumes)" (toString $v.storageClassName) $name $class $class) -}}
+{{- end -}}
+{{- $modes := dig "spec" "accessModes" list $t -}}
+{{- if ne (toJson $modes) (toJson $v.accessModes) -}}
+{{- fail (printf "persistence.accessModes is %s, but the StatefulSet %s has volume claims with %s, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates. Keep persistence.accessModes: %s" (toJson $v.accessModes) $name (toJson $modes) (toJson $modes)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "statestore.jobName" -}}
 {{- .Values.metrics.serviceMonitor.jobName | default (include "statestore.fullname" .) -}}
 {{- end -}}
