@@ -8,7 +8,8 @@
 #   4. helm lint --strict, for the default values and every helm/statestore/ci/*-values.yaml
 #   5. helm template of the same; kubernetes-validate --strict against Kubernetes 1.30 and
 #      the newest it knows; ServiceMonitor/PrometheusRule against their CRD schemas; yamllint
-#   6. helm/tools/check_rendered.py: assertions over the manifests, values that must fail
+#   6. helm/tools/check_rendered.py: assertions over the manifests, values that must fail, and
+#      upgrades rendered against a stand-in API server (helm/tools/fake_apiserver.py) for lookup
 #   7. helm/tools/rehearse.py: the rendered pods as local processes (kill -9, restart, scale),
 #      then again with --tls (peer TLS, HTTPS and the admin token on)
 #

@@ -8,13 +8,18 @@ Each check prints PASS/FAIL with what it compared; exits 1 if any failed. Needs 
 tools venv of scripts/check-helm.sh) and Python 3.11 (tomllib).
 """
 
+import copy
 import json
+import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ next to fake_apiserver.py in the repository
+from fake_apiserver import FakeApiServer  # noqa: E402
 
 HELM = sys.argv[1]
 ROOT = Path(sys.argv[2]).resolve()
@@ -64,6 +69,18 @@ class Manifests:
     def maybe(self, kind, name):
         found = [d for d in self.all(kind) if d["metadata"]["name"] == name]
         return found[0] if found else None
+
+    def jobs(self, what):
+        """The membership Jobs of revision 1: what is "join" or "remove"."""
+        return [d for d in self.all("Job") if d["metadata"]["name"].endswith(f"-{what}-r1")]
+
+
+def hook_events(job):
+    return set(job["metadata"].get("annotations", {}).get("helm.sh/hook", "").split(","))
+
+
+def removed_ids(job):
+    return [c["args"][-1] for c in job["spec"]["template"]["spec"]["initContainers"]]
 
 
 def flags(args):
@@ -239,7 +256,15 @@ def default_render():
     checksum = spec["template"]["metadata"]["annotations"].get("checksum/config", "")
     check(len(checksum) == 64, "checksum/config annotation on the pods")
     check(not m.all("ServiceMonitor") and not m.all("PrometheusRule"), "ServiceMonitor and PrometheusRule off by default")
-    check(not m.all("Job"), "no membership Job without scaling")
+    check(not m.jobs("join"), "no join Job without scaling")
+    # `helm rollback` runs the hooks stored with the revision it returns to: every revision
+    # carries a remove hook for the ids above its own replica count.
+    hooks = m.jobs("remove")
+    if check(len(hooks) == 1, "remove hook rendered without a scale-down too (stored for a later rollback to this revision)"):
+        (hook,) = hooks
+        check(hook_events(hook) == {"pre-rollback"}, f"remove hook without a scale-down: pre-rollback only, an upgrade does not run it ({hook_events(hook)})")
+        check(removed_ids(hook) == ["9", "8", "7", "6", "5", "4"], f"remove hook: every id above replicas 3, highest first ({removed_ids(hook)})")
+    check(len(m.all("Job")) == len(hooks), "no other Job")
 
     # NetworkPolicy.
     np = m.one("NetworkPolicy")
@@ -323,7 +348,12 @@ def scale_render(default_checksum, default_configs):
         sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == default_checksum,
         "scaling does not change checksum/config (running pods do not roll)",
     )
-    job = m.one("Job")
+    (job,) = m.jobs("join")
+    hooks = m.jobs("remove")
+    check(
+        len(hooks) == 1 and hook_events(hooks[0]) == {"pre-rollback"} and removed_ids(hooks[0]) == ["9", "8", "7", "6"],
+        f"replicas 5: its rollback hook removes ids above 5 only (a rollback to this revision keeps 4 and 5): {[removed_ids(h) for h in hooks]}",
+    )
     headless = sts["spec"]["serviceName"]
     admin = f"http://{name}.{NS}.svc.{DOMAIN}:7480"
     adds = [c["args"] for c in job["spec"]["template"]["spec"]["initContainers"]]
@@ -343,9 +373,11 @@ def scale_render(default_checksum, default_configs):
     print("== scale down: 5 -> 3 (membership.previousReplicas)")
     m = Manifests(render("--set", "membership.previousReplicas=5"))
     job = m.one("Job")
-    check(job["metadata"]["annotations"].get("helm.sh/hook") == "pre-upgrade", "remove Job is a pre-upgrade hook")
-    removes = [c["args"][-1] for c in job["spec"]["template"]["spec"]["initContainers"]]
-    check(removes == ["5", "4"], f"remove Job: remove-node {removes}, highest id first")
+    check(hook_events(job) == {"pre-upgrade", "pre-rollback"}, f"remove Job is a pre-upgrade and pre-rollback hook ({hook_events(job)})")
+    removes = removed_ids(job)
+    check(removes == ["9", "8", "7", "6", "5", "4"], f"remove Job: remove-node {removes} (4 and 5 included), highest id first")
+    m = Manifests(render("--set", "replicas=9", "--set", "mqtt.auth.statestoreNodes=9"))
+    check(not m.jobs("remove"), "replicas 9: no remove hook (no member id above 9)")
     m = Manifests(render("--set", "membership.automate=false", "--set", "replicas=5"))
     check(not m.all("Job"), "membership.automate=false: no Job")
 
@@ -424,6 +456,10 @@ def tls_render():
             f"pod {i}: [mqtt.tls] enabled with ca_file, cert_file, key_file",
         )
         check(
+            mt.get("reload_interval_ms") == tls["broker"]["reloadIntervalMs"],
+            f"pod {i}: [mqtt.tls] reload_interval_ms = tls.broker.reloadIntervalMs ({mt.get('reload_interval_ms')})",
+        )
+        check(
             c["cluster"].get("tls") == {k: f"/etc/statestore/tls/peers/{n}" for k, n in (("ca_file", "ca.crt"), ("cert_file", "tls.crt"), ("key_file", "tls.key"))},
             f"pod {i}: [cluster.tls] ca_file, cert_file, key_file",
         )
@@ -447,7 +483,7 @@ def tls_render():
         check(container[probe]["httpGet"].get("scheme") == "HTTPS", f"{probe} uses HTTPS")
     admin_host = f"{name}.{NS}.svc.{DOMAIN}"
 
-    job = m.one("Job")
+    (job,) = m.jobs("join")
     jpod = job["spec"]["template"]["spec"]
     jvolumes = {v["name"]: v for v in jpod.get("volumes", [])}
     steps = jpod["initContainers"] + jpod["containers"]
@@ -496,11 +532,106 @@ def tls_render():
     check(any(p["port"] == 8883 for r in np["spec"]["egress"] for p in r["ports"]), "NetworkPolicy egress to the broker's TLS port 8883")
 
     print("== tls.broker with the system CA bundle, server name")
-    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.secretName=", "--set", "tls.broker.clientCert=false", "--set", "tls.broker.serverName=mqtt.example.com"))
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.secretName=", "--set", "tls.broker.clientCert=false", "--set", "tls.broker.serverName=mqtt.example.com", "--set", "tls.broker.reloadIntervalMs=null"))
     sts = m.one("StatefulSet")
     c = node_configs(m, sts)[0][f"{name}-0.toml"]
-    check(c["mqtt"]["tls"] == {"enabled": True, "server_name": "mqtt.example.com"}, "[mqtt.tls] enabled and server_name only")
+    check(c["mqtt"]["tls"] == {"enabled": True, "server_name": "mqtt.example.com"}, "[mqtt.tls] enabled and server_name only (reloadIntervalMs null: the node's default)")
+    m = Manifests(render("-f", str(CHART / "ci" / "tls-values.yaml"), "--set", "tls.broker.reloadIntervalMs=0"))
+    c = node_configs(m, m.one("StatefulSet"))[0][f"{name}-0.toml"]
+    check(c["mqtt"]["tls"].get("reload_interval_ms") == 0, "tls.broker.reloadIntervalMs 0 is written (reloading off), not dropped as empty")
     check(not any("/etc/statestore/tls/broker" == vm["mountPath"] for vm in sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]), "no broker TLS volume")
+
+
+def scheduling_render():
+    print("== ci/scheduling-values.yaml")
+    path = CHART / "ci" / "scheduling-values.yaml"
+    values = yaml.safe_load(path.read_text())
+    out = helm_template("-f", str(path))
+    if not check(out.returncode == 0, "resources given as numbers (cpu: 1, cpu: 1.5, memory in bytes) are accepted"):
+        print(f"     stderr: {out.stderr.strip()[:400]}")
+        return
+    m = Manifests([d for d in yaml.safe_load_all(out.stdout) if d])
+    (container,) = m.one("StatefulSet")["spec"]["template"]["spec"]["containers"]
+    check(container["resources"] == values["resources"], f"container resources = the values, numbers kept ({container['resources']})")
+
+    # The same placement for every pod of the release; no priority class for the helm test pod.
+    m = Manifests(render("-f", str(path)))
+    sts = m.one("StatefulSet")
+    jobs = {j["metadata"]["name"].removeprefix(f"{sts['metadata']['name']}-"): j for j in m.all("Job")}
+    pods = {"StatefulSet": sts["spec"]["template"]["spec"], "helm test pod": m.one("Pod")["spec"]}
+    pods.update({f"{'remove hook' if n.startswith('remove-') else 'join Job'} {n}": j["spec"]["template"]["spec"] for n, j in jobs.items()})
+    check(sorted(jobs) == ["join-r1", "remove-r1"], f"join Job and remove hook rendered ({sorted(jobs)})")
+    for where, spec in pods.items():
+        for key in ("nodeSelector", "tolerations", "imagePullSecrets"):
+            check(spec.get(key) == values[key], f"{where}: {key} = the values' {key}")
+        want = None if where == "helm test pod" else values["priorityClassName"]
+        check(spec.get("priorityClassName") == want, f"{where}: priorityClassName {want}")
+
+
+def against_cluster(existing, *args):
+    """helm template --dry-run=server --is-upgrade against a fake API server holding `existing`
+    as the release's StatefulSet (None: no StatefulSet), so that lookup finds it."""
+    objects = {("apps/v1", "StatefulSet", NS, f"{RELEASE}-statestore"): existing} if existing else {}
+    with FakeApiServer(objects) as api:
+        cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, "--dry-run=server", "--is-upgrade", "--disable-openapi-validation", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **api.env})
+    return out, api.requests
+
+
+def upgrade_lookups():
+    print("== upgrades against a (fake) API server: lookup of the release's StatefulSet")
+    sts = Manifests(render()).one("StatefulSet")
+    # As the API server returns it: defaulted fields, quantities in canonical form.
+    sts["spec"]["volumeClaimTemplates"][0]["spec"]["volumeMode"] = "Filesystem"
+    sts["spec"]["volumeClaimTemplates"][0]["status"] = {"phase": "Pending"}
+    sts["status"] = {"replicas": 3}
+
+    def variant(size=None, storage_class=None, modes=None, replicas=None):
+        v = copy.deepcopy(sts)
+        t = v["spec"]["volumeClaimTemplates"][0]["spec"]
+        if size:
+            t["resources"]["requests"]["storage"] = size
+        if storage_class:
+            t["storageClassName"] = storage_class
+        if modes:
+            t["accessModes"] = modes
+        if replicas:
+            v["spec"]["replicas"] = replicas
+        return v
+
+    out, requests = against_cluster(sts)
+    check(
+        out.returncode == 0 and f"/apis/apps/v1/namespaces/{NS}/statefulsets/{RELEASE}-statestore" in requests,
+        "unchanged persistence: the upgrade renders, after looking the StatefulSet up",
+    )
+    if out.returncode != 0:
+        print(f"     stderr: {out.stderr.strip()[:400]}")
+    out, _ = against_cluster(variant(size="1Gi"), "--set", "persistence.size=1024Mi")
+    check(out.returncode == 0, "persistence.size 1024Mi = the StatefulSet's 1Gi (quantities compared as bytes)")
+    refused = [
+        (sts, ["--set", "persistence.size=20Gi"], "persistence.size is 20Gi, but the StatefulSet demo-statestore has volume claims of 10Gi"),
+        (variant(size="10G"), [], "persistence.size is 10Gi, but the StatefulSet demo-statestore has volume claims of 10G"),
+        (sts, ["--set", "persistence.storageClassName=fast"], 'persistence.storageClassName is "fast", but the StatefulSet demo-statestore has volume claims of StorageClass ""'),
+        (variant(storage_class="standard"), [], 'persistence.storageClassName is "", but the StatefulSet demo-statestore has volume claims of StorageClass "standard"'),
+        (sts, ["--set", "persistence.accessModes={ReadWriteOncePod}"], 'persistence.accessModes is ["ReadWriteOncePod"], but the StatefulSet demo-statestore has volume claims with ["ReadWriteOnce"]'),
+    ]
+    for existing, args, message in refused:
+        out, _ = against_cluster(existing, *args)
+        check(out.returncode != 0 and message in out.stderr and "kubectl delete statefulset" * ("size" in message) in out.stderr,
+              f"immutable volumeClaimTemplates: refused with {message!r}")
+        if out.returncode == 0 or message not in out.stderr:
+            print(f"     rc={out.returncode} stderr: {out.stderr.strip()[:400]}")
+    out, _ = against_cluster(None, "--set", "persistence.size=20Gi")
+    check(out.returncode == 0, "no StatefulSet yet (install): nothing to compare")
+
+    # The remove hook finds the current size with the same lookup.
+    for replicas, events in ((5, {"pre-upgrade", "pre-rollback"}), (3, {"pre-rollback"})):
+        out, _ = against_cluster(variant(replicas=replicas))
+        hooks = Manifests([d for d in yaml.safe_load_all(out.stdout) if d]).jobs("remove") if out.returncode == 0 else []
+        check(
+            len(hooks) == 1 and hook_events(hooks[0]) == events,
+            f"StatefulSet at {replicas} replicas, values 3: the remove hook is {sorted(events)} ({[sorted(hook_events(h)) for h in hooks]})",
+        )
 
 
 def failing_renders():
@@ -529,12 +660,28 @@ def failing_renders():
         (["--set", "admin.token.key=a/b"], "at '/admin/token/key'"),
         (["--set", "config.admin.token_file=/x"], "additional properties 'admin' not allowed"),
         (["--set", "config.cluster.tls.ca_file=/x"], "additional properties 'tls' not allowed"),
+        (["--set-string", "resources.requests.memory=512MB"], "at '/resources/requests/memory': 'anyOf' failed"),
+        (["--set", "resources.limits.cpu=-1"], "at '/resources/limits/cpu': 'anyOf' failed"),
+        (["--set", "resources.limits.cpu=true"], "at '/resources/limits/cpu': 'anyOf' failed"),
+        (["--set", "tls.broker.reloadIntervalMs=-1"], "at '/tls/broker/reloadIntervalMs': minimum"),
+        (["--set", "tls.broker.reloadIntervalMs=86400001"], "at '/tls/broker/reloadIntervalMs': maximum"),
+        (["--set", "ports.raft=7480"], "ports.http and ports.raft are both 7480"),
+        (["--set", "ports.http=7481"], "ports.http and ports.raft are both 7481"),
+        (["--set", "ports.http=0"], "at '/ports/http': minimum"),
+        (["--set", "ports.raft=65536"], "at '/ports/raft': maximum"),
+        (["--set", "mqtt.service.port=65536"], "at '/service/port': maximum"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:0"], "at '/broker/address': 'mqtt:0' does not match pattern"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:65536"], "at '/broker/address': 'mqtt:65536' does not match pattern"),
+        (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:99999"], "at '/broker/address': 'mqtt:99999' does not match pattern"),
     ]
     for args, message in cases:
         out = helm_template(*args)
         check(out.returncode != 0 and message in out.stderr, f"{' '.join(args[1::2])}: refused with {message!r}")
         if out.returncode == 0 or message not in out.stderr:
             print(f"     rc={out.returncode} stderr: {out.stderr.strip()[:400]}")
+    for port in (1, 65535):
+        out = helm_template("--set", "mqtt.enabled=false", "--set", f"broker.address=mqtt:{port}")
+        check(out.returncode == 0 and f"- mqtt:{port}\n" in out.stdout, f"broker.address port {port} accepted")
     out = helm_template("--set", "config.shutdown_grace_ms=40000")
     check(out.returncode == 0 and "terminationGracePeriodSeconds: 60" in out.stdout, "termination grace follows shutdown_grace_ms (40 s -> 60 s)")
     m = Manifests(render("--set-json", 'config={"limits":{"max_keys":200000}}'))
@@ -577,6 +724,8 @@ def main():
     monitoring_render()
     external_render()
     tls_render()
+    scheduling_render()
+    upgrade_lookups()
     changed = failing_renders()
     check(changed != checksum, "a config change changes checksum/config (the pods roll)")
     schema_covers_values()

@@ -19,8 +19,12 @@ failure under restartPolicy OnFailure. Then:
   4. SIGTERM another member: the restarted one must now be part of the quorum (GET, SET)
   5. scale to 5 (helm render with replicas=5): the new pods join and the chart's join Job's
      commands make them voters; the first three pods' files and template are unchanged
-  6. scale back to 3 (the pre-upgrade hook's commands), stop pods 4 and 3; every key is there
-  7. the `helm test` pod's commands (statestore kv set/get/del) when the binary has `kv`
+  6. scale back to 3 (the pre-upgrade hook's commands: remove-node 9 down to 4, the ids that
+     are not members included), stop pods 4 and 3; every key is there
+  7. scale to 5 again: pods 3 and 4 start on their kept volumes and the join Job adds them
+  8. `helm rollback` to the install: the hook stored with revision 1 (pre-rollback, rendered
+     with replicas 3) removes 5 and 4, then pods 4 and 3 stop; every key is there
+  9. the `helm test` pod's commands (statestore kv set/get/del) when the binary has `kv`
 
 With --tls the same runs with tls.peers, tls.http (one Secret for both, made here with
 openssl: a CA and a certificate for the headless wildcard, the admin Service and 127.0.0.1,
@@ -425,6 +429,12 @@ def run_job(world, manifests, job, attempts=30):
     return outputs
 
 
+def membership_job(manifests, what):
+    """The join Job or the remove hook (what: "join" or "remove") of a render."""
+    (job,) = [d for (k, name), d in manifests.items() if k == "Job" and name.endswith(f"-{what}-r1")]
+    return job
+
+
 def voters(world):
     for pod in world.pods.values():
         if pod.running():
@@ -565,15 +575,16 @@ def main():
             "scaling to 5 leaves the running pods' template and files unchanged (no roll)",
         )
         new = [start_member(world, m5, i) for i in (3, 4)]
-        job = next(d for (k, _), d in m5.items() if k == "Job")
-        run_job(world, m5, job)
+        join = membership_job(m5, "join")
+        run_job(world, m5, join)
         wait_ready(new)
         must(voters(world) == [1, 2, 3, 4, 5], f"voters {voters(world)} after the join Job")
         client.get("rehearsal/k3", "v3")
 
         # 6. Scale back to 3: the pre-upgrade hook, then the StatefulSet stops pods 4 and 3.
         mdown = render("--set", "membership.previousReplicas=5", installed=m3)
-        hook = next(d for (k, _), d in mdown.items() if k == "Job")
+        hook = membership_job(mdown, "remove")
+        must("pre-upgrade" in hook["metadata"]["annotations"]["helm.sh/hook"], "the scale-down's remove Job is a pre-upgrade hook")
         run_job(world, mdown, hook)
         must(voters(world) == [1, 2, 3], f"voters {voters(world)} after the remove hook")
         for pod in reversed(new):
@@ -581,7 +592,25 @@ def main():
         for key, value in (("rehearsal/k1", "v1"), ("rehearsal/k2", "v2"), ("rehearsal/k3", "v3")):
             client.get(key, value)
 
-        # 7. The helm test pod, when this binary has the kv client.
+        # 7. Scale to 5 again: pods 3 and 4 on their kept volumes, added by the join Job.
+        new = [start_member(world, m5, i) for i in (3, 4)]
+        run_job(world, m5, join)
+        wait_ready(new)
+        must(voters(world) == [1, 2, 3, 4, 5], f"voters {voters(world)} after scaling to 5 again")
+        client.set("rehearsal/k4", "v4")
+
+        # 8. helm rollback to revision 1 (replicas 3): helm renders nothing and runs the hooks
+        # stored with that revision, here its remove Job (pre-rollback only: no upgrade ran it).
+        back = membership_job(m3, "remove")
+        must(back["metadata"]["annotations"]["helm.sh/hook"] == "pre-rollback", "revision 1 stored a pre-rollback remove Job")
+        run_job(world, m3, back)
+        must(voters(world) == [1, 2, 3], f"voters {voters(world)} after revision 1's pre-rollback hook")
+        for pod in reversed(new):
+            pod.kill(signal.SIGTERM)
+        for key, value in (("rehearsal/k1", "v1"), ("rehearsal/k3", "v3"), ("rehearsal/k4", "v4")):
+            client.get(key, value)
+
+        # 9. The helm test pod, when this binary has the kv client.
         test = next(d for (k, _), d in m3.items() if k == "Pod")
         has_kv = subprocess.run([BIN, "kv", "--help"], capture_output=True).returncode == 0
         if has_kv:

@@ -47,6 +47,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 statestore.io/admin-client: "true"
 {{- end -}}
 
+{{/*
+Where a pod of the release may run, from the members' values: imagePullSecrets (the same
+image), nodeSelector and tolerations; priorityClassName too with .priority (the members and
+the membership Jobs; not the helm test pod, which should not preempt anything). Callers trim
+and indent it: it is empty when none is set.
+*/}}
+{{- define "statestore.podPlacement" -}}
+{{- $v := .root.Values -}}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .priority }}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
 {{- define "statestore.image" -}}
 {{- $repo := required "image.repository is required: the statestore image (build it with `docker build -t statestore:<tag> .` at the repository root)" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
@@ -173,6 +200,9 @@ statestore.io/admin-client: "true"
 {{- $_ := set $mtls "key_file" (printf "%s/tls.key" $dir) -}}
 {{- end -}}
 {{- with $tls.broker.serverName -}}{{- $_ := set $mtls "server_name" . -}}{{- end -}}
+{{- if not (kindIs "invalid" $tls.broker.reloadIntervalMs) -}}
+{{- $_ := set $mtls "reload_interval_ms" (int64 $tls.broker.reloadIntervalMs) -}}
+{{- end -}}
 {{- $mqtt := get $cfg "mqtt" | default dict -}}
 {{- $_ := set $mqtt "tls" $mtls -}}
 {{- $_ := set $cfg "mqtt" $mqtt -}}
@@ -203,6 +233,9 @@ statestore.io/admin-client: "true"
 
 {{/* Checks across values that the schema cannot express. */}}
 {{- define "statestore.validate" -}}
+{{- if eq (int .Values.ports.http) (int .Values.ports.raft) -}}
+{{- fail (printf "ports.http and ports.raft are both %d: the HTTP listener (/metrics, probes, admin API) and the Raft listener each need their own port" (int .Values.ports.http)) -}}
+{{- end -}}
 {{- if gt (int .Values.cluster.bootstrapReplicas) (int .Values.replicas) -}}
 {{- fail (printf "replicas (%d) must be at least cluster.bootstrapReplicas (%d): the bootstrap members are never removed by the chart; remove members above the bootstrap set only" (int .Values.replicas) (int .Values.cluster.bootstrapReplicas)) -}}
 {{- end -}}
@@ -223,6 +256,47 @@ statestore.io/admin-client: "true"
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (contains "statestore" (include "statestore.jobName" .))) -}}
 {{- fail (printf "the scrape job name %q must contain \"statestore\": the alerts and dashboards select job=~\".*statestore.*\" (set metrics.serviceMonitor.jobName)" (include "statestore.jobName" .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A quantity (10Gi, 1.5G, 500m) in bytes as "%.3f"; "" when it is not one of these forms. */}}
+{{- define "statestore.quantityBytes" -}}
+{{- $units := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $q := toString . -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$" $q -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- printf "%.3f" (mulf (float64 $number) (get $units (trimPrefix $number $q))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuses an upgrade that changes what Kubernetes does not let a StatefulSet change: its
+volumeClaimTemplates (the API server would answer "updates to statefulset spec for fields
+other than ... are forbidden"). .existing is the release's StatefulSet from lookup: empty
+under helm template, --dry-run=client and on install, so this checks only against a cluster.
+*/}}
+{{- define "statestore.checkClaimTemplate" -}}
+{{- $v := .root.Values.persistence -}}
+{{- $name := include "statestore.fullname" .root -}}
+{{- $spec := get (.existing | default dict) "spec" | default dict -}}
+{{- range $t := get $spec "volumeClaimTemplates" | default list -}}
+{{- if eq (dig "metadata" "name" "" $t) "data" -}}
+{{- $size := toString (dig "spec" "resources" "requests" "storage" "" $t) -}}
+{{- $sizeBytes := include "statestore.quantityBytes" $size -}}
+{{- if not (and $sizeBytes (eq $sizeBytes (include "statestore.quantityBytes" $v.size))) -}}
+{{- if ne $size (toString $v.size) -}}
+{{- fail (printf "persistence.size is %s, but the StatefulSet %s has volume claims of %s, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates (the upgrade would be refused as \"updates to statefulset spec ... are forbidden\"). Keep persistence.size: %s. To grow the volumes (a StorageClass with allowVolumeExpansion), resize each claim data-%s-<ordinal> with kubectl patch, then run kubectl delete statefulset %s --cascade=orphan (the pods keep running) and upgrade with the new size (README \"Deploy on Kubernetes\", Volumes)" (toString $v.size) $name $size $size $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- $class := toString (dig "spec" "storageClassName" "" $t) -}}
+{{- if ne $class (toString $v.storageClassName) -}}
+{{- fail (printf "persistence.storageClassName is %q, but the StatefulSet %s has volume claims of StorageClass %q, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates, nor the class of existing claims. Keep persistence.storageClassName: %q (README \"Deploy on Kubernetes\", Volumes)" (toString $v.storageClassName) $name $class $class) -}}
+{{- end -}}
+{{- $modes := dig "spec" "accessModes" list $t -}}
+{{- if ne (toJson $modes) (toJson $v.accessModes) -}}
+{{- fail (printf "persistence.accessModes is %s, but the StatefulSet %s has volume claims with %s, and Kubernetes cannot change a StatefulSet's volumeClaimTemplates. Keep persistence.accessModes: %s" (toJson $v.accessModes) $name (toJson $modes) (toJson $modes)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
