@@ -73,6 +73,8 @@ pub struct DeviceboundMetrics {
     pub devices_in_backoff: IntGauge,
     /// Devices not backed off because the backoff map was full.
     pub backoff_overflow_total: IntCounter,
+    /// Device publishes proposed again after the leader refused them for a moment.
+    pub device_request_retries_total: IntCounter,
 }
 
 macro_rules! metric {
@@ -119,7 +121,13 @@ impl DeviceboundMetrics {
         let drop_reasons: Vec<&str> = DeviceTopicError::ALL
             .iter()
             .map(|e| e.label())
-            .chain(["not_leader", "no_envelope", "failed"])
+            .chain([
+                "not_leader",
+                "no_envelope",
+                "overloaded",
+                "timed_out",
+                "internal",
+            ])
             .collect();
         let metrics = DeviceboundMetrics {
             requests_total,
@@ -172,6 +180,10 @@ impl DeviceboundMetrics {
                 "statestore_devicebound_backoff_overflow_total",
                 "Offline devices not backed off because the backoff map was full."
             )),
+            device_request_retries_total: metric!(IntCounter::new(
+                "statestore_devicebound_device_request_retries_total",
+                "Device settlements and pulls proposed again because the serving leader refused them for a moment (its lease lapsed: a disk stall delayed the followers' acknowledgements)."
+            )),
         };
         registry.register(Box::new(metrics.requests_total.clone()))?;
         registry.register(Box::new(metrics.request_duration_seconds.clone()))?;
@@ -185,6 +197,7 @@ impl DeviceboundMetrics {
         registry.register(Box::new(metrics.offline_backoffs_total.clone()))?;
         registry.register(Box::new(metrics.devices_in_backoff.clone()))?;
         registry.register(Box::new(metrics.backoff_overflow_total.clone()))?;
+        registry.register(Box::new(metrics.device_request_retries_total.clone()))?;
         Ok(metrics)
     }
 

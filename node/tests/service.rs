@@ -23,8 +23,11 @@ use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::protocol::scan::PageLimits;
 use statestore_node::protocol::{ProtocolLimits, resp3};
+use statestore_node::service::device_push::DevicePush;
 use statestore_node::service::{Service, ServiceConfig};
-use statestore_node::transport::{InboundMessage, OutboundMessage, Outbox, REQUEST_TOPIC};
+use statestore_node::transport::{
+    DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, REQUEST_TOPIC,
+};
 use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
 use statestore_storage::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
 use statestore_storage::sled::{Store, StoreConfig};
@@ -745,4 +748,109 @@ async fn the_largest_key_round_trips_and_keynotify_refuses_unpublishable_topics(
         &h.send(&resp(&[b"KEYNOTIFY", &too_long])).await[0].payload[..],
         b"-ERR syntax error\r\n"
     );
+}
+
+/// A message pushed to a device: (device, lock token, body).
+type Delivery = (String, String, Vec<u8>);
+
+/// What a device-bound request published: the deliveries and the reply payloads.
+fn split_device_publishes(published: Vec<OutboundMessage>) -> (Vec<Delivery>, Vec<Vec<u8>>) {
+    let mut deliveries = Vec::new();
+    let mut replies = Vec::new();
+    for message in published {
+        match message.kind {
+            OutboundKind::DeviceMessage { device, token } => {
+                assert!(
+                    message
+                        .topic
+                        .starts_with(&format!("devices/{device}/messages/devicebound/")),
+                    "{}",
+                    message.topic
+                );
+                deliveries.push((device, token, message.payload.to_vec()));
+            }
+            OutboundKind::Response => replies.push(message.payload.to_vec()),
+            other => panic!("unexpected publish {other:?}"),
+        }
+    }
+    (deliveries, replies)
+}
+
+#[tokio::test]
+async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retries_deliver_nothing()
+ {
+    let mut h = Harness::start(Duration::from_secs(10)).await;
+    let device_request = |h: &mut Harness, parts: &[&[u8]]| {
+        let mut message = h.request(&resp(parts), Some(10));
+        message.topic = DEVICEBOUND_REQUEST_TOPIC.to_owned();
+        message
+    };
+    let handle_device = |h: &Harness, message: InboundMessage| {
+        let service = h.service.clone();
+        let outbox = h.outbox.clone();
+        async move {
+            service.handle_device(message).await;
+            split_device_publishes(outbox.take())
+        }
+    };
+
+    // A device nobody knows to be offline: the SEND's own commit locks the message, and it is
+    // published with the +OK (no push round involved).
+    let first = device_request(&mut h, &[b"SEND", b"dev1", b"m1", b"one"]);
+    let (deliveries, replies) = handle_device(&h, first.clone()).await;
+    assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
+    assert_eq!(deliveries.len(), 1, "{deliveries:?}");
+    let (device, token, body) = &deliveries[0];
+    assert_eq!((device.as_str(), body.as_slice()), ("dev1", &b"one"[..]));
+
+    // A retry gets the remembered +OK and publishes nothing a second time.
+    let (deliveries, replies) = handle_device(&h, first).await;
+    assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
+    assert!(deliveries.is_empty(), "{deliveries:?}");
+
+    // The window (1) is taken: the second message waits, Enqueued.
+    let second = device_request(&mut h, &[b"SEND", b"dev1", b"m2", b"two"]);
+    let (deliveries, replies) = handle_device(&h, second).await;
+    assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
+    assert!(deliveries.is_empty(), "{deliveries:?}");
+
+    // Completing the first delivers the second in the same proposal.
+    let push = DevicePush::new(h.service.clone());
+    let settle = InboundMessage {
+        topic: format!("devices/dev1/messages/settle/complete/{token}"),
+        qos: 1,
+        response_topic: None,
+        correlation_data: None,
+        message_expiry_secs: None,
+        content_type: None,
+        user_properties: Vec::new(),
+        payload: Bytes::new(),
+        received_at: Instant::now(),
+    };
+    push.clone().handle_inbound(settle.clone()).await;
+    let (deliveries, replies) = split_device_publishes(h.outbox.take());
+    assert!(replies.is_empty(), "no reply was asked for");
+    assert_eq!(
+        deliveries
+            .iter()
+            .map(|(d, _, b)| (d.as_str(), b.as_slice()))
+            .collect::<Vec<_>>(),
+        vec![("dev1", &b"two"[..])]
+    );
+    // The same settlement again settles nothing and delivers nothing.
+    push.clone().handle_inbound(settle).await;
+    let (deliveries, _) = split_device_publishes(h.outbox.take());
+    assert!(deliveries.is_empty(), "{deliveries:?}");
+
+    // A device backing off (found offline): the SEND only enqueues.
+    h.service
+        .with_device_backoffs(|b| b.offline("dev2", Instant::now()));
+    let offline = device_request(&mut h, &[b"SEND", b"dev2", b"m3", b"three"]);
+    let (deliveries, replies) = handle_device(&h, offline).await;
+    assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
+    assert!(deliveries.is_empty(), "{deliveries:?}");
+    let stats =
+        statestore_storage::devicebound::read::queue_stats(&h.service.raft().view(), b"dev2")
+            .expect("queue stats");
+    assert_eq!((stats.enqueued, stats.invisible), (1, 0));
 }

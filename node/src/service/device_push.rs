@@ -161,6 +161,11 @@ pub struct DevicePush<O: Outbox> {
     feedback_paused_until: Mutex<Option<Instant>>,
 }
 
+/// First pause before a refused device request is proposed again.
+pub const RETRY_FIRST: Duration = Duration::from_millis(50);
+/// How long a refused device request is retried while this node serves.
+pub const RETRY_FOR: Duration = Duration::from_secs(2);
+
 /// How long feedback publishing pauses after a PUBACK 0x10.
 pub const FEEDBACK_PAUSE: Duration = Duration::from_secs(1);
 
@@ -400,16 +405,22 @@ impl<O: Outbox> DevicePush<O> {
             .with_label_values(&[kind])
             .inc();
         let outcome = self
-            .service
-            .propose_device(envelope.as_ref(), message.message_expiry_secs, command)
+            .propose_retrying(envelope.as_ref(), message.message_expiry_secs, command)
             .await;
         let mut result = match outcome {
             Ok(Outcome::Device(outcome)) => outcome.result,
             Ok(_) => return,
             Err(err) => {
-                metrics.dropped("failed");
-                if let Unavailable::Internal(err) = err {
-                    tracing::warn!(error = %err, "device request failed");
+                // The device gets no answer; a settlement lost this way leaves its message
+                // locked until the lock runs out (then it is delivered again).
+                metrics.dropped(err.label());
+                match err {
+                    Unavailable::Internal(err) => {
+                        tracing::warn!(error = %err, "device request failed")
+                    }
+                    other => {
+                        tracing::debug!(reason = other.label(), "device request not proposed")
+                    }
                 }
                 return;
             }
@@ -434,6 +445,43 @@ impl<O: Outbox> DevicePush<O> {
             _ => return,
         };
         self.reply(&envelope, reply).await;
+    }
+
+    /// Proposes a device's settlement or pull; while this node still serves, a refusal is
+    /// retried ([`RETRY_FIRST`] doubling, for at most [`RETRY_FOR`]). openraft's leader refuses
+    /// writes for a moment when its lease lapses (a disk stall that delays the followers'
+    /// acknowledgements by ~100 ms is enough) without losing its leadership; a settlement
+    /// dropped then would leave the device's message locked until the lock runs out, and the
+    /// device would get it twice. Retrying is safe: a lock token settles once, and a pull is
+    /// under the reply memory.
+    async fn propose_retrying(
+        &self,
+        envelope: Option<&Envelope>,
+        message_expiry_secs: Option<u32>,
+        command: DeviceCommand,
+    ) -> Result<Outcome, Unavailable> {
+        let give_up = Instant::now() + RETRY_FOR;
+        let mut delay = RETRY_FIRST;
+        loop {
+            let outcome = self
+                .service
+                .propose_device(envelope, message_expiry_secs, command.clone())
+                .await;
+            match outcome {
+                Err(Unavailable::NotLeader | Unavailable::Overloaded)
+                    if self.service.is_serving() && Instant::now() + delay < give_up =>
+                {
+                    self.service
+                        .metrics()
+                        .devicebound
+                        .device_request_retries_total
+                        .inc();
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn reply(&self, envelope: &Envelope, reply: DeviceReply) {
@@ -483,8 +531,7 @@ pub async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: Messag
         return;
     };
     let user_properties = owned_properties(delivery_user_properties(&delivery));
-    let expiry =
-        message_expiry_interval_secs(delivered.message.expires_at_ms, service.wall_ms());
+    let expiry = message_expiry_interval_secs(delivered.message.expires_at_ms, service.wall_ms());
     let token = delivered.token.clone();
     let message = OutboundMessage {
         topic,
