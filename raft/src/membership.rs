@@ -13,10 +13,15 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::network::protocol::{self, Request, Response};
 use crate::network::{Transport, connect, read_response};
-use crate::types::{NodeId, Raft, TypeConfig};
+use crate::types::{LogId, NodeId, Raft, TypeConfig};
 
 /// How long a forwarded change may take (adding a voter waits for it to catch up).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a new learner has, once openraft calls it caught up, to acknowledge the entry that
+/// added it. openraft counts a learner within its lag threshold (5,000 entries) as caught up,
+/// so on a short log a node the leader cannot reach at all would pass; it must not become a
+/// voter (a voter nobody reaches lowers the fault tolerance: 3 of 4 then make a quorum).
+const LEARNER_ACK_WAIT: Duration = Duration::from_secs(10);
 /// A requested membership change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MembershipChange {
@@ -49,10 +54,37 @@ fn write_error(err: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Erro
 pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()> {
     match change {
         MembershipChange::AddVoter { id, addr } => {
-            // Blocking: returns once the learner has caught up with the leader's log.
-            raft.add_learner(*id, BasicNode::new(addr.clone()), true)
+            // Blocking: returns once the learner is within openraft's lag threshold.
+            let added = raft
+                .add_learner(*id, BasicNode::new(addr.clone()), true)
                 .await
                 .map_err(write_error)?;
+            let acknowledged = raft
+                .wait(Some(LEARNER_ACK_WAIT))
+                .metrics(
+                    |m| learner_matched(m.replication.as_ref(), *id) >= Some(added.log_id.index),
+                    "the new learner acknowledges the entry that added it",
+                )
+                .await
+                .is_ok();
+            if !acknowledged {
+                // Not left behind as a learner either: the leader would keep dialling it.
+                let removed = raft
+                    .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([*id])), false)
+                    .await
+                    .map_err(write_error);
+                tracing::warn!(
+                    id,
+                    addr,
+                    ?removed,
+                    "a node to add never acknowledged replication: not added"
+                );
+                return Err(Error::Membership(format!(
+                    "node {id} at {addr} acknowledged no replication within {LEARNER_ACK_WAIT:?}, so it was not added \
+                     (is it running with --join, reachable from the leader at that address, and holding a certificate \
+                     of the cluster's CA when peers use TLS?)"
+                )));
+            }
             raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([*id])), false)
                 .await
                 .map_err(write_error)?;
@@ -76,6 +108,14 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// The log index `id` has acknowledged, according to the leader's replication metrics.
+fn learner_matched(
+    replication: Option<&std::collections::BTreeMap<NodeId, Option<LogId>>>,
+    id: NodeId,
+) -> Option<u64> {
+    replication?.get(&id)?.as_ref().map(|log_id| log_id.index)
 }
 
 /// Runs `change` here if this node leads, otherwise forwards it to the leader (over

@@ -166,9 +166,9 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
     );
 
     // The leader adds a member whose listener presents a certificate of another CA: it refuses
-    // to talk to it, and the member never receives an entry. (The change itself may complete:
-    // openraft counts a learner within its lag threshold of a short log as caught up, and the
-    // other three voters are a quorum of four.)
+    // to talk to it, and the member never receives an entry. openraft counts a learner within
+    // its lag threshold of a short log as caught up, but the change is refused: the learner
+    // never acknowledged anything, and it is taken out again.
     let outsider = start(5, &rogue_tls, &stopped).await;
     let outsider_addr = outsider.addr.clone();
     let before = tls_failures(&members[leader].registry, "client");
@@ -207,7 +207,26 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
         None,
         "the outsider received no entry"
     );
-    adding.abort();
+    let added = tokio::time::timeout(Duration::from_secs(60), adding)
+        .await
+        .expect("the change ends")
+        .expect("the change task");
+    let err = added.expect_err("a node the leader cannot reach is not added");
+    assert!(
+        err.to_string().contains("acknowledged no replication"),
+        "{err}"
+    );
+    let membership = members[leader]
+        .node
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .clone();
+    assert!(
+        membership.get_node(&5).is_none(),
+        "node 5 is neither voter nor learner: {membership:?}"
+    );
 
     let _ = stop.send(true);
     for m in members.iter().chain([&rogue, &outsider]) {
