@@ -255,3 +255,63 @@ async fn tls_with_a_ca_and_a_client_certificate() {
     let get = kv_async(&plain, &["get", "secure"]).await;
     assert_eq!((status(&get), stdout(&get).as_str()), (0, "yes\n"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_prints_every_matching_key_in_order_across_pages() {
+    use azure_iot_operations_services::state_store::SetOptions;
+    use statestore_tests::sdk::{SdkClient, TIMEOUT};
+
+    let mut cluster = Cluster::start(1, &[]);
+    cluster.wait_ready(Duration::from_secs(60)).await;
+    let broker = cluster.broker.address();
+    // More matching keys than one page holds (1,000), and keys around them that do not match.
+    let sdk = SdkClient::connect(cluster.broker.port, "t99-scan-writer").await;
+    let matching: Vec<String> = (0..1_005).map(|i| format!("page:{i:04}")).collect();
+    let others = ["pagex", "page", "other:1", "zzz"];
+    for chunk in matching
+        .iter()
+        .map(String::as_str)
+        .chain(others)
+        .collect::<Vec<_>>()
+        .chunks(64)
+    {
+        let writes = chunk.iter().map(|key| {
+            sdk.client.set(
+                key.as_bytes().to_vec(),
+                b"v".to_vec(),
+                TIMEOUT,
+                None,
+                SetOptions::default(),
+            )
+        });
+        for written in futures::future::join_all(writes).await {
+            written.expect("set");
+        }
+    }
+
+    let scan = kv_async(&broker, &["scan", "page:*"]).await;
+    assert_eq!(
+        status(&scan),
+        0,
+        "scan: {:?}",
+        String::from_utf8_lossy(&scan.stderr)
+    );
+    let listed: Vec<String> = stdout(&scan).lines().map(str::to_owned).collect();
+    assert_eq!(listed, matching, "every matching key once, in key order");
+
+    let scan = kv_async(&broker, &["--hex", "scan", "o?her:[0-9]"]).await;
+    assert_eq!(
+        (status(&scan), stdout(&scan).as_str()),
+        (0, format!("{}\n", hex::encode("other:1")).as_str())
+    );
+    let none = kv_async(&broker, &["scan", "nothing*"]).await;
+    assert_eq!((status(&none), stdout(&none).as_str()), (0, ""));
+    // A pattern over the key limit is the store's `syntax error`: exit 2, said on stderr.
+    let long = "*".repeat(70_000);
+    let refused = kv_async(&broker, &["scan", &long]).await;
+    assert_eq!(status(&refused), 2);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("syntax error"),
+        "{refused:?}"
+    );
+}

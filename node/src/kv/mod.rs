@@ -1,5 +1,5 @@
 //! `statestore kv`: a command-line client of the state store protocol over MQTT 5, like any
-//! other client (get, set, del, vdel, watch).
+//! other client (get, set, del, vdel, scan, watch).
 //!
 //! Exit status: 0 on success; 1 when the key is missing (get, del, vdel: like the official
 //! statestore-cli) or a SET condition / VDEL value did not hold; 2 on a usage error, a
@@ -104,6 +104,12 @@ pub enum KvCommand {
         key: String,
         /// The value it must have.
         value: String,
+    },
+    /// Print every key matching PATTERN (`*`, `?`, `[a-z]`, `[!a]`), one per line in key
+    /// order, page after page.
+    Scan {
+        /// The pattern, matched against the whole key.
+        pattern: String,
     },
     /// Print every change of the KEYs until interrupted: `SET <key> <value>` or `DELETE <key>`.
     Watch {
@@ -252,6 +258,10 @@ async fn execute(args: &KvArgs) -> Result<u8, NodeError> {
             )
             .await?,
         )?,
+        KvCommand::Scan { pattern } => {
+            scan(&mut session, pattern, within, &print).await?;
+            EXIT_OK
+        }
         KvCommand::Watch { keys } => return watch(&mut session, keys, within, args.hex).await,
     };
     Ok(outcome)
@@ -285,6 +295,42 @@ async fn call_with(
             "unreadable reply: {:?}",
             String::from_utf8_lossy(&reply)
         ))),
+    }
+}
+
+/// SCAN page after page until the store says the scan is complete, printing each key. A page
+/// that is resent after a failover is the same page (the token names where it starts).
+async fn scan(
+    session: &mut Session,
+    pattern: &str,
+    within: Duration,
+    print: &dyn Fn(&[u8]) -> Result<(), NodeError>,
+) -> Result<(), NodeError> {
+    let mut token: Option<Vec<u8>> = None;
+    loop {
+        let mut parts: Vec<&[u8]> = vec![b"SCAN", pattern.as_bytes()];
+        if let Some(token) = &token {
+            parts.push(token);
+        }
+        let reply = session.request(&wire::request(&parts), &[], within).await?;
+        let Some(page) = wire::parse_keys_page(&reply) else {
+            return Err(match wire::parse_reply(&reply) {
+                Some(Reply::Error(message)) => {
+                    NodeError::Client(format!("the store replied: {message}"))
+                }
+                _ => NodeError::Client(format!(
+                    "unreadable SCAN reply: {:?}",
+                    String::from_utf8_lossy(&reply)
+                )),
+            });
+        };
+        for key in &page.keys {
+            print(key)?;
+        }
+        match page.next {
+            Some(next) => token = Some(next),
+            None => return Ok(()),
+        }
     }
 }
 

@@ -30,6 +30,58 @@ pub enum Reply {
     Error(String),
 }
 
+/// One SCAN page: its keys, and the token of the next page (none on the last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeysPage {
+    /// The page's keys, in key order.
+    pub keys: Vec<Vec<u8>>,
+    /// Pass it to the next SCAN; `None`: the scan is complete.
+    pub next: Option<Vec<u8>>,
+}
+
+/// Splits `*<n>\r\n` (or another one-line header of `kind`) off `payload`.
+fn header(payload: &[u8], kind: u8) -> Option<(usize, &[u8])> {
+    let line_end = payload.windows(2).position(|w| w == b"\r\n")?;
+    let (&found, count) = payload[..line_end].split_first()?;
+    if found != kind {
+        return None;
+    }
+    let count = std::str::from_utf8(count).ok()?.parse().ok()?;
+    Some((count, &payload[line_end + 2..]))
+}
+
+/// Splits one bulk string `$<n>\r\n<n bytes>\r\n` off `payload`.
+fn bulk(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = header(payload, b'$')?;
+    let value = rest.get(..len)?;
+    let rest = rest.get(len..)?.strip_prefix(b"\r\n")?;
+    Some((value, rest))
+}
+
+/// Parses a SCAN reply (`*1\r\n*<k>\r\n<keys>` on the last page, `*2\r\n*<k>\r\n<keys>
+/// $<t>\r\n<token>\r\n` otherwise); `None` if it is not exactly that.
+pub fn parse_keys_page(payload: &[u8]) -> Option<KeysPage> {
+    let (elements, rest) = header(payload, b'*')?;
+    let (count, mut rest) = header(rest, b'*')?;
+    // Each key takes at least 6 bytes (`$0\r\n\r\n`): a count beyond that is a lie.
+    let mut keys = Vec::with_capacity(count.min(rest.len() / 6));
+    for _ in 0..count {
+        let (key, after) = bulk(rest)?;
+        keys.push(key.to_vec());
+        rest = after;
+    }
+    let next = match elements {
+        1 => None,
+        2 => {
+            let (token, after) = bulk(rest)?;
+            rest = after;
+            Some(token.to_vec())
+        }
+        _ => return None,
+    };
+    rest.is_empty().then_some(KeysPage { keys, next })
+}
+
 /// Parses one reply payload; `None` if it is not exactly one well-formed reply.
 pub fn parse_reply(payload: &[u8]) -> Option<Reply> {
     let line_end = payload.windows(2).position(|w| w == b"\r\n")?;

@@ -76,3 +76,51 @@ fn notifications_and_their_keys() {
     assert_eq!(notified_key("clients/x/command/notify/ZZ"), None);
     assert_eq!(notified_key("clients/x/other"), None);
 }
+
+#[test]
+fn scan_pages_as_the_store_encodes_them_and_nothing_else() {
+    use crate::protocol::scan::Page;
+    let keys = |ks: &[&[u8]]| ks.iter().map(|k| k.to_vec()).collect::<Vec<_>>();
+    // The store's own encoder is the reference for the byte form.
+    for (page_keys, token) in [
+        (keys(&[]), None),
+        (keys(&[b"a", b"", b"k\r\ney"]), None),
+        (keys(&[b"a"]), Some(b"\x01a".to_vec())),
+        (keys(&[]), Some(b"\x01zz".to_vec())),
+    ] {
+        let encoded = Page {
+            keys: page_keys.clone(),
+            next_token: token.clone(),
+        }
+        .encode();
+        assert_eq!(
+            parse_keys_page(&encoded),
+            Some(KeysPage {
+                keys: page_keys,
+                next: token
+            }),
+            "{:?}",
+            String::from_utf8_lossy(&encoded)
+        );
+    }
+    let refused: &[&[u8]] = &[
+        b"",
+        b"+OK\r\n",
+        b"-ERR syntax error\r\n",
+        b"*1\r\n*2\r\n$1\r\na\r\n",
+        b"*1\r\n*1\r\n$1\r\na\r\nextra",
+        b"*3\r\n*0\r\n$1\r\nt\r\n$1\r\nu\r\n",
+        b"*2\r\n*0\r\n",
+        b"*1\r\n*99999999999\r\n",
+        b"*1\r\n*1\r\n$5\r\nab\r\n",
+        b"*1\r\n$1\r\na\r\n",
+    ];
+    for payload in refused {
+        assert_eq!(
+            parse_keys_page(payload),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(payload)
+        );
+    }
+}
