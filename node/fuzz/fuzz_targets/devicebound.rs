@@ -8,9 +8,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use statestore_node_fuzz::devicebound::{
-    DeviceRequest, DeviceTopicError, DeviceboundLimits, MAX_DEVICE_ID_BYTES,
-    MAX_MESSAGE_ID_BYTES, device_activity, encode_device_request, is_valid_lock_token,
-    parse_device_request, parse_device_topic, sniff_device_verb,
+    DeviceRequest, DeviceTopicError, DeviceboundLimits, MAX_DEVICE_ID_BYTES, MAX_MESSAGE_ID_BYTES,
+    device_activity, encode_device_request, is_valid_lock_token, parse_device_request,
+    parse_device_topic, sniff_device_verb,
 };
 use statestore_node_fuzz::protocol::{ErrorReply, Reply};
 
@@ -59,7 +59,12 @@ fn check_topic(topic: &str) {
 
 fuzz_target!(|payload: &[u8]| {
     check_request(payload, &DeviceboundLimits::default());
-    check_request(payload, &DeviceboundLimits { max_message_bytes: 4 });
+    check_request(
+        payload,
+        &DeviceboundLimits {
+            max_message_bytes: 4,
+        },
+    );
     // The same bytes as a topic (MQTT topics are UTF-8), lossily and, when they
     // are UTF-8, as they are.
     check_topic(&String::from_utf8_lossy(payload));

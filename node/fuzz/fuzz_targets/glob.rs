@@ -21,7 +21,12 @@ fuzz_target!(|input: &[u8]| {
     let Ok(text) = std::str::from_utf8(key) else {
         return;
     };
-    assert!(Glob::compile(b"*").expect("one element").matches(key).matched);
+    assert!(
+        Glob::compile(b"*")
+            .expect("one element")
+            .matches(key)
+            .matched
+    );
     if text.chars().count() <= MAX_PATTERN_ELEMENTS {
         let mut own = String::new();
         for character in text.chars() {
