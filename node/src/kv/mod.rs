@@ -287,14 +287,20 @@ async fn call_with(
     let extra: Vec<(&str, &str)> = fencing_token.map(|t| ("__ft", t)).into_iter().collect();
     let reply = session.request(&payload, &extra, within).await?;
     match wire::parse_reply(&reply) {
-        Some(Reply::Error(message)) => {
-            Err(NodeError::Client(format!("the store replied: {message}")))
-        }
+        Some(Reply::Error(_)) | None => Err(refused(&reply)),
         Some(reply) => Ok(reply),
-        None => Err(NodeError::Client(format!(
+    }
+}
+
+/// The error for a reply that is not the expected answer: the store's error message, or the
+/// unreadable payload.
+fn refused(reply: &[u8]) -> NodeError {
+    match wire::parse_reply(reply) {
+        Some(Reply::Error(message)) => NodeError::Client(format!("the store replied: {message}")),
+        _ => NodeError::Client(format!(
             "unreadable reply: {:?}",
-            String::from_utf8_lossy(&reply)
-        ))),
+            String::from_utf8_lossy(reply)
+        )),
     }
 }
 
@@ -314,15 +320,7 @@ async fn scan(
         }
         let reply = session.request(&wire::request(&parts), &[], within).await?;
         let Some(page) = wire::parse_keys_page(&reply) else {
-            return Err(match wire::parse_reply(&reply) {
-                Some(Reply::Error(message)) => {
-                    NodeError::Client(format!("the store replied: {message}"))
-                }
-                _ => NodeError::Client(format!(
-                    "unreadable SCAN reply: {:?}",
-                    String::from_utf8_lossy(&reply)
-                )),
-            });
+            return Err(refused(&reply));
         };
         for key in &page.keys {
             print(key)?;

@@ -191,10 +191,6 @@ impl<O: Outbox> DevicePush<O> {
             .is_some_and(|until| until > Instant::now())
     }
 
-    fn with_backoffs<R>(&self, f: impl FnOnce(&mut Backoffs) -> R) -> R {
-        self.service.with_device_backoffs(f)
-    }
-
     /// Runs push rounds while this node serves, until `stop` flips to true.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let wake = self.service.device_wake();
@@ -243,7 +239,9 @@ impl<O: Outbox> DevicePush<O> {
                 .iter()
                 .filter(|candidate| {
                     let device = String::from_utf8_lossy(&candidate.device);
-                    !self.with_backoffs(|b| b.blocked(&device, now))
+                    !self
+                        .service
+                        .with_device_backoffs(|b| b.blocked(&device, now))
                 })
                 .map(|candidate| {
                     self.service.propose_device(
@@ -322,12 +320,15 @@ impl<O: Outbox> DevicePush<O> {
         match event {
             SessionEvent::DeviceOffline { device, token } => {
                 let metrics = &self.service.metrics().devicebound;
-                if self.with_backoffs(|b| b.offline(&device, Instant::now())) {
+                if self
+                    .service
+                    .with_device_backoffs(|b| b.offline(&device, Instant::now()))
+                {
                     metrics.offline_backoffs_total.inc();
                 } else {
                     metrics.backoff_overflow_total.inc();
                 }
-                let until = self.with_backoffs(|b| b.until(&device));
+                let until = self.service.with_device_backoffs(|b| b.until(&device));
                 tracing::debug!(device, ?until, "device offline: delivery given back");
                 Some(DeviceCommand::Undeliver {
                     device: device.into_bytes(),
@@ -362,7 +363,10 @@ impl<O: Outbox> DevicePush<O> {
             return;
         }
         // Any publish under the device's messages/ topics says it is online.
-        if self.with_backoffs(|b| b.reset(topic.device_id())) {
+        if self
+            .service
+            .with_device_backoffs(|b| b.reset(topic.device_id()))
+        {
             self.service.device_wake().notify_one();
         }
         let envelope = envelope::check(&message, Instant::now()).ok();
@@ -425,12 +429,7 @@ impl<O: Outbox> DevicePush<O> {
                 return;
             }
         };
-        if let DeviceResult::SettledAndDelivered { settled, messages } = result {
-            for message in messages {
-                publish_delivery(&self.service, message).await;
-            }
-            result = DeviceResult::Settled { settled };
-        }
+        publish_carried_deliveries(&self.service, &mut result).await;
         let Some(envelope) = envelope else {
             return; // settled without a reply
         };
@@ -502,9 +501,22 @@ impl<O: Outbox> DevicePush<O> {
     }
 }
 
+/// Publishes the deliveries a `SendAndDeliver` or `SettleAndDeliver` result carries and leaves
+/// the plain reply in their place (`Sent`, `Settled`).
+pub async fn publish_carried_deliveries<O: Outbox>(
+    service: &Service<O>,
+    result: &mut DeviceResult,
+) {
+    if let Some(reply) = result.without_deliveries() {
+        for delivery in std::mem::replace(result, reply).deliveries() {
+            publish_delivery(service, delivery).await;
+        }
+    }
+}
+
 /// Publishes one committed delivery (only while serving: otherwise its lock runs out and the
 /// next leader delivers it again). Shared by the push rounds, SEND and settlements.
-pub async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDelivery) {
+async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDelivery) {
     if !service.is_serving() {
         return;
     }

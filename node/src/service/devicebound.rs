@@ -266,13 +266,8 @@ impl<O: Outbox> Service<O> {
                         DeviceCommand::SendAndDeliver(send),
                     )
                     .await?;
-                if let Outcome::Device(device) = &mut outcome
-                    && let Some(reply) = device.result.without_deliveries()
-                {
-                    let committed = std::mem::replace(&mut device.result, reply);
-                    for delivery in committed.deliveries() {
-                        device_push::publish_delivery(&service, delivery).await;
-                    }
+                if let Outcome::Device(device) = &mut outcome {
+                    device_push::publish_carried_deliveries(&service, &mut device.result).await;
                 }
                 Ok(outcome)
             }

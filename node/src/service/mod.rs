@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statestore_raft::RaftNode;
-use statestore_storage::devicebound::DeviceResult;
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
 use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
@@ -562,10 +561,7 @@ impl<O: Outbox> Service<O> {
             // Remembered replies carry zero counters: nothing is counted twice.
             self.metrics.devicebound.record(&device.counters);
             // The *AndDeliver commands delivered whatever their device had deliverable.
-            let delivered_already = matches!(
-                device.result,
-                DeviceResult::SentAndDelivered { .. } | DeviceResult::SettledAndDelivered { .. }
-            );
+            let delivered_already = device.result.without_deliveries().is_some();
             if device.counters != Default::default() && !delivered_already {
                 self.device_wake.notify_one();
             }

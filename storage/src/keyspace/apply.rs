@@ -598,10 +598,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         let remembered = match outcome {
             // A retry that gets this reply changes nothing: it must count nothing (and publish
             // nothing) either.
-            Outcome::Device(device)
-                if device.counters != DeviceCounters::default()
-                    || device.result.without_deliveries().is_some() =>
-            {
+            Outcome::Device(device) => {
                 let quiet = DeviceOutcome {
                     result: device
                         .result
