@@ -17,7 +17,7 @@ use tracing::Level;
 use tracing_subscriber::filter::{EnvFilter, FilterExt, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::layer::{Context, Filter};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::registry::{LookupSpan, Registry};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 use tracing_throttle::{Policy, TracingRateLimitLayer};
@@ -113,6 +113,13 @@ where
         true
     }
 
+    /// Lets every level through, and says so: without a hint, the log filter combined with this
+    /// one would have none either, and every `log` record and DEBUG callsite of the process
+    /// would be evaluated at run time instead of being skipped by the global level.
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::TRACE)
+    }
+
     fn event_enabled(&self, event: &tracing::Event<'_>, cx: &Context<'_, S>) -> bool {
         *event.metadata().level() > Level::WARN || Filter::<S>::event_enabled(&self.0, event, cx)
     }
@@ -151,59 +158,78 @@ impl Drop for TelemetryGuard {
     }
 }
 
+/// The layers of the process's subscriber, and the tracer provider when traces are exported.
+pub type Layers = Vec<Box<dyn Layer<Registry> + Send + Sync>>;
+
 /// Installs the global subscriber. Must run inside a Tokio runtime when OTLP is enabled.
+/// `RUST_LOG`, when set, replaces the configured log filter.
 pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log))
         .map_err(|e| NodeError::Telemetry(format!("log filter {:?}: {e}", config.log)))?;
+    let (layers, provider) = layers(config, filter)?;
+    tracing_subscriber::registry()
+        .with(layers)
+        .try_init()
+        .map_err(|e| NodeError::Telemetry(e.to_string()))?;
+    Ok(TelemetryGuard { provider })
+}
+
+/// The log layer (stderr, `log_filter`, throttled warnings) and, when an OTLP endpoint is
+/// configured, the trace layer with its own filter. Must run inside a Tokio runtime (the log
+/// throttle's summaries are a task).
+///
+/// Every layer has its own filter, and they are handed to the registry as one `Vec`: a span or
+/// event no layer wants is then disabled at its callsite and costs nothing. (An
+/// `Option<Layer>` that is `None` would not do: it reports interest in every callsite, so the
+/// registry would create every DEBUG span of statestore and openraft for nobody: measured as
+/// 13.7 % of a leader's CPU under GET 64×8.)
+pub fn layers(
+    config: &TelemetryConfig,
+    log_filter: EnvFilter,
+) -> Result<(Layers, Option<SdkTracerProvider>), NodeError> {
     let throttle = log_throttle(true)?;
     let _ = LOG_THROTTLE.set(throttle.metrics().clone());
     let logs = fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(true)
-        .with_filter(filter.and(ThrottledWarnings::new(throttle)));
+        .with_filter(log_filter.and(ThrottledWarnings::new(throttle)));
+    let mut layers: Layers = vec![logs.boxed()];
 
     let endpoint = config
         .otlp_endpoint
         .clone()
         .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok());
-    let (traces, provider) = match endpoint {
-        Some(endpoint) => {
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_endpoint(endpoint)
-                .with_timeout(std::time::Duration::from_secs(3))
-                .build()
-                .map_err(|e| NodeError::Telemetry(format!("OTLP exporter: {e}")))?;
-            // Parent-based: a request's sampled `traceparent` decides; others by ratio.
-            let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                config.trace_sample_ratio,
-            )));
-            let provider = SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_sampler(sampler)
-                .with_resource(Resource::builder().with_service_name("statestore").build())
-                .build();
-            // Own filter: a quiet log level must not silence spans, and the exporter's own
-            // HTTP/2 spans must not feed back into it.
-            let spans = Targets::new()
-                .with_target("statestore_node", LevelFilter::DEBUG)
-                .with_target("statestore_raft", LevelFilter::INFO)
-                .with_target(statestore_raft::trace::TARGET, LevelFilter::DEBUG)
-                .with_target("statestore_storage", LevelFilter::INFO);
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("statestore"))
-                .with_filter(spans);
-            (Some(layer), Some(provider))
-        }
-        None => (None, None),
+    let Some(endpoint) = endpoint else {
+        return Ok((layers, None));
     };
-    tracing_subscriber::registry()
-        .with(logs)
-        .with(traces)
-        .try_init()
-        .map_err(|e| NodeError::Telemetry(e.to_string()))?;
-    Ok(TelemetryGuard { provider })
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .with_timeout(std::time::Duration::from_secs(3))
+        .build()
+        .map_err(|e| NodeError::Telemetry(format!("OTLP exporter: {e}")))?;
+    // Parent-based: a request's sampled `traceparent` decides; others by ratio.
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+        config.trace_sample_ratio,
+    )));
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(sampler)
+        .with_resource(Resource::builder().with_service_name("statestore").build())
+        .build();
+    // Own filter: a quiet log level must not silence spans, and the exporter's own HTTP/2
+    // spans must not feed back into it.
+    let spans = Targets::new()
+        .with_target("statestore_node", LevelFilter::DEBUG)
+        .with_target("statestore_raft", LevelFilter::INFO)
+        .with_target(statestore_raft::trace::TARGET, LevelFilter::DEBUG)
+        .with_target("statestore_storage", LevelFilter::INFO);
+    let traces = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("statestore"))
+        .with_filter(spans);
+    layers.push(traces.boxed());
+    Ok((layers, Some(provider)))
 }
 
 /// Makes `span` a child of the W3C trace context in `traceparent` (an MQTT user property of the
