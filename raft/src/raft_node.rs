@@ -154,6 +154,8 @@ pub struct RaftNode {
     transport: Transport,
     leadership: watch::Receiver<Leadership>,
     metrics: watch::Receiver<RaftMetrics>,
+    /// Raft's fatal error, once it stopped on one.
+    fatal: watch::Receiver<Option<String>>,
     batcher: Batcher,
 }
 
@@ -250,10 +252,14 @@ impl RaftNode {
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let (metrics_tx, metrics) = watch::channel(raft.metrics().borrow_watched().clone());
+        let (fatal_tx, fatal) = watch::channel(None);
         tokio::spawn(watch_metrics(
             raft.metrics(),
-            leadership_tx,
-            metrics_tx,
+            MetricsWatchers {
+                leadership: leadership_tx,
+                mirror: metrics_tx,
+                fatal: fatal_tx,
+            },
             consensus_metrics,
         ));
         let batcher = Batcher::start(raft.clone());
@@ -266,6 +272,7 @@ impl RaftNode {
             transport,
             leadership,
             metrics,
+            fatal,
             batcher,
         })
     }
@@ -338,7 +345,10 @@ impl RaftNode {
         self.leadership.clone()
     }
 
-    /// openraft's metrics, as a watch.
+    /// openraft's metrics, as a watch. It changes with every report (on a busy leader, with every
+    /// heartbeat acknowledgement): read it with `borrow`; wait on it only for a while, never in a
+    /// task that lives as long as the node (that is what [`Self::leadership`] and
+    /// [`Self::fatal`] are for).
     pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
         self.metrics.clone()
     }
@@ -395,12 +405,9 @@ impl RaftNode {
     /// apply, a panic in its core), with that error's text. Never resolves while Raft runs;
     /// also resolves if the metrics channel closes (Raft is gone).
     pub async fn fatal(&self) -> String {
-        let mut metrics = self.metrics.clone();
-        match metrics.wait_for(|m| m.running_state.is_err()).await {
-            Ok(m) => match &m.running_state {
-                Err(fatal) => fatal.to_string(),
-                Ok(()) => "raft stopped".to_owned(),
-            },
+        let mut fatal = self.fatal.clone();
+        match fatal.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
             Err(_) => "raft metrics closed".to_owned(),
         }
     }
@@ -461,10 +468,20 @@ impl RaftNode {
     }
 }
 
+/// Where [`watch_metrics`] publishes what it reads from openraft's metrics.
+struct MetricsWatchers {
+    /// Changes only when leader, role or term do.
+    leadership: watch::Sender<Leadership>,
+    /// Every report (read with `borrow`; waiting on it would wake the waiter for every
+    /// heartbeat acknowledgement, thousands of times a second on a busy leader).
+    mirror: watch::Sender<RaftMetrics>,
+    /// Set once, when Raft stops on a fatal error.
+    fatal: watch::Sender<Option<String>>,
+}
+
 async fn watch_metrics(
     mut metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics>,
-    leadership: watch::Sender<Leadership>,
-    mirror: watch::Sender<RaftMetrics>,
+    watchers: MetricsWatchers,
     gauges: Arc<ConsensusMetrics>,
 ) {
     loop {
@@ -476,8 +493,18 @@ async fn watch_metrics(
                 && snapshot.current_leader == Some(snapshot.id),
             term: snapshot.current_term,
         };
-        mirror.send_replace(snapshot);
-        leadership.send_if_modified(|current| {
+        if let Err(fatal) = &snapshot.running_state {
+            let reason = fatal.to_string();
+            watchers.fatal.send_if_modified(|current| {
+                let first = current.is_none();
+                if first {
+                    *current = Some(reason);
+                }
+                first
+            });
+        }
+        watchers.mirror.send_replace(snapshot);
+        watchers.leadership.send_if_modified(|current| {
             let changed = *current != now;
             *current = now;
             changed

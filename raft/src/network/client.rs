@@ -3,7 +3,8 @@
 //!
 //! Replication streams pipeline AppendEntries: a writer task sends requests as openraft produces
 //! them while the stream reads the answers in order, so a follower's fsync and the next batch's
-//! transfer overlap. A replication answer may take [`PeerTimeouts::replication`] (a loaded
+//! transfer overlap. Heartbeat clients get one-request streams (openraft's heartbeat worker): those
+//! are answered as plain calls on the kept connection, without a writer task. A replication answer may take [`PeerTimeouts::replication`] (a loaded
 //! follower, not the heartbeat interval); heartbeats and votes use openraft's own deadline.
 //!
 //! Connections are plain TCP, or mutual TLS with [`PeerTls`] (see [`super::tls`]); the TLS
@@ -326,13 +327,7 @@ impl Session<'_> {
                 .client
                 .timeout_error(RPCTypes::AppendEntries, self.timeout)),
             Ok(Err(e)) => Err(network(e)),
-            Ok(Ok(Response::Append(Ok(result)))) => Ok(result),
-            Ok(Ok(Response::Append(Err(fatal)))) => Err(unreachable(format!(
-                "raft on node {} stopped: {fatal}",
-                self.client.target
-            ))),
-            Ok(Ok(Response::Refused(reason))) => Err(network(format!("refused: {reason}"))),
-            Ok(Ok(_)) => Err(network("answer of another kind to AppendEntries")),
+            Ok(Ok(response)) => stream_answer(self.client.target, response),
         };
         Some(answer)
     }
@@ -353,6 +348,47 @@ impl Session<'_> {
             Ok(None) => Err(network("sending AppendEntries failed")),
             Err(e) => Err(network(format!("AppendEntries writer: {e}"))),
         }
+    }
+}
+
+/// What an answer to a streamed AppendEntries means.
+fn stream_answer(
+    target: NodeId,
+    response: Response,
+) -> Result<StreamAppendResult<TypeConfig>, RpcError> {
+    match response {
+        Response::Append(Ok(result)) => Ok(result),
+        Response::Append(Err(fatal)) => Err(unreachable(format!(
+            "raft on node {target} stopped: {fatal}"
+        ))),
+        Response::Refused(reason) => Err(network(format!("refused: {reason}"))),
+        _ => Err(network("answer of another kind to AppendEntries")),
+    }
+}
+
+impl PeerClient {
+    /// One streamed AppendEntries as a plain call on the kept connection: for heartbeat
+    /// clients, whose streams carry a single request (openraft's heartbeat worker), so that
+    /// a heartbeat costs no writer task, channel or connection split.
+    async fn exchange_streamed_append(
+        &mut self,
+        request: AppendEntriesRequest<TypeConfig>,
+        within: Duration,
+    ) -> Result<StreamAppendResult<TypeConfig>, RpcError> {
+        let response = self
+            .call(
+                &Request::Append(request),
+                RpcKind::Append,
+                RPCTypes::AppendEntries,
+                within,
+            )
+            .await?;
+        let answer = stream_answer(self.target, response);
+        // The server ends its stream after an error answer: do not reuse the connection.
+        if !matches!(answer, Ok(Ok(_))) {
+            self.conn = None;
+        }
+        answer
     }
 }
 
@@ -405,6 +441,17 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
     {
         Box::pin(async move {
             let timeout = self.answer_timeout(&option);
+            if self.purpose == Purpose::Heartbeat {
+                let answers =
+                    futures::stream::unfold(Some((self, input)), move |state| async move {
+                        let (client, mut input) = state?;
+                        let request = input.next().await?;
+                        let answer = client.exchange_streamed_append(request, timeout).await;
+                        let keep_going = matches!(answer, Ok(Ok(_)));
+                        Some((answer, keep_going.then_some((client, input))))
+                    });
+                return Ok(Box::pin(answers) as BoxStream<'s, _>);
+            }
             let conn = self.connection().await?;
             let (sink, answers) = conn.split();
             let (sent_tx, sent) = mpsc::channel(PIPELINE_DEPTH);
