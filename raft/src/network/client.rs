@@ -3,9 +3,10 @@
 //!
 //! Replication streams pipeline AppendEntries: a writer task sends requests as openraft produces
 //! them while the stream reads the answers in order, so a follower's fsync and the next batch's
-//! transfer overlap. Heartbeat clients get one-request streams (openraft's heartbeat worker): those
-//! are answered as plain calls on the kept connection, without a writer task. A replication answer may take [`PeerTimeouts::replication`] (a loaded
-//! follower, not the heartbeat interval); heartbeats and votes use openraft's own deadline.
+//! transfer overlap. Heartbeat clients get one-request streams (openraft's heartbeat worker):
+//! those are answered as plain calls on the kept connection, without a writer task. A
+//! replication answer may take [`PeerTimeouts::replication`] (a loaded follower, not the
+//! heartbeat interval); heartbeats and votes use openraft's own deadline.
 //!
 //! Connections are plain TCP, or mutual TLS with [`PeerTls`] (see [`super::tls`]); the TLS
 //! handshake is part of connecting and shares its deadline ([`PeerTimeouts::connect`]).
