@@ -158,16 +158,24 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// The layers of the process's subscriber, and the tracer provider when traces are exported.
+/// The layers of the process's subscriber.
 pub type Layers = Vec<Box<dyn Layer<Registry> + Send + Sync>>;
 
 /// Installs the global subscriber. Must run inside a Tokio runtime when OTLP is enabled.
-/// `RUST_LOG`, when set, replaces the configured log filter.
+/// `RUST_LOG`, when set, replaces the configured log filter, and `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// stands in for an endpoint the configuration does not set.
 pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log))
         .map_err(|e| NodeError::Telemetry(format!("log filter {:?}: {e}", config.log)))?;
-    let (layers, provider) = layers(config, filter)?;
+    let config = TelemetryConfig {
+        otlp_endpoint: config
+            .otlp_endpoint
+            .clone()
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok()),
+        ..config.clone()
+    };
+    let (layers, provider) = layers(&config, filter)?;
     tracing_subscriber::registry()
         .with(layers)
         .try_init()
@@ -175,8 +183,8 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, NodeError> {
     Ok(TelemetryGuard { provider })
 }
 
-/// The log layer (stderr, `log_filter`, throttled warnings) and, when an OTLP endpoint is
-/// configured, the trace layer with its own filter. Must run inside a Tokio runtime (the log
+/// The log layer (stderr, `log_filter`, throttled warnings) and, when `config` has an OTLP
+/// endpoint, the trace layer with its own filter. Must run inside a Tokio runtime (the log
 /// throttle's summaries are a task).
 ///
 /// Every layer has its own filter, and they are handed to the registry as one `Vec`: a span or
@@ -196,11 +204,7 @@ pub fn layers(
         .with_filter(log_filter.and(ThrottledWarnings::new(throttle)));
     let mut layers: Layers = vec![logs.boxed()];
 
-    let endpoint = config
-        .otlp_endpoint
-        .clone()
-        .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok());
-    let Some(endpoint) = endpoint else {
+    let Some(endpoint) = config.otlp_endpoint.clone() else {
         return Ok((layers, None));
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()

@@ -352,7 +352,7 @@ impl Session<'_> {
     }
 }
 
-/// What an answer to a streamed AppendEntries means.
+/// What an answer to an AppendEntries means.
 fn stream_answer(
     target: NodeId,
     response: Response,
@@ -368,10 +368,10 @@ fn stream_answer(
 }
 
 impl PeerClient {
-    /// One streamed AppendEntries as a plain call on the kept connection: for heartbeat
-    /// clients, whose streams carry a single request (openraft's heartbeat worker), so that
-    /// a heartbeat costs no writer task, channel or connection split.
-    async fn exchange_streamed_append(
+    /// One AppendEntries as a plain call on the kept connection: `append_entries`, and the
+    /// streams of heartbeat clients, which carry a single request (openraft's heartbeat
+    /// worker), so that a heartbeat costs no writer task, channel or connection split.
+    async fn exchange_append(
         &mut self,
         request: AppendEntriesRequest<TypeConfig>,
         within: Duration,
@@ -402,31 +402,9 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RpcError> {
         let within = self.answer_timeout(&option);
-        match self
-            .call(
-                &Request::Append(rpc),
-                RpcKind::Append,
-                RPCTypes::AppendEntries,
-                within,
-            )
-            .await?
-        {
-            Response::Append(Ok(result)) => {
-                // The server ends its stream after an error answer: do not reuse the connection.
-                if result.is_err() {
-                    self.conn = None;
-                }
-                Ok(AppendEntriesResponse::from(result))
-            }
-            Response::Append(Err(fatal)) => {
-                self.conn = None;
-                Err(unreachable(fatal))
-            }
-            _ => {
-                self.conn = None;
-                Err(network("answer of another kind to AppendEntries"))
-            }
-        }
+        self.exchange_append(rpc, within)
+            .await
+            .map(AppendEntriesResponse::from)
     }
 
     fn stream_append<'s, S>(
@@ -447,7 +425,7 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
                     futures::stream::unfold(Some((self, input)), move |state| async move {
                         let (client, mut input) = state?;
                         let request = input.next().await?;
-                        let answer = client.exchange_streamed_append(request, timeout).await;
+                        let answer = client.exchange_append(request, timeout).await;
                         let keep_going = matches!(answer, Ok(Ok(_)));
                         Some((answer, keep_going.then_some((client, input))))
                     });
