@@ -162,7 +162,7 @@ impl Worker {
         if let Some(m) = &membership {
             txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
         }
-        self.state.commit(txn.into_writes()).map_err(|e| {
+        self.state.commit(txn.into_txn_writes()).map_err(|e| {
             self.metrics.disk_errors_total.inc();
             io_err(e)
         })?;

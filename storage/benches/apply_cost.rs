@@ -132,7 +132,7 @@ impl Backend for Sled {
             check(keyspace.apply(proposal)?.outcome);
         }
         keyspace.finish();
-        self.state.commit(txn.into_writes())?;
+        self.state.commit(txn.into_txn_writes())?;
         COMMITTED.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

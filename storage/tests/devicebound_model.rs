@@ -12,7 +12,10 @@
 //!   batches are the same, and the meta's device count equals the model's;
 //! - lock tokens are ASCII, at most 64 bytes, never issued twice;
 //! - replaying the same proposals on a fresh store, one transaction each or grouped into
-//!   transactions of random sizes, gives byte-identical state (determinism).
+//!   transactions of random sizes, gives byte-identical state (determinism); so does the
+//!   grouped replay on a sled store whose memtable freezes every 4 KiB (rows that
+//!   are created and removed again, in one map or across maps, leave exactly what the plain
+//!   map has).
 //!
 //! The model takes lock tokens from the crate's delivery results (it cannot predict an opaque
 //! token) and from then on decides by its own state which token settles what.
@@ -27,7 +30,10 @@ use statestore_storage::devicebound::{
     FeedbackStatus, Message, MessageDelivery, QueueStats, SendMessage, Settlement,
 };
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId};
+use statestore_storage::keyspace::{
+    Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, layout,
+};
+use statestore_storage::sled::{Store, StoreConfig};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -973,7 +979,45 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
         grouped == map,
         "replay in transactions of several entries gives the same bytes"
     );
+    let on_sled = replay_on_sled(&proposals, groups)?;
+    prop_assert!(
+        on_sled == map,
+        "replay on sled, through a memtable that freezes often, gives the same bytes"
+    );
     Ok(())
+}
+
+/// Applies `proposals` in transactions of the sizes `groups` cycles through, on a sled store
+/// whose memtable freezes every 4 KiB (several transactions a map), and returns every row below the consensus
+/// records once all of it is in sled.
+fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestCaseError> {
+    let dir = tempfile::tempdir().map_err(fail)?;
+    let mut config = StoreConfig::new(dir.path(), 1 << 20);
+    config.memtable.flush_bytes = 4096;
+    let store = Store::open(&config).map_err(fail)?;
+    let state = store.state().map_err(fail)?;
+    let mut rest = proposals;
+    let mut sizes = groups.iter().cycle();
+    while !rest.is_empty() {
+        let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
+        let (chunk, tail) = rest.split_at(size);
+        let view = state.view();
+        let mut txn = Overlay::new(&view);
+        let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
+        for proposal in chunk {
+            keyspace.apply(proposal).map_err(fail)?;
+        }
+        keyspace.finish();
+        state.commit(txn.into_txn_writes()).map_err(fail)?;
+        rest = tail;
+    }
+    state.flush_memtable();
+    let consensus = layout::consensus_key(b"");
+    state
+        .view()
+        .range(&[], &consensus)
+        .collect::<Result<Map, _>>()
+        .map_err(fail)
 }
 
 fn compare_state(map: &Map, model: &Model, step: usize) -> Result<(), TestCaseError> {

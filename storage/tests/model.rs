@@ -383,7 +383,7 @@ fn apply_batch_to_sled(
         applied.push(keyspace.apply(proposal).map_err(fail)?);
     }
     keyspace.finish();
-    state.commit(txn.into_writes()).map_err(fail)?;
+    state.commit(txn.into_txn_writes()).map_err(fail)?;
     Ok(applied)
 }
 

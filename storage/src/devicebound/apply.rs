@@ -125,6 +125,17 @@ enum Window {
     Pull,
 }
 
+/// A SEND that passed its checks, not yet written.
+struct Admitted {
+    /// The device's row before the SEND (`None`: it had none).
+    before: Option<DeviceState>,
+    /// The row after it, the message counted.
+    state: DeviceState,
+    /// The message's place in the queue.
+    seq: u64,
+    stored: StoredMessage,
+}
+
 /// What a delivery visit decided for one message.
 enum Visit {
     Lock(u64, StoredMessage),
@@ -194,13 +205,7 @@ impl<T: Txn> Machine<'_, T> {
                 self.meta_changed = true;
                 Ok(DeviceResult::SettingsSet)
             }
-            DeviceCommand::SendAndDeliver(send) => match self.send(send)? {
-                DeviceResult::Sent { expires_at_ms } => Ok(DeviceResult::SentAndDelivered {
-                    expires_at_ms,
-                    messages: self.deliver(&send.device, u32::MAX, Window::Push)?,
-                }),
-                refused => Ok(refused),
-            },
+            DeviceCommand::SendAndDeliver(send) => self.send_and_deliver(send),
             DeviceCommand::SettleAndDeliver {
                 device,
                 token,
@@ -238,14 +243,19 @@ impl<T: Txn> Machine<'_, T> {
                 self.meta.devices = self.meta.devices.saturating_sub(1);
             }
         } else {
+            // Both rows are new unless they were there before (the deliverable entry of the
+            // same window count was removed above, which keeps it a plain write).
             if after.enqueued > 0 {
                 self.txn
-                    .put(layout::deliverable_key(after.invisible, device), Vec::new());
+                    .create(layout::deliverable_key(after.invisible, device), Vec::new());
             }
-            self.txn
-                .put(layout::device_key(device), codec::encode(after));
-            if before.is_none() {
-                self.meta.devices = self.meta.devices.saturating_add(1);
+            let row = codec::encode(after);
+            match before {
+                Some(_) => self.txn.put(layout::device_key(device), row),
+                None => {
+                    self.txn.create(layout::device_key(device), row);
+                    self.meta.devices = self.meta.devices.saturating_add(1);
+                }
             }
         }
         self.meta_changed = true;
@@ -260,10 +270,13 @@ impl<T: Txn> Machine<'_, T> {
             .transpose()
     }
 
-    /// Writes a message and every index entry of its state.
+    /// Writes a message and every index entry of its state. Each of these rows is new: the
+    /// message's earlier rows were removed before (a state change is a removal and a put),
+    /// so they are created, and a settlement before the next memtable flush leaves nothing
+    /// behind.
     fn put_message(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
         let message = &stored.message;
-        self.txn.put(
+        self.txn.create(
             layout::message_due_key(
                 DeviceTable::MessageExpiry,
                 message.expires_at_ms,
@@ -274,7 +287,7 @@ impl<T: Txn> Machine<'_, T> {
         );
         match &stored.lock {
             Some(lock) => {
-                self.txn.put(
+                self.txn.create(
                     layout::message_due_key(
                         DeviceTable::LockExpiry,
                         lock.expires_at_ms,
@@ -283,18 +296,18 @@ impl<T: Txn> Machine<'_, T> {
                     ),
                     Vec::new(),
                 );
-                self.txn.put(
+                self.txn.create(
                     layout::message_token_key(&lock.token),
                     codec::encode(&(serde_bytes::Bytes::new(device), seq)),
                 );
             }
-            None => self.txn.put(
+            None => self.txn.create(
                 layout::enqueued_by_time_key(device, message.enqueued_ms, seq),
                 Vec::new(),
             ),
         }
         self.txn
-            .put(layout::message_key(device, seq), codec::encode(stored));
+            .create(layout::message_key(device, seq), codec::encode(stored));
     }
 
     /// Removes a message and every index entry of its state.
@@ -425,7 +438,7 @@ impl<T: Txn> Machine<'_, T> {
         let seq = state.next_dead_letter_seq;
         state.next_dead_letter_seq = seq.saturating_add(1);
         self.txn
-            .put(layout::dead_letter_key(device, seq), codec::encode(&letter));
+            .create(layout::dead_letter_key(device, seq), codec::encode(&letter));
         state.dead_letters = state.dead_letters.saturating_add(1);
         self.meta.dead_letters = self.meta.dead_letters.saturating_add(1);
         self.meta_changed = true;
@@ -478,9 +491,9 @@ impl<T: Txn> Machine<'_, T> {
         let seq = self.meta.next_feedback_seq;
         self.meta.next_feedback_seq = seq.saturating_add(1);
         self.txn
-            .put(layout::pending_feedback_key(seq), codec::encode(&record));
+            .create(layout::pending_feedback_key(seq), codec::encode(&record));
         self.txn
-            .put(layout::pending_by_device_key(device, seq), Vec::new());
+            .create(layout::pending_by_device_key(device, seq), Vec::new());
         self.meta.pending_feedback = self.meta.pending_feedback.saturating_add(1);
         add(&mut self.counters.feedback_records, 1);
         Ok(())
@@ -510,19 +523,21 @@ impl<T: Txn> Machine<'_, T> {
 
     // -- commands ----------------------------------------------------------------------------
 
-    fn send(&mut self, send: &SendMessage) -> Result<DeviceResult> {
+    /// Checks a SEND against the caps and builds the message it stores, with its device's row
+    /// before and after (the message counted Enqueued, at the tail).
+    fn admit(&self, send: &SendMessage) -> Result<std::result::Result<Admitted, DeviceRejection>> {
         let settings = self.meta.settings;
         let body_len = u64::try_from(send.body.len()).unwrap_or(u64::MAX);
         if body_len > settings.max_message_bytes {
-            return Ok(DeviceResult::Rejected(DeviceRejection::MessageTooLarge));
+            return Ok(Err(DeviceRejection::MessageTooLarge));
         }
         let before = self.device_state(&send.device)?;
         let mut state = before.clone().unwrap_or_else(DeviceState::new);
         if state.depth() >= u64::from(settings.max_queue_depth) {
-            return Ok(DeviceResult::Rejected(DeviceRejection::QueueFull));
+            return Ok(Err(DeviceRejection::QueueFull));
         }
         if before.is_none() && self.meta.devices >= settings.max_devices {
-            return Ok(DeviceResult::Rejected(DeviceRejection::TooManyDevices));
+            return Ok(Err(DeviceRejection::TooManyDevices));
         }
         let time = self.time;
         let asked = match send.expiry {
@@ -548,12 +563,76 @@ impl<T: Txn> Machine<'_, T> {
         };
         let seq = state.next_tail_seq;
         state.next_tail_seq = seq.saturating_add(1);
-        self.put_message(&send.device, seq, &stored);
         state.enqueued = state.enqueued.saturating_add(1);
+        Ok(Ok(Admitted {
+            before,
+            state,
+            seq,
+            stored,
+        }))
+    }
+
+    /// Stores an admitted message as it is (Enqueued, or already locked by the caller).
+    fn enqueue(&mut self, device: &[u8], admitted: &Admitted) {
+        self.put_message(device, admitted.seq, &admitted.stored);
         self.meta.messages = self.meta.messages.saturating_add(1);
-        self.save_device(&send.device, before.as_ref(), &state);
+        self.save_device(device, admitted.before.as_ref(), &admitted.state);
         add(&mut self.counters.enqueued, 1);
-        Ok(DeviceResult::Sent { expires_at_ms })
+    }
+
+    fn send(&mut self, send: &SendMessage) -> Result<DeviceResult> {
+        let admitted = match self.admit(send)? {
+            Ok(admitted) => admitted,
+            Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
+        };
+        self.enqueue(&send.device, &admitted);
+        Ok(DeviceResult::Sent {
+            expires_at_ms: admitted.stored.message.expires_at_ms,
+        })
+    }
+
+    /// SEND, then a push delivery to the same device. When the new message is the only
+    /// Enqueued one, the window has room and the message is deliverable, the delivery would
+    /// lock exactly it: it is stored locked at once, without the Enqueued rows a delivery
+    /// would remove again and without reading the queue back (same state, same reply).
+    fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
+        let mut admitted = match self.admit(send)? {
+            Ok(admitted) => admitted,
+            Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
+        };
+        let expires_at_ms = admitted.stored.message.expires_at_ms;
+        let settings = self.meta.settings;
+        let only_enqueued = admitted.state.enqueued == 1;
+        let window_open = admitted.state.invisible < settings.device_window;
+        let deliverable = expires_at_ms > self.time && settings.max_delivery_count > 0;
+        if !(only_enqueued && window_open && deliverable) {
+            self.enqueue(&send.device, &admitted);
+            let messages = self.deliver(&send.device, u32::MAX, Window::Push)?;
+            return Ok(DeviceResult::SentAndDelivered {
+                expires_at_ms,
+                messages,
+            });
+        }
+        let lock = LockState {
+            token: self.next_token('m'),
+            expires_at_ms: self.time.saturating_add(settings.lock_duration_ms),
+        };
+        admitted.stored.delivery_count = 1;
+        admitted.stored.lock = Some(lock.clone());
+        admitted.state.enqueued = admitted.state.enqueued.saturating_sub(1);
+        admitted.state.invisible = admitted.state.invisible.saturating_add(1);
+        self.enqueue(&send.device, &admitted);
+        add(&mut self.counters.delivered, 1);
+        Ok(DeviceResult::SentAndDelivered {
+            expires_at_ms,
+            messages: vec![MessageDelivery {
+                device: send.device.clone(),
+                token: lock.token,
+                lock_expires_at_ms: lock.expires_at_ms,
+                delivery_count: 1,
+                message: admitted.stored.message,
+            }],
+        })
     }
 
     /// Every message of `device`'s queue, in order.

@@ -949,3 +949,70 @@ fn tokens_are_unique_across_devices_forget_and_feedback() {
     assert!(tokens.insert(batch[0].token.clone()));
     assert!(tokens.iter().all(|t| t.is_ascii() && t.len() <= 64));
 }
+
+/// The device-bound rows of a replica (its tables and meta record), without the keyspace's.
+fn device_rows(r: &Replica) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let meta = layout::meta_key();
+    r.map
+        .iter()
+        .filter(|(key, _)| {
+            **key == meta
+                || layout::DeviceTable::ALL
+                    .iter()
+                    .any(|table| key.first() == Some(&table.prefix()))
+        })
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+#[test]
+fn send_and_deliver_writes_what_send_then_deliver_write() {
+    // (what is queued before, device_window, expiry of the new message); the shortcut that
+    // stores the message locked at once must not be told apart from the two steps.
+    let cases: [(&[&str], u32, Expiry); 5] = [
+        (&[], 1, Expiry::Default),
+        (&["locked"], 1, Expiry::Default),
+        (&["locked"], 2, Expiry::Default),
+        (&["locked", "waiting"], 1, Expiry::Default),
+        (&[], 1, Expiry::At(T0 - 1)),
+    ];
+    for (queued, window, expiry) in cases {
+        let settings = DeviceboundSettings {
+            device_window: window,
+            ..DeviceboundSettings::default()
+        };
+        let mut replicas = [Replica::with(settings), Replica::with(settings)];
+        for r in &mut replicas {
+            for (i, id) in queued.iter().enumerate() {
+                assert_eq!(r.send(DEV, id), sent());
+                if i == 0 {
+                    r.deliver_one(DEV);
+                }
+            }
+            r.advance(5);
+        }
+        let [one_step, two_steps] = &mut replicas;
+        let DeviceCommand::Send(message) = send(DEV, "new", Ack::Full, expiry) else {
+            unreachable!("send builds a Send")
+        };
+        let combined = one_step
+            .run(DeviceCommand::SendAndDeliver(message.clone()))
+            .result;
+        let DeviceResult::Sent { expires_at_ms } =
+            two_steps.run(DeviceCommand::Send(message)).result
+        else {
+            panic!("the SEND was refused")
+        };
+        let messages = two_steps.deliver(DEV, u32::MAX);
+        let case = format!("queued {queued:?}, window {window}, {expiry:?}");
+        assert_eq!(
+            combined,
+            DeviceResult::SentAndDelivered {
+                expires_at_ms,
+                messages
+            },
+            "{case}"
+        );
+        assert_eq!(device_rows(one_step), device_rows(two_steps), "{case}");
+    }
+}

@@ -17,7 +17,7 @@ pub use mutation::{Limits, Mutation, Proposal, RequestId, SetCondition};
 pub use outcome::{Applied, Change, KeyEvent, Outcome, Rejection};
 pub use record::{KeyspaceMeta, Record, RememberedReply};
 pub use serde_bytes::ByteBuf;
-pub use txn::{KvPair, OrderedRead, Overlay, RangeIter, Txn};
+pub use txn::{KvPair, OrderedRead, Overlay, RangeIter, Txn, TxnWrite, TxnWrites};
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,11 @@
 //! Hot-path reads go through [`OrderedRead::get_ref`], which lends the value instead of
 //! copying it when the backend can (the overlay's own writes, a BTreeMap); backends that
 //! cannot lend (sled hands out its own buffers) keep the default, which wraps [`OrderedRead::get`].
+//!
+//! Rows the semantics create (a new sequence number, a fresh lock token) are written with
+//! [`Txn::create`]: the overlay remembers that nothing was there before, so a removal in the
+//! same transaction leaves no write at all, and the memtable can do the same across
+//! transactions ([`TxnWrite::Create`]). Short-lived rows then never become tombstones.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -39,9 +44,47 @@ pub trait OrderedRead {
 pub trait Txn: OrderedRead {
     /// Sets `key` to `value`.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
+    /// Sets `key`, which the caller knows is absent now (a row it creates). A later removal
+    /// may then leave nothing behind instead of a tombstone. A wrong promise would let an
+    /// older value reappear: debug builds check it.
+    fn create(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.put(key, value);
+    }
     /// Removes `key` (no-op if absent).
     fn remove(&mut self, key: Vec<u8>);
 }
+
+/// One buffered write of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnWrite {
+    /// Set the key to this value.
+    Put(Vec<u8>),
+    /// Set the key, which was absent before the transaction, to this value.
+    Create(Vec<u8>),
+    /// Remove the key.
+    Remove,
+}
+
+impl TxnWrite {
+    /// The value the key has after the write (`None`: removed).
+    pub fn value(&self) -> Option<&Vec<u8>> {
+        match self {
+            TxnWrite::Put(value) | TxnWrite::Create(value) => Some(value),
+            TxnWrite::Remove => None,
+        }
+    }
+
+    /// The write as a plain value (`None`: removed).
+    pub fn into_value(self) -> Option<Vec<u8>> {
+        match self {
+            TxnWrite::Put(value) | TxnWrite::Create(value) => Some(value),
+            TxnWrite::Remove => None,
+        }
+    }
+}
+
+/// A transaction's writes, by key.
+pub type TxnWrites = BTreeMap<Vec<u8>, TxnWrite>;
 
 impl OrderedRead for BTreeMap<Vec<u8>, Vec<u8>> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -64,7 +107,7 @@ impl OrderedRead for BTreeMap<Vec<u8>, Vec<u8>> {
 /// Buffered writes over a base map.
 pub struct Overlay<'b, B: OrderedRead + ?Sized> {
     base: &'b B,
-    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    writes: TxnWrites,
 }
 
 impl<'b, B: OrderedRead + ?Sized> Overlay<'b, B> {
@@ -78,6 +121,14 @@ impl<'b, B: OrderedRead + ?Sized> Overlay<'b, B> {
 
     /// The buffered writes (`None` = removal), to apply atomically.
     pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        self.writes
+            .into_iter()
+            .map(|(key, write)| (key, write.into_value()))
+            .collect()
+    }
+
+    /// The buffered writes with what each one knows of the key's past, to apply atomically.
+    pub fn into_txn_writes(self) -> TxnWrites {
         self.writes
     }
 
@@ -95,14 +146,14 @@ impl<'b, B: OrderedRead + ?Sized> Overlay<'b, B> {
 impl<B: OrderedRead + ?Sized> OrderedRead for Overlay<'_, B> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.writes.get(key) {
-            Some(write) => Ok(write.clone()),
+            Some(write) => Ok(write.value().cloned()),
             None => self.base.get(key),
         }
     }
 
     fn get_ref(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
         match self.writes.get(key) {
-            Some(write) => Ok(write.as_deref().map(Cow::Borrowed)),
+            Some(write) => Ok(write.value().map(|v| Cow::Borrowed(v.as_slice()))),
             None => self.base.get_ref(key),
         }
     }
@@ -122,18 +173,49 @@ impl<B: OrderedRead + ?Sized> OrderedRead for Overlay<'_, B> {
 
 impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.writes.insert(key, Some(value));
+        match self.writes.get_mut(&key) {
+            // Still a row this transaction created: nothing was there before it.
+            Some(TxnWrite::Create(created)) => *created = value,
+            Some(write) => *write = TxnWrite::Put(value),
+            None => {
+                self.writes.insert(key, TxnWrite::Put(value));
+            }
+        }
+    }
+
+    fn create(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        debug_assert!(
+            matches!(self.get_ref(&key), Ok(None)),
+            "created a row that exists: {key:?}"
+        );
+        match self.writes.get_mut(&key) {
+            Some(TxnWrite::Create(created)) => *created = value,
+            // Removed earlier in this transaction: the base may hold it.
+            Some(write) => *write = TxnWrite::Put(value),
+            None => {
+                self.writes.insert(key, TxnWrite::Create(value));
+            }
+        }
     }
 
     fn remove(&mut self, key: Vec<u8>) {
-        self.writes.insert(key, None);
+        match self.writes.get_mut(&key) {
+            // Created here and gone again: the base never had it.
+            Some(TxnWrite::Create(_)) => {
+                self.writes.remove(&key);
+            }
+            Some(write) => *write = TxnWrite::Remove,
+            None => {
+                self.writes.insert(key, TxnWrite::Remove);
+            }
+        }
     }
 }
 
 /// Merges base entries with overlay writes; the overlay wins on equal keys, removals hide.
 struct Merge<'a> {
     base: Peekable<RangeIter<'a>>,
-    overlay: Peekable<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>,
+    overlay: Peekable<btree_map::Range<'a, Vec<u8>, TxnWrite>>,
 }
 
 impl Iterator for Merge<'_> {
@@ -159,7 +241,7 @@ impl Iterator for Merge<'_> {
                 return self.base.next();
             }
             if let Some((key, write)) = self.overlay.next()
-                && let Some(value) = write
+                && let Some(value) = write.value()
             {
                 return Some(Ok((key.clone(), value.clone())));
             }
@@ -212,6 +294,46 @@ mod tests {
         let part: Vec<KvPair> = txn.range(b"b", b"d").collect::<Result<_>>().expect("scan");
         assert_eq!(part, vec![(b"c".to_vec(), b"3".to_vec())]);
         assert_eq!(txn.range(b"d", b"a").count(), 0);
+    }
+
+    #[test]
+    fn a_created_row_removed_in_the_same_transaction_leaves_no_write() {
+        let base = map(&[(b"old", b"1")]);
+        let mut txn = Overlay::new(&base);
+        txn.create(b"new".to_vec(), b"2".to_vec());
+        txn.put(b"new".to_vec(), b"3".to_vec());
+        assert_eq!(txn.get(b"new").expect("read"), Some(b"3".to_vec()));
+        txn.remove(b"new".to_vec());
+        assert_eq!(txn.get(b"new").expect("read"), None);
+        // Removed first, created again: the base holds the key, so the write is a plain put
+        // and a later removal must stay a removal.
+        txn.remove(b"old".to_vec());
+        txn.create(b"old".to_vec(), b"4".to_vec());
+        txn.create(b"kept".to_vec(), b"5".to_vec());
+        assert_eq!(
+            txn.into_txn_writes().into_iter().collect::<Vec<_>>(),
+            vec![
+                (b"kept".to_vec(), TxnWrite::Create(b"5".to_vec())),
+                (b"old".to_vec(), TxnWrite::Put(b"4".to_vec())),
+            ]
+        );
+        let mut txn = Overlay::new(&base);
+        txn.remove(b"old".to_vec());
+        txn.create(b"old".to_vec(), b"4".to_vec());
+        txn.remove(b"old".to_vec());
+        assert_eq!(
+            txn.into_writes().into_iter().collect::<Vec<_>>(),
+            vec![(b"old".to_vec(), None)]
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "created a row that exists")]
+    fn creating_a_row_that_exists_is_caught_in_debug_builds() {
+        let base = map(&[(b"old", b"1")]);
+        let mut txn = Overlay::new(&base);
+        txn.create(b"old".to_vec(), b"2".to_vec());
     }
 
     /// A backend that only has the required methods (like sled's view).

@@ -19,11 +19,20 @@
 //!
 //! The [`resident`](crate::sled::resident) tables bypass the layers: their rows stay in memory
 //! and every frozen map carries all of them as one record.
+//!
+//! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
+//! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
+//! it from the active map instead of writing a tombstone, so rows that live shorter than a
+//! flush interval (a device-bound message delivered and completed, its index entries and
+//! lock token) never reach sled, and range scans do not wade through their tombstones.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound::{Excluded, Included};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::keyspace::{TxnWrite, TxnWrites};
 use crate::sled::resident::{self, ResidentTables};
 
 /// Buffered writes: `None` removes the key.
@@ -70,8 +79,17 @@ struct Frozen {
 }
 
 #[derive(Default)]
+/// A write in the active map.
+struct ActiveWrite {
+    /// The key's newest value (`None`: removed).
+    value: Option<Vec<u8>>,
+    /// Created in this map: no older map and not sled holds the key.
+    fresh: bool,
+}
+
+#[derive(Default)]
 struct Layers {
-    active: Writes,
+    active: BTreeMap<Vec<u8>, ActiveWrite>,
     active_bytes: usize,
     /// When the first write of `active` arrived.
     active_since: Option<Instant>,
@@ -154,7 +172,7 @@ impl Memtable {
 
     /// Adds one transaction's writes. Freezes the active map when it is due, and waits while
     /// memory is full and flushes are pending.
-    pub fn commit(&self, writes: Writes) {
+    pub fn commit(&self, writes: TxnWrites) {
         let mut layers = self.lock();
         if layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
             layers.stalls += 1;
@@ -167,23 +185,44 @@ impl Memtable {
         if layers.active_since.is_none() {
             layers.active_since = Some(Instant::now());
         }
-        for (key, value) in writes {
+        let Layers {
+            active,
+            active_bytes,
+            resident,
+            ..
+        } = &mut *layers;
+        for (key, write) in writes {
             if resident::contains(&key) {
-                match value {
-                    Some(value) => layers.resident.put(key, value),
-                    None => layers.resident.remove(&key),
+                match write.into_value() {
+                    Some(value) => resident.put(key, value),
+                    None => resident.remove(&key),
                 }
                 continue;
             }
-            let added = entry_bytes(&key, &value);
-            let new_value = value.as_ref().map_or(0, Vec::len);
-            match layers.active.insert(key, value) {
-                // The key is in there already: only the value's size changes.
-                Some(old) => {
-                    let old_value = old.as_ref().map_or(0, Vec::len);
-                    layers.active_bytes = layers.active_bytes.saturating_sub(old_value) + new_value;
+            let created = matches!(write, TxnWrite::Create(_));
+            let value = write.into_value();
+            match active.entry(key) {
+                // Created in this map and removed again: nothing below holds it.
+                Entry::Occupied(entry) if value.is_none() && entry.get().fresh => {
+                    let freed = entry_bytes(entry.key(), &entry.get().value);
+                    entry.remove();
+                    *active_bytes = active_bytes.saturating_sub(freed);
                 }
-                None => layers.active_bytes += added,
+                // The key is in there already: only the value's size changes (and whether it
+                // is fresh does not: a tombstone here means something below may hold it).
+                Entry::Occupied(mut entry) => {
+                    let new_value = value.as_ref().map_or(0, Vec::len);
+                    let old = std::mem::replace(&mut entry.get_mut().value, value);
+                    let old_value = old.as_ref().map_or(0, Vec::len);
+                    *active_bytes = active_bytes.saturating_sub(old_value) + new_value;
+                }
+                Entry::Vacant(entry) => {
+                    *active_bytes += entry_bytes(entry.key(), &value);
+                    entry.insert(ActiveWrite {
+                        value,
+                        fresh: created,
+                    });
+                }
             }
         }
         if self.due(&layers) {
@@ -200,7 +239,10 @@ impl Memtable {
     }
 
     fn freeze(&self, layers: &mut Layers) {
-        let mut writes = std::mem::take(&mut layers.active);
+        let mut writes: Writes = std::mem::take(&mut layers.active)
+            .into_iter()
+            .map(|(key, write)| (key, write.value))
+            .collect();
         writes.insert(resident::record_key(), Some(layers.resident.encode()));
         let bytes = std::mem::take(&mut layers.active_bytes);
         let seq = layers.next_seq;
@@ -222,8 +264,8 @@ impl Memtable {
         if resident::contains(key) {
             return Lookup::Found(layers.resident.get(key).cloned());
         }
-        if let Some(value) = layers.active.get(key) {
-            return Lookup::Found(value.clone());
+        if let Some(write) = layers.active.get(key) {
+            return Lookup::Found(write.value.clone());
         }
         for frozen in layers.frozen.iter().rev() {
             if let Some(value) = frozen.writes.get(key) {
@@ -235,13 +277,25 @@ impl Memtable {
 
     /// The writes in memory with `start <= key < end`, newest map winning, ascending.
     pub fn range(&self, start: &[u8], end: &[u8]) -> Vec<Write> {
+        if start >= end {
+            return Vec::new();
+        }
+        let bounds = (Included(start), Excluded(end));
         let layers = self.lock();
-        let maps = layers
-            .frozen
-            .iter()
-            .map(|f| f.writes.as_ref())
-            .chain(std::iter::once(&layers.active));
-        merge_range(maps, start, end)
+        let frozen = layers.frozen.iter().map(|f| -> Entries<'_> {
+            Box::new(
+                f.writes
+                    .range::<[u8], _>(bounds)
+                    .map(|(k, v)| (k.as_slice(), v)),
+            )
+        });
+        let active: Entries<'_> = Box::new(
+            layers
+                .active
+                .range::<[u8], _>(bounds)
+                .map(|(k, w)| (k.as_slice(), &w.value)),
+        );
+        merge_entries(frozen.chain(std::iter::once(active)))
     }
 
     /// Up to `limit` resident rows with `start <= key < end`.
@@ -396,20 +450,29 @@ impl Memtable {
     }
 }
 
+/// One map's writes in a key range, ascending.
+type Entries<'m> = Box<dyn Iterator<Item = (&'m [u8], &'m Option<Vec<u8>>)> + 'm>;
+
 /// The writes of `maps` (oldest first) with `start <= key < end`, the newest winning.
 pub fn merge_range<'m>(
     maps: impl Iterator<Item = &'m Writes>,
     start: &[u8],
     end: &[u8],
 ) -> Vec<Write> {
-    use std::ops::Bound::{Excluded, Included};
     if start >= end {
         return Vec::new();
     }
     let bounds = (Included(start), Excluded(end));
+    merge_entries(maps.map(|map| -> Entries<'m> {
+        Box::new(map.range::<[u8], _>(bounds).map(|(k, v)| (k.as_slice(), v)))
+    }))
+}
+
+/// The entries of `layers` (oldest first), the newest winning on equal keys, ascending.
+fn merge_entries<'m>(layers: impl Iterator<Item = Entries<'m>>) -> Vec<Write> {
     let mut merged: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
-    for map in maps {
-        merged.extend(map.range::<[u8], _>(bounds).map(|(k, v)| (k.as_slice(), v)));
+    for entries in layers {
+        merged.extend(entries);
     }
     merged
         .into_iter()
@@ -422,10 +485,16 @@ pub(crate) mod tests {
     use super::*;
 
     /// Writes from `(key, value)` pairs (`None`: a removal).
-    pub(crate) fn writes(pairs: &[(&str, Option<&str>)]) -> Writes {
+    pub(crate) fn writes(pairs: &[(&str, Option<&str>)]) -> TxnWrites {
         pairs
             .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
+            .map(|(k, v)| {
+                let write = match v {
+                    Some(v) => TxnWrite::Put(v.as_bytes().to_vec()),
+                    None => TxnWrite::Remove,
+                };
+                (k.as_bytes().to_vec(), write)
+            })
             .collect()
     }
 
@@ -446,6 +515,54 @@ pub(crate) mod tests {
             Lookup::Found(value) => Some(value),
             Lookup::Absent => None,
         }
+    }
+
+    fn created(key: &str, value: &str) -> TxnWrites {
+        TxnWrites::from([(
+            key.as_bytes().to_vec(),
+            TxnWrite::Create(value.as_bytes().to_vec()),
+        )])
+    }
+
+    #[test]
+    fn a_created_row_removed_before_its_map_freezes_leaves_nothing() {
+        let table = unbounded();
+        table.commit(writes(&[("k", Some("v"))]));
+        let before = table.bytes();
+        table.commit(created("short", "lived"));
+        table.commit(writes(&[("short", Some("overwritten"))]));
+        assert!(table.bytes() > before);
+        table.commit(writes(&[("short", None)]));
+        assert!(
+            found(table.get(b"short")).is_none(),
+            "no tombstone: the key was never below the active map"
+        );
+        assert_eq!(table.bytes(), before, "its bytes are given back");
+        assert_eq!(
+            table.range(b"a", b"z"),
+            vec![(b"k".to_vec(), Some(b"v".to_vec()))]
+        );
+    }
+
+    #[test]
+    fn rows_that_may_be_below_the_active_map_are_removed_with_a_tombstone() {
+        let table = unbounded();
+        // Created, then frozen before the removal: the frozen map holds it.
+        table.commit(created("frozen", "1"));
+        table.flush_now();
+        table.commit(writes(&[("frozen", None)]));
+        assert_eq!(found(table.get(b"frozen")), Some(None));
+        // Removed (a tombstone over an older value), then created again and removed: the
+        // older value must not come back.
+        table.commit(writes(&[("frozen", Some("2"))]));
+        table.commit(writes(&[("frozen", None)]));
+        table.commit(created("frozen", "3"));
+        table.commit(writes(&[("frozen", None)]));
+        assert_eq!(found(table.get(b"frozen")), Some(None));
+        // A plain put is not known to be new, even in an empty map.
+        table.commit(writes(&[("plain", Some("1"))]));
+        table.commit(writes(&[("plain", None)]));
+        assert_eq!(found(table.get(b"plain")), Some(None));
     }
 
     #[test]

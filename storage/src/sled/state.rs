@@ -12,6 +12,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::error::{Result, StorageError};
+use crate::keyspace::TxnWrites;
 use crate::keyspace::layout::Table;
 use crate::keyspace::{KvPair, OrderedRead, RangeIter};
 use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
@@ -262,7 +263,7 @@ impl StateTree {
 
     /// Applies the writes of one transaction atomically (`None` removes): readers see all of
     /// them or none; sled receives them with the rest of their memtable layer.
-    pub fn commit(&self, writes: Writes) -> Result<()> {
+    pub fn commit(&self, writes: TxnWrites) -> Result<()> {
         self.inner.memtable.commit(writes);
         Ok(())
     }
@@ -546,6 +547,7 @@ fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keyspace::TxnWrite;
     use crate::sled::memtable::tests::writes;
     use crate::sled::{Store, StoreConfig};
 
@@ -638,14 +640,14 @@ mod tests {
         {
             let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
             let state = store.state().expect("state");
-            let mut first = Writes::new();
-            first.insert(reply.clone(), Some(b"remembered".to_vec()));
-            first.insert(b"k1".to_vec(), Some(b"v".to_vec()));
+            let mut first = TxnWrites::new();
+            first.insert(reply.clone(), TxnWrite::Put(b"remembered".to_vec()));
+            first.insert(b"k1".to_vec(), TxnWrite::Put(b"v".to_vec()));
             state.commit(first).expect("commit");
             assert_eq!(state.resident_size().0, 1);
             store.flush().expect("flush");
-            let mut second = Writes::new();
-            second.insert(late.clone(), Some(b"late".to_vec()));
+            let mut second = TxnWrites::new();
+            second.insert(late.clone(), TxnWrite::Put(b"late".to_vec()));
             state.commit(second).expect("commit");
             assert_eq!(
                 state.view().get(&late).expect("read"),
@@ -671,11 +673,14 @@ mod tests {
         let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
         let state = store.state().expect("state");
         let rows = 3 * RESIDENT_CHUNK + 5;
-        let mut writes = Writes::new();
+        let mut writes = TxnWrites::new();
         for i in 0..rows {
-            writes.insert(layout::reply_expiry_key(i as u64, b"r"), Some(Vec::new()));
+            writes.insert(
+                layout::reply_expiry_key(i as u64, b"r"),
+                TxnWrite::Put(Vec::new()),
+            );
         }
-        writes.insert(b"k".to_vec(), Some(b"v".to_vec()));
+        writes.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
         state.commit(writes).expect("commit");
         let view = state.view();
         let (start, end) = resident::bounds();
@@ -706,21 +711,21 @@ mod tests {
         let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
         let state = store.state().expect("state");
         let reply = layout::reply_key(b"c", b"1");
-        let mut first = Writes::new();
-        first.insert(b"flushed".to_vec(), Some(b"old".to_vec()));
+        let mut first = TxnWrites::new();
+        first.insert(b"flushed".to_vec(), TxnWrite::Put(b"old".to_vec()));
         state.commit(first).expect("commit");
         state.flush_memtable();
-        let mut second = Writes::new();
-        second.insert(b"memory".to_vec(), Some(b"old".to_vec()));
-        second.insert(reply.clone(), Some(b"old".to_vec()));
+        let mut second = TxnWrites::new();
+        second.insert(b"memory".to_vec(), TxnWrite::Put(b"old".to_vec()));
+        second.insert(reply.clone(), TxnWrite::Put(b"old".to_vec()));
         state.commit(second).expect("commit");
 
         let export = state.begin_export();
-        let mut later = Writes::new();
-        later.insert(b"flushed".to_vec(), Some(b"new".to_vec()));
-        later.insert(b"memory".to_vec(), None);
-        later.insert(b"added".to_vec(), Some(b"new".to_vec()));
-        later.insert(reply.clone(), Some(b"new".to_vec()));
+        let mut later = TxnWrites::new();
+        later.insert(b"flushed".to_vec(), TxnWrite::Put(b"new".to_vec()));
+        later.insert(b"memory".to_vec(), TxnWrite::Remove);
+        later.insert(b"added".to_vec(), TxnWrite::Put(b"new".to_vec()));
+        later.insert(reply.clone(), TxnWrite::Put(b"new".to_vec()));
         state.commit(later).expect("commit");
         assert_eq!(
             export.view().get(b"flushed").expect("read"),
