@@ -38,8 +38,8 @@ pub use ids::{
     validate_device_id, validate_message_id,
 };
 pub use property_bag::{
-    Delivery, MAX_TOPIC_BYTES, check_delivery_fits, delivery_topic, delivery_user_properties,
-    message_expiry_interval_secs, property_bag,
+    Delivery, DeliveryHeaders, MAX_TOPIC_BYTES, check_delivery_fits, delivery_headers,
+    delivery_topic, delivery_user_properties, message_expiry_interval_secs, property_bag,
 };
 pub use reply::{
     DeadLetterEntry, DeviceReply, QueueStats, encode_dead_letters, encode_queue_stats, pull_reply,

@@ -89,43 +89,76 @@ fn with_pairs<R>(delivery: &Delivery<'_>, use_pairs: impl FnOnce(&[(&str, &str)]
 pub fn property_bag(delivery: &Delivery<'_>) -> String {
     with_pairs(delivery, |pairs| {
         let mut bag = String::with_capacity(encoded_bag_len(pairs));
-        for (index, (key, value)) in pairs.iter().enumerate() {
-            if index > 0 {
-                bag.push('&');
-            }
-            percent_encode_into(&mut bag, key);
-            bag.push('=');
-            percent_encode_into(&mut bag, value);
-        }
+        push_bag(&mut bag, pairs);
         bag
     })
+}
+
+/// Appends the encoded bag of `pairs` to `out`.
+fn push_bag(out: &mut String, pairs: &[(&str, &str)]) {
+    for (index, (key, value)) in pairs.iter().enumerate() {
+        if index > 0 {
+            out.push('&');
+        }
+        percent_encode_into(out, key);
+        out.push('=');
+        percent_encode_into(out, value);
+    }
+}
+
+/// The delivery topic of `pairs`, or [`ProtocolError::MessageTooLarge`].
+fn topic_of(device_id: &str, pairs: &[(&str, &str)]) -> Result<String, ProtocolError> {
+    let topic_len =
+        DEVICES_PREFIX.len() + device_id.len() + DEVICEBOUND_INFIX.len() + encoded_bag_len(pairs);
+    if topic_len > MAX_TOPIC_BYTES {
+        return Err(ProtocolError::MessageTooLarge);
+    }
+    let mut topic = String::with_capacity(topic_len);
+    topic.push_str(DEVICES_PREFIX);
+    topic.push_str(device_id);
+    topic.push_str(DEVICEBOUND_INFIX);
+    push_bag(&mut topic, pairs);
+    Ok(topic)
 }
 
 /// `devices/{deviceId}/messages/devicebound/{property bag}`, or
 /// [`ProtocolError::MessageTooLarge`] when that is over [`MAX_TOPIC_BYTES`]
 /// (see the module notes).
 pub fn delivery_topic(delivery: &Delivery<'_>) -> Result<String, ProtocolError> {
-    let topic_len = delivery_topic_len(delivery);
-    if topic_len > MAX_TOPIC_BYTES {
-        return Err(ProtocolError::MessageTooLarge);
-    }
-    let mut topic = String::with_capacity(topic_len);
-    topic.push_str(DEVICES_PREFIX);
-    topic.push_str(delivery.device_id);
-    topic.push_str(DEVICEBOUND_INFIX);
-    topic.push_str(&property_bag(delivery));
-    Ok(topic)
+    with_pairs(delivery, |pairs| topic_of(delivery.device_id, pairs))
 }
 
 /// The delivery's pairs as MQTT 5 user properties, unencoded and in bag order:
 /// `$.mid`, `$.lt`, `$.exp`, `$.ct`/`$.ce` when set, then the application
 /// properties.
 pub fn delivery_user_properties(delivery: &Delivery<'_>) -> Vec<(String, String)> {
+    with_pairs(delivery, owned_pairs)
+}
+
+fn owned_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|&(key, value)| (key.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// The topic and user properties of a delivery publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryHeaders {
+    /// [`delivery_topic`].
+    pub topic: String,
+    /// [`delivery_user_properties`].
+    pub user_properties: Vec<(String, String)>,
+}
+
+/// [`delivery_topic`] and [`delivery_user_properties`] from one pass over the pairs (one
+/// expiry formatted): what a push publishes.
+pub fn delivery_headers(delivery: &Delivery<'_>) -> Result<DeliveryHeaders, ProtocolError> {
     with_pairs(delivery, |pairs| {
-        pairs
-            .iter()
-            .map(|&(key, value)| (key.to_owned(), value.to_owned()))
-            .collect()
+        Ok(DeliveryHeaders {
+            topic: topic_of(delivery.device_id, pairs)?,
+            user_properties: owned_pairs(pairs),
+        })
     })
 }
 

@@ -24,12 +24,26 @@ pub fn format_utc_millis(unix_ms: u64) -> String {
     let unix_seconds = unix_ms / MS_PER_SECOND;
     let second_of_day = unix_seconds % SECONDS_PER_DAY;
     let (year, month, day) = civil_from_days(unix_seconds / SECONDS_PER_DAY);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        second_of_day / 3_600,
-        second_of_day / 60 % 60,
-        second_of_day % 60,
-    )
+    // Written digit by digit: every delivery formats one, and `format!` cost more than
+    // building the rest of the delivery topic.
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    write_digits(&mut out[0..4], year);
+    write_digits(&mut out[5..7], month);
+    write_digits(&mut out[8..10], day);
+    write_digits(&mut out[11..13], second_of_day / 3_600);
+    write_digits(&mut out[14..16], second_of_day / 60 % 60);
+    write_digits(&mut out[17..19], second_of_day % 60);
+    write_digits(&mut out[20..23], millis);
+    out.iter().map(|&byte| char::from(byte)).collect()
+}
+
+/// Writes the last `field.len()` decimal digits of `value` into `field`, zero-padded.
+fn write_digits(field: &mut [u8], mut value: u64) {
+    for digit in field.iter_mut().rev() {
+        // `value % 10` is below 10: the cast cannot truncate.
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
 }
 
 /// Year, month (1–12) and day (1–31) of the day `days` after 1970-01-01

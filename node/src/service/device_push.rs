@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::devicebound::{
-    Delivery, DeviceReply, DeviceTopic, SettleAction, delivery_topic, delivery_user_properties,
+    Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
     message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
 };
 use crate::mqtt::SessionEvent;
@@ -522,7 +522,11 @@ async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDel
     }
     let text = DeliveryText::of(&delivered);
     let delivery = text.delivery(&delivered);
-    let Ok(topic) = delivery_topic(&delivery) else {
+    let Ok(DeliveryHeaders {
+        topic,
+        user_properties,
+    }) = delivery_headers(&delivery)
+    else {
         // Refused at SEND already; should one slip through, dead-letter it rather than
         // publish a topic the broker would refuse.
         tracing::warn!(
@@ -542,7 +546,7 @@ async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDel
             .await;
         return;
     };
-    let user_properties = owned_properties(delivery_user_properties(&delivery));
+    let user_properties = owned_properties(user_properties);
     let expiry = message_expiry_interval_secs(delivered.message.expires_at_ms, service.wall_ms());
     let token = delivered.token.clone();
     let message = OutboundMessage {

@@ -12,7 +12,8 @@ use crate::devicebound::ids::{
     MAX_DEVICE_ID_BYTES, MAX_MESSAGE_ID_BYTES, as_mqtt_text, is_valid_lock_token,
 };
 use crate::devicebound::property_bag::{
-    Delivery, check_delivery_fits, delivery_topic, delivery_user_properties, property_bag,
+    Delivery, DeliveryHeaders, check_delivery_fits, delivery_headers, delivery_topic,
+    delivery_user_properties, property_bag,
 };
 use crate::devicebound::request::{
     AckMode, ApplicationProperty, DeviceRequest, Expiry, FeedbackSettlement, SendRequest,
@@ -361,6 +362,14 @@ proptest! {
         prop_assert!(!bag.contains(['/', '+', '#']), "one topic level: {}", bag);
         prop_assert_eq!(decode_bag(&bag), delivery_user_properties(&delivery));
         let topic = delivery_topic(&delivery).expect("small properties fit");
+        prop_assert_eq!(
+            delivery_headers(&delivery),
+            Ok(DeliveryHeaders {
+                topic: topic.clone(),
+                user_properties: delivery_user_properties(&delivery),
+            }),
+            "a push publishes the same topic and properties"
+        );
         prop_assert_eq!(parse_device_topic(&topic), Err(DeviceTopicError::DeliveryTopic));
         prop_assert_eq!(device_activity(&topic), None);
         // A SEND that passes the fit check delivers with any token.
