@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Profiles statestore under sustained load: starts `statestore-bench sustained` (a 3-node
-# cluster, prefilled), waits until the measured window runs, records every node with
-# `perf record -e cpu-clock --call-graph dwarf` for a while, and prints each node's top frames
-# (self time, and inclusive time of statestore's own functions).
+# Profiles statestore under load: starts `statestore-bench sustained` (a 3-node cluster,
+# prefilled) or, with BENCH=devicebound, `statestore-bench devicebound` (its SEND throughput
+# phase: SENDs to 1,000 online devices that complete every delivery), waits until the measured
+# window runs, records every node with `perf record -e cpu-clock --call-graph dwarf` for a
+# while, and prints each node's top frames (self time, and inclusive time of statestore's own
+# functions).
 #
-#   bench/profile.sh [OUT_DIR] [-- extra statestore-bench sustained flags]
+#   bench/profile.sh [OUT_DIR] [-- extra statestore-bench flags]
 #
 # Environment: BIN_DIR (default target/release or $CARGO_TARGET_DIR/release), RECORD_SECONDS
-# (default 10), PREFILL (default 100000), WORKLOAD (default set:64x8). Needs root for perf.
+# (default 10), BENCH (sustained or devicebound, default sustained); for sustained: PREFILL
+# (default 100000), WORKLOAD (default set:64x8). Needs root for perf.
 set -euo pipefail
 
 out=${1:-/tmp/statestore-profile}
@@ -22,14 +25,25 @@ command -v perf >/dev/null || { echo "perf is missing (apt-get install linux-per
 mkdir -p "$out"
 rm -f "$out"/node-*.data "$out"/node-*.txt
 
-"$bin_dir/statestore-bench" sustained --prefill "$prefill" --workload "$workload" \
-  --duration "$((record_seconds + 20))s" --statestore-bin "$bin_dir/statestore" "$@" \
-  >"$out/bench.txt" 2>&1 &
+case "${BENCH:-sustained}" in
+  sustained)
+    "$bin_dir/statestore-bench" sustained --prefill "$prefill" --workload "$workload" \
+      --duration "$((record_seconds + 20))s" --statestore-bin "$bin_dir/statestore" "$@" \
+      >"$out/bench.txt" 2>&1 &
+    window='^== measuring'
+    ;;
+  devicebound)
+    "$bin_dir/statestore-bench" devicebound --duration "$((record_seconds + 15))s" \
+      --statestore-bin "$bin_dir/statestore" "$@" >"$out/bench.txt" 2>&1 &
+    window='^== 2\. SEND throughput'
+    ;;
+  *) echo "BENCH is sustained or devicebound" >&2; exit 2 ;;
+esac
 bench=$!
 trap 'kill "$bench" 2>/dev/null || true' EXIT
 
-# The measured window starts after the "== measuring" line; give it a few seconds to settle.
-until grep -q '^== measuring' "$out/bench.txt" 2>/dev/null; do
+# The measured window starts after the bench says so; give it a few seconds to settle.
+until grep -q "$window" "$out/bench.txt" 2>/dev/null; do
   kill -0 "$bench" 2>/dev/null || { cat "$out/bench.txt"; exit 1; }
   sleep 1
 done
@@ -57,4 +71,4 @@ for data in "$out"/node-*.data; do
       | head -30
   } | tee "$out/$node.txt"
 done
-grep -E 'ops/s over the window|nodes total' "$out/bench.txt" | head -5
+grep -E 'ops/s over the window|nodes total|SEND / SET' "$out/bench.txt" | head -5
