@@ -135,6 +135,7 @@ pub fn delivery_user_properties(delivery: &Delivery<'_>) -> Vec<(String, String)
     with_pairs(delivery, owned_pairs)
 }
 
+/// `pairs` as owned strings (MQTT user properties).
 fn owned_pairs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()

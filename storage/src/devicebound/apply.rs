@@ -131,8 +131,9 @@ struct Admitted {
     before: Option<DeviceState>,
     /// The row after it, the message counted.
     state: DeviceState,
-    /// The message's place in the queue.
+    /// The message's place in the queue (the tail).
     seq: u64,
+    /// The message as it is stored, Enqueued.
     stored: StoredMessage,
 }
 
@@ -573,7 +574,7 @@ impl<T: Txn> Machine<'_, T> {
     }
 
     /// Stores an admitted message as it is (Enqueued, or already locked by the caller).
-    fn enqueue(&mut self, device: &[u8], admitted: &Admitted) {
+    fn store_admitted(&mut self, device: &[u8], admitted: &Admitted) {
         self.put_message(device, admitted.seq, &admitted.stored);
         self.meta.messages = self.meta.messages.saturating_add(1);
         self.save_device(device, admitted.before.as_ref(), &admitted.state);
@@ -585,7 +586,7 @@ impl<T: Txn> Machine<'_, T> {
             Ok(admitted) => admitted,
             Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
         };
-        self.enqueue(&send.device, &admitted);
+        self.store_admitted(&send.device, &admitted);
         Ok(DeviceResult::Sent {
             expires_at_ms: admitted.stored.message.expires_at_ms,
         })
@@ -603,10 +604,13 @@ impl<T: Txn> Machine<'_, T> {
         let expires_at_ms = admitted.stored.message.expires_at_ms;
         let settings = self.meta.settings;
         let only_enqueued = admitted.state.enqueued == 1;
-        let window_open = admitted.state.invisible < settings.device_window;
+        // A delivery visits at most MAX_SWEEP_PER_ENTRY messages, the locked ones ahead of
+        // the new message included: beyond that it would not reach it either.
+        let window_open = admitted.state.invisible < settings.device_window
+            && admitted.state.invisible < MAX_SWEEP_PER_ENTRY;
         let deliverable = expires_at_ms > self.time && settings.max_delivery_count > 0;
         if !(only_enqueued && window_open && deliverable) {
-            self.enqueue(&send.device, &admitted);
+            self.store_admitted(&send.device, &admitted);
             let messages = self.deliver(&send.device, u32::MAX, Window::Push)?;
             return Ok(DeviceResult::SentAndDelivered {
                 expires_at_ms,
@@ -621,7 +625,7 @@ impl<T: Txn> Machine<'_, T> {
         admitted.stored.lock = Some(lock.clone());
         admitted.state.enqueued = admitted.state.enqueued.saturating_sub(1);
         admitted.state.invisible = admitted.state.invisible.saturating_add(1);
-        self.enqueue(&send.device, &admitted);
+        self.store_admitted(&send.device, &admitted);
         add(&mut self.counters.delivered, 1);
         Ok(DeviceResult::SentAndDelivered {
             expires_at_ms,

@@ -965,54 +965,124 @@ fn device_rows(r: &Replica) -> BTreeMap<Vec<u8>, Vec<u8>> {
         .collect()
 }
 
+/// A replica with `locked` messages delivered and `waiting` more Enqueued behind them.
+fn queued_replica(settings: DeviceboundSettings, locked: usize, waiting: usize) -> Replica {
+    let mut r = Replica::with(settings);
+    for i in 0..locked {
+        assert_eq!(r.send(DEV, &format!("locked-{i}")), sent());
+    }
+    if locked > 0 {
+        let max = u32::try_from(locked).expect("a small count");
+        assert_eq!(r.deliver(DEV, max).len(), locked);
+    }
+    for i in 0..waiting {
+        assert_eq!(r.send(DEV, &format!("waiting-{i}")), sent());
+    }
+    r.advance(5);
+    r
+}
+
+/// The counters a device-bound test compares, as one tuple.
+fn counted(c: &DeviceCounters) -> (u32, u32, u32, u32, u32) {
+    (
+        c.enqueued,
+        c.delivered,
+        c.dead_lettered,
+        c.expired,
+        c.feedback_records,
+    )
+}
+
 #[test]
 fn send_and_deliver_writes_what_send_then_deliver_write() {
-    // (what is queued before, device_window, expiry of the new message); the shortcut that
-    // stores the message locked at once must not be told apart from the two steps.
-    let cases: [(&[&str], u32, Expiry); 5] = [
-        (&[], 1, Expiry::Default),
-        (&["locked"], 1, Expiry::Default),
-        (&["locked"], 2, Expiry::Default),
-        (&["locked", "waiting"], 1, Expiry::Default),
-        (&[], 1, Expiry::At(T0 - 1)),
+    // (locked, waiting, device_window, max_delivery_count, expiry of the new message): the
+    // shortcut that stores the message locked at once must not be told apart from the two
+    // steps, where it applies and where it must not.
+    let cases: [(usize, usize, u32, u32, Expiry); 8] = [
+        (0, 0, 1, 10, Expiry::Default),
+        (1, 0, 1, 10, Expiry::Default),
+        (1, 0, 2, 10, Expiry::Default),
+        (1, 1, 1, 10, Expiry::Default),
+        (1, 1, 2, 10, Expiry::Default),
+        (0, 0, 1, 10, Expiry::At(T0 - 1)),
+        (0, 0, 1, 0, Expiry::Default),
+        (1_024, 0, 2_000, 10, Expiry::Default),
     ];
-    for (queued, window, expiry) in cases {
+    for (locked, waiting, window, max_delivery_count, expiry) in cases {
         let settings = DeviceboundSettings {
             device_window: window,
+            max_delivery_count,
+            max_queue_depth: 2_000,
             ..DeviceboundSettings::default()
         };
-        let mut replicas = [Replica::with(settings), Replica::with(settings)];
-        for r in &mut replicas {
-            for (i, id) in queued.iter().enumerate() {
-                assert_eq!(r.send(DEV, id), sent());
-                if i == 0 {
-                    r.deliver_one(DEV);
-                }
-            }
-            r.advance(5);
-        }
-        let [one_step, two_steps] = &mut replicas;
+        let mut one_step = queued_replica(settings, locked, waiting);
+        let mut two_steps = queued_replica(settings, locked, waiting);
         let DeviceCommand::Send(message) = send(DEV, "new", Ack::Full, expiry) else {
             unreachable!("send builds a Send")
         };
-        let combined = one_step
-            .run(DeviceCommand::SendAndDeliver(message.clone()))
-            .result;
-        let DeviceResult::Sent { expires_at_ms } =
-            two_steps.run(DeviceCommand::Send(message)).result
-        else {
+        let combined = one_step.run(DeviceCommand::SendAndDeliver(message.clone()));
+        let sent_first = two_steps.run(DeviceCommand::Send(message));
+        let DeviceResult::Sent { expires_at_ms } = sent_first.result else {
             panic!("the SEND was refused")
         };
-        let messages = two_steps.deliver(DEV, u32::MAX);
-        let case = format!("queued {queued:?}, window {window}, {expiry:?}");
+        let delivered = two_steps.run(DeviceCommand::Deliver {
+            device: DEV.to_vec(),
+            max: u32::MAX,
+        });
+        let DeviceResult::Delivered { messages } = delivered.result else {
+            panic!("deliver gave {:?}", delivered.result)
+        };
+        let case = format!(
+            "locked {locked}, waiting {waiting}, window {window}, max deliveries \
+             {max_delivery_count}, {expiry:?}"
+        );
         assert_eq!(
-            combined,
+            combined.result,
             DeviceResult::SentAndDelivered {
                 expires_at_ms,
                 messages
             },
             "{case}"
         );
-        assert_eq!(device_rows(one_step), device_rows(two_steps), "{case}");
+        let (a, b) = (counted(&sent_first.counters), counted(&delivered.counters));
+        assert_eq!(
+            counted(&combined.counters),
+            (a.0 + b.0, a.1 + b.1, a.2 + b.2, a.3 + b.3, a.4 + b.4),
+            "{case}"
+        );
+        assert_eq!(device_rows(&one_step), device_rows(&two_steps), "{case}");
     }
+}
+
+#[test]
+fn send_and_deliver_to_an_idle_device_writes_no_enqueued_rows() {
+    let mut r = Replica::new();
+    let DeviceCommand::Send(message) = send(DEV, "m1", Ack::None, Expiry::Default) else {
+        unreachable!("send builds a Send")
+    };
+    let proposal = r.proposal(DeviceCommand::SendAndDeliver(message), None);
+    let mut txn = Overlay::new(&r.map);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    let applied = keyspace.apply(&proposal).expect("apply");
+    keyspace.finish();
+    assert!(matches!(
+        applied.outcome,
+        Outcome::Device(outcome)
+            if matches!(&outcome.result, DeviceResult::SentAndDelivered { messages, .. } if messages.len() == 1)
+    ));
+    let enqueued_tables = [
+        layout::DeviceTable::EnqueuedByTime.prefix(),
+        layout::DeviceTable::Deliverable.prefix(),
+    ];
+    let written: Vec<_> = txn.into_txn_writes().into_keys().collect();
+    assert!(
+        written.iter().all(|key| !enqueued_tables.contains(&key[0])),
+        "no Enqueued index row written, even as a removal: {written:?}"
+    );
+    assert!(
+        written
+            .iter()
+            .any(|key| key[0] == layout::DeviceTable::LockExpiry.prefix()),
+        "the message is stored locked"
+    );
 }

@@ -46,7 +46,7 @@ pub trait Txn: OrderedRead {
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>);
     /// Sets `key`, which the caller knows is absent now (a row it creates). A later removal
     /// may then leave nothing behind instead of a tombstone. A wrong promise would let an
-    /// older value reappear: debug builds check it.
+    /// older value reappear: debug builds of [`Overlay`] check it.
     fn create(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.put(key, value);
     }

@@ -22,9 +22,11 @@
 //!
 //! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
 //! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
-//! it from the active map instead of writing a tombstone, so rows that live shorter than a
-//! flush interval (a device-bound message delivered and completed, its index entries and
-//! lock token) never reach sled, and range scans do not wade through their tombstones.
+//! it from the active map instead of writing a tombstone, so rows created and removed while
+//! one map is active (a device-bound message delivered and completed, its index entries and
+//! lock token) never reach sled, and range scans do not wade through their tombstones. A row
+//! whose map froze in between is removed with a tombstone, as any other. Freezing rebuilds the
+//! active map as a plain frozen map (moving, not copying, keys and values).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
@@ -78,7 +80,6 @@ struct Frozen {
     bytes: usize,
 }
 
-#[derive(Default)]
 /// A write in the active map.
 struct ActiveWrite {
     /// The key's newest value (`None`: removed).
@@ -225,7 +226,10 @@ impl Memtable {
                 }
             }
         }
-        if self.due(&layers) {
+        if layers.active.is_empty() {
+            // Fresh removals emptied it: the interval starts again with the next write.
+            layers.active_since = None;
+        } else if self.due(&layers) {
             self.freeze(&mut layers);
         }
     }

@@ -261,8 +261,9 @@ impl StateTree {
         }
     }
 
-    /// Applies the writes of one transaction atomically (`None` removes): readers see all of
-    /// them or none; sled receives them with the rest of their memtable layer.
+    /// Applies the writes of one transaction atomically: readers see all of them or none; sled
+    /// receives them with the rest of their memtable layer (rows created and removed again
+    /// while one layer is active never reach it).
     pub fn commit(&self, writes: TxnWrites) -> Result<()> {
         self.inner.memtable.commit(writes);
         Ok(())
