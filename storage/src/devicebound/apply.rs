@@ -594,8 +594,9 @@ impl<T: Txn> Machine<'_, T> {
 
     /// SEND, then a push delivery to the same device. When the new message is the only
     /// Enqueued one, the window has room and the message is deliverable, the delivery would
-    /// lock exactly it: it is stored locked at once, without the Enqueued rows a delivery
-    /// would remove again and without reading the queue back (same state, same reply).
+    /// lock exactly it: it is stored locked at once, without reading the queue back (same
+    /// rows, same reply; the Enqueued rows the general path creates and removes again leave
+    /// no write either way, see [`Txn::create`]).
     fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
         let mut admitted = match self.admit(send)? {
             Ok(admitted) => admitted,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::hlc::Hlc;
-use crate::keyspace::{Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId};
+use crate::keyspace::{Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, TxnWrites};
 
 const T0: u64 = 1_700_000_000_000;
 const DEV: &[u8] = b"dev-1";
@@ -1054,35 +1054,70 @@ fn send_and_deliver_writes_what_send_then_deliver_write() {
     }
 }
 
-#[test]
-fn send_and_deliver_to_an_idle_device_writes_no_enqueued_rows() {
-    let mut r = Replica::new();
-    let DeviceCommand::Send(message) = send(DEV, "m1", Ack::None, Expiry::Default) else {
-        unreachable!("send builds a Send")
-    };
-    let proposal = r.proposal(DeviceCommand::SendAndDeliver(message), None);
-    let mut txn = Overlay::new(&r.map);
+/// Applies `command` on a base that counts range scans; returns the result, the writes and
+/// the scans of the device's queue.
+fn apply_counting_queue_scans(
+    r: &mut Replica,
+    command: DeviceCommand,
+) -> (DeviceResult, TxnWrites, usize) {
+    let proposal = r.proposal(command, None);
+    let base = crate::keyspace::tests::Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
     let mut keyspace = Keyspace::open(&mut txn).expect("open");
     let applied = keyspace.apply(&proposal).expect("apply");
     keyspace.finish();
-    assert!(matches!(
-        applied.outcome,
-        Outcome::Device(outcome)
-            if matches!(&outcome.result, DeviceResult::SentAndDelivered { messages, .. } if messages.len() == 1)
-    ));
+    let Outcome::Device(outcome) = applied.outcome else {
+        panic!("a device command gave {:?}", applied.outcome)
+    };
+    let writes = txn.into_txn_writes();
+    let scans = base.scans_with_prefix(layout::DeviceTable::Messages.prefix());
+    (outcome.result, writes, scans)
+}
+
+#[test]
+fn send_and_deliver_to_an_idle_device_does_not_read_the_queue_back() {
+    let new_message = |id: &str| {
+        let DeviceCommand::Send(message) = send(DEV, id, Ack::None, Expiry::Default) else {
+            unreachable!("send builds a Send")
+        };
+        DeviceCommand::SendAndDeliver(message)
+    };
+    // An idle device: the message is stored locked at once, the queue is not scanned.
+    let mut r = Replica::new();
+    let (result, writes, scans) = apply_counting_queue_scans(&mut r, new_message("m1"));
+    assert!(
+        matches!(&result, DeviceResult::SentAndDelivered { messages, .. } if messages.len() == 1),
+        "{result:?}"
+    );
+    assert_eq!(scans, 0, "the shortcut does not read the queue back");
+    // The overlay drops rows created and removed in one transaction, so neither path leaves
+    // an Enqueued index row; the message is written locked.
     let enqueued_tables = [
         layout::DeviceTable::EnqueuedByTime.prefix(),
         layout::DeviceTable::Deliverable.prefix(),
     ];
-    let written: Vec<_> = txn.into_txn_writes().into_keys().collect();
     assert!(
-        written.iter().all(|key| !enqueued_tables.contains(&key[0])),
-        "no Enqueued index row written, even as a removal: {written:?}"
+        writes.keys().all(|key| !enqueued_tables.contains(&key[0])),
+        "no Enqueued index row written, even as a removal: {writes:?}"
     );
     assert!(
-        written
-            .iter()
+        writes
+            .keys()
             .any(|key| key[0] == layout::DeviceTable::LockExpiry.prefix()),
         "the message is stored locked"
     );
+    // Window 2 with one message locked and one waiting: the delivery has to find the waiting
+    // one, so it scans the queue (the counter sees scans).
+    let settings = DeviceboundSettings {
+        device_window: 2,
+        ..DeviceboundSettings::default()
+    };
+    let mut r = queued_replica(settings, 1, 1);
+    let (result, _, scans) = apply_counting_queue_scans(&mut r, new_message("m2"));
+    assert!(
+        matches!(&result, DeviceResult::SentAndDelivered { messages, .. }
+            if messages.iter().map(id_of).collect::<Vec<_>>() == ["waiting-0"]),
+        "{result:?}"
+    );
+    assert!(scans > 0, "the general path reads the queue");
 }

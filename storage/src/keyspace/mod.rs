@@ -20,4 +20,4 @@ pub use serde_bytes::ByteBuf;
 pub use txn::{KvPair, OrderedRead, Overlay, RangeIter, Txn, TxnWrite, TxnWrites};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

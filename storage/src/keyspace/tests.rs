@@ -815,15 +815,16 @@ fn section_9_key_byte_and_registration_quotas() {
 // work per proposal that does not grow with the batch.
 // ---------------------------------------------------------------------------------------------
 
-/// Counts what a base map is asked for: entries yielded by range scans, and scans per table.
-struct Counting<'m> {
+/// Counts what a base map is asked for: entries yielded by range scans, and scans per table
+/// (also used by the device-bound tests).
+pub(crate) struct Counting<'m> {
     map: &'m BTreeMap<Vec<u8>, Vec<u8>>,
     yielded: std::cell::Cell<usize>,
     scans: std::cell::RefCell<BTreeMap<u8, usize>>,
 }
 
 impl<'m> Counting<'m> {
-    fn new(map: &'m BTreeMap<Vec<u8>, Vec<u8>>) -> Self {
+    pub(crate) fn new(map: &'m BTreeMap<Vec<u8>, Vec<u8>>) -> Self {
         Counting {
             map,
             yielded: std::cell::Cell::new(0),
@@ -832,11 +833,12 @@ impl<'m> Counting<'m> {
     }
 
     fn scans_of(&self, table: layout::Table) -> usize {
-        self.scans
-            .borrow()
-            .get(&table.prefix())
-            .copied()
-            .unwrap_or(0)
+        self.scans_with_prefix(table.prefix())
+    }
+
+    /// Range scans that started in the table with this one-byte prefix.
+    pub(crate) fn scans_with_prefix(&self, prefix: u8) -> usize {
+        self.scans.borrow().get(&prefix).copied().unwrap_or(0)
     }
 }
 

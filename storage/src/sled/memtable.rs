@@ -30,7 +30,7 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
-use std::ops::Bound::{Excluded, Included};
+use std::ops::Bound::{self, Excluded, Included};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -286,13 +286,7 @@ impl Memtable {
         }
         let bounds = (Included(start), Excluded(end));
         let layers = self.lock();
-        let frozen = layers.frozen.iter().map(|f| -> Entries<'_> {
-            Box::new(
-                f.writes
-                    .range::<[u8], _>(bounds)
-                    .map(|(k, v)| (k.as_slice(), v)),
-            )
-        });
+        let frozen = layers.frozen.iter().map(|f| entries_of(&f.writes, bounds));
         let active: Entries<'_> = Box::new(
             layers
                 .active
@@ -467,9 +461,12 @@ pub fn merge_range<'m>(
         return Vec::new();
     }
     let bounds = (Included(start), Excluded(end));
-    merge_entries(maps.map(|map| -> Entries<'m> {
-        Box::new(map.range::<[u8], _>(bounds).map(|(k, v)| (k.as_slice(), v)))
-    }))
+    merge_entries(maps.map(|map| entries_of(map, bounds)))
+}
+
+/// The writes of a frozen map within `bounds`.
+fn entries_of<'m>(map: &'m Writes, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Entries<'m> {
+    Box::new(map.range::<[u8], _>(bounds).map(|(k, v)| (k.as_slice(), v)))
 }
 
 /// The entries of `layers` (oldest first), the newest winning on equal keys, ascending.
