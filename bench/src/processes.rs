@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,16 +15,11 @@ use anyhow::{Context, bail};
 
 use crate::mqtt_load::Broker;
 
-/// `n` distinct free loopback ports (all held open while choosing, so they differ).
-pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .context("bind a free loopback port")?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+/// `n` distinct free loopback ports for listeners started later, chosen below the kernel's
+/// ephemeral range like the tests' ports (see [`statestore_harness::free_port`]: a port from
+/// that range can become the source port of a peer's connection before its listener binds it).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    (0..n).map(|_| statestore_harness::free_port()).collect()
 }
 
 /// A temporary directory, removed on drop unless kept (`--keep-temp`).
@@ -298,7 +293,7 @@ pub struct Mosquitto {
 impl Mosquitto {
     /// Writes `mosquitto.conf` into `dir` and starts the broker.
     pub fn start(bin: &Path, dir: &Path) -> anyhow::Result<Mosquitto> {
-        let port = free_ports(1)?[0];
+        let port = free_ports(1)[0];
         let config = dir.join("mosquitto.conf");
         std::fs::write(&config, mosquitto_config(port))
             .with_context(|| format!("write {}", config.display()))?;
@@ -392,7 +387,7 @@ impl StatestoreCluster {
         dir: &Path,
         extra: &[String],
     ) -> anyhow::Result<StatestoreCluster> {
-        let ports = free_ports(nodes * 2)?;
+        let ports = free_ports(nodes * 2);
         let peers: Vec<String> = (0..nodes)
             .map(|i| format!("{}=127.0.0.1:{}", i + 1, ports[nodes + i]))
             .collect();
@@ -570,7 +565,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts `members` members with data under `dir`.
     pub fn start(bin: &Path, dir: &Path, members: usize) -> anyhow::Result<EtcdCluster> {
-        let ports = free_ports(members * 2)?;
+        let ports = free_ports(members * 2);
         let client_url = |i: usize| format!("http://127.0.0.1:{}", ports[i]);
         let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[members + i]);
         let initial_cluster = (0..members)
@@ -635,6 +630,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32_768);
+        let ports = free_ports(12);
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(ports.iter().all(|&port| port < ephemeral_low), "{ports:?}");
+    }
+
+    #[test]
     fn vm_rss_is_parsed() {
         let status = "Name:\tstatestore\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t9\n";
         assert_eq!(parse_vm_rss(status), Some(12345));
@@ -696,7 +703,7 @@ mod tests {
 
     #[test]
     fn ports_are_distinct() -> anyhow::Result<()> {
-        let ports = free_ports(6)?;
+        let ports = free_ports(6);
         let mut unique = ports.clone();
         unique.sort_unstable();
         unique.dedup();
