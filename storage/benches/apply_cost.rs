@@ -18,13 +18,25 @@
 //! `APPLY_COST_PROPOSALS` (proposals per timed round, default 8192),
 //! `APPLY_COST_BACKENDS` (`btree`, `sled` or `btree,sled`, the default),
 //! `APPLY_COST_ROWS` (only rows whose `remembered/batch/observers` contains this, e.g.
-//! `200000/1024/0`).
+//! `200000/1024/0`), `APPLY_COST_WORKLOAD` (`set`, `devicebound` or `set,devicebound`, the
+//! default).
+//!
+//! The device-bound table times what the nodes apply per cloud-to-device message sent to an
+//! online device, on sled: the backend's SEND (`SendAndDeliver`, with a request id, so its
+//! reply is remembered) and the device's completion (`SettleAndDeliver`). Devices are visited
+//! `batch` at a time in four transactions: SEND `a` to each (delivered at once), SEND `b` to
+//! each (the window of 1 is full: it waits), complete `a` (which delivers `b`: the queue scan),
+//! complete `b`. So half the SENDs find their device busy, as in `statestore-bench
+//! devicebound`. The time per message covers its SEND and its completion.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use statestore_storage::Result;
+use statestore_storage::devicebound::{
+    Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement,
+};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
     Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, SetCondition, layout, read,
@@ -123,17 +135,26 @@ impl Sled {
     }
 }
 
-impl Backend for Sled {
-    fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()> {
+impl Sled {
+    /// Applies `proposals` in one transaction, commits it, and returns their outcomes.
+    fn apply_all(&mut self, proposals: &[Proposal]) -> Result<Vec<Outcome>> {
         let view = self.state.view();
         let mut txn = Overlay::new(&view);
         let mut keyspace = Keyspace::open(&mut txn)?;
-        for proposal in proposals {
-            check(keyspace.apply(proposal)?.outcome);
-        }
+        let outcomes = proposals
+            .iter()
+            .map(|proposal| Ok(keyspace.apply(proposal)?.outcome))
+            .collect::<Result<Vec<_>>>()?;
         keyspace.finish();
         self.state.commit(txn.into_txn_writes())?;
         COMMITTED.fetch_add(1, Ordering::Relaxed);
+        Ok(outcomes)
+    }
+}
+
+impl Backend for Sled {
+    fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()> {
+        self.apply_all(proposals)?.into_iter().for_each(check);
         Ok(())
     }
 
@@ -242,6 +263,164 @@ fn run(
     })
 }
 
+/// Devices of the device-bound workload.
+const DEVICES: usize = 1_000;
+/// How long a SEND's reply is remembered in the device-bound workload, ms.
+const SEND_REMEMBERED_MS: u64 = 10_000;
+
+/// Proposals of the device-bound workload, stamped 1 ms apart.
+struct DeviceWorkload {
+    next_ms: u64,
+    sends: u64,
+}
+
+impl DeviceWorkload {
+    fn proposal(&mut self, request: Option<RequestId>, command: DeviceCommand) -> Proposal {
+        self.next_ms += 1;
+        Proposal {
+            stamp: Hlc::new(self.next_ms, 0, "bench-leader"),
+            wall_ms: self.next_ms,
+            request,
+            mutation: Mutation::Device(command),
+        }
+    }
+
+    fn send(&mut self, device: usize) -> Proposal {
+        self.sends += 1;
+        let request = RequestId {
+            client: b"backend".to_vec(),
+            correlation: self.sends.to_be_bytes().to_vec(),
+            remember_for_ms: SEND_REMEMBERED_MS,
+        };
+        let command = DeviceCommand::SendAndDeliver(SendMessage {
+            device: device_id(device),
+            message_id: format!("msg-{}", self.sends).into_bytes(),
+            body: vec![b'b'; 64],
+            properties: vec![("k".to_owned(), "v".to_owned())],
+            content_type: None,
+            content_encoding: None,
+            ack: Ack::None,
+            expiry: Expiry::Default,
+            generation: None,
+        });
+        self.proposal(Some(request), command)
+    }
+
+    fn complete(&mut self, device: usize, token: String) -> Proposal {
+        let command = DeviceCommand::SettleAndDeliver {
+            device: device_id(device),
+            token,
+            settlement: Settlement::Complete,
+        };
+        self.proposal(None, command)
+    }
+}
+
+fn device_id(device: usize) -> Vec<u8> {
+    format!("device-{device:04}").into_bytes()
+}
+
+/// The lock tokens of the deliveries in `outcomes`, one per proposal (`expect` says how many
+/// deliveries each proposal must make: 1 or 0).
+fn tokens(outcomes: Vec<Outcome>, expect: usize) -> Vec<Option<String>> {
+    outcomes
+        .into_iter()
+        .map(|outcome| {
+            let Outcome::Device(outcome) = outcome else {
+                panic!("unexpected outcome {outcome:?}");
+            };
+            let messages = match outcome.result {
+                DeviceResult::SentAndDelivered { messages, .. } => messages,
+                DeviceResult::SettledAndDelivered {
+                    settled: true,
+                    messages,
+                } => messages,
+                other => panic!("unexpected device result {other:?}"),
+            };
+            assert_eq!(messages.len(), expect, "deliveries");
+            messages.into_iter().next().map(|delivery| delivery.token)
+        })
+        .collect()
+}
+
+/// One four-transaction cycle over `devices` (see the module doc); returns the messages sent.
+fn device_cycle(sled: &mut Sled, work: &mut DeviceWorkload, devices: &[usize]) -> Result<usize> {
+    let send_a: Vec<Proposal> = devices.iter().map(|&d| work.send(d)).collect();
+    let locked_a = tokens(sled.apply_all(&send_a)?, 1);
+    let send_b: Vec<Proposal> = devices.iter().map(|&d| work.send(d)).collect();
+    tokens(sled.apply_all(&send_b)?, 0);
+    let complete_a: Vec<Proposal> = devices
+        .iter()
+        .zip(locked_a)
+        .map(|(&d, token)| work.complete(d, token.unwrap_or_default()))
+        .collect();
+    let locked_b = tokens(sled.apply_all(&complete_a)?, 1);
+    let complete_b: Vec<Proposal> = devices
+        .iter()
+        .zip(locked_b)
+        .map(|(&d, token)| work.complete(d, token.unwrap_or_default()))
+        .collect();
+    tokens(sled.apply_all(&complete_b)?, 0);
+    Ok(2 * devices.len())
+}
+
+/// Times the device-bound workload on sled in transactions of `batch` proposals; returns
+/// (messages per round, round times fastest first).
+fn run_devicebound(batch: usize, measured: usize) -> Result<(usize, Vec<Duration>)> {
+    let mut sled = Sled::open()?;
+    let mut work = DeviceWorkload {
+        next_ms: T0_MS,
+        sends: 0,
+    };
+    let all: Vec<usize> = (0..DEVICES).collect();
+    let groups: Vec<&[usize]> = all.chunks(batch.min(DEVICES)).collect();
+    let cycles_per_round = measured.div_ceil(2 * groups[0].len()).max(1);
+    let mut next_group = groups.iter().cycle();
+    // Warm-up: every device once, and the reply memory filled to its steady size.
+    let warm_cycles = groups
+        .len()
+        .max(usize::try_from(SEND_REMEMBERED_MS).unwrap_or(usize::MAX) / (4 * groups[0].len()) + 1);
+    for group in next_group.by_ref().take(warm_cycles) {
+        device_cycle(&mut sled, &mut work, group)?;
+    }
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    let mut messages = 0;
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        messages = 0;
+        for group in next_group.by_ref().take(cycles_per_round) {
+            messages += device_cycle(&mut sled, &mut work, group)?;
+        }
+        rounds.push(started.elapsed());
+    }
+    rounds.sort();
+    Ok((messages, rounds))
+}
+
+fn print_devicebound(measured: usize) -> Result<()> {
+    println!();
+    println!(
+        "apply cost, device-bound: SEND (SendAndDeliver, reply remembered) and completion \
+         (SettleAndDeliver) per message, {DEVICES} devices, half the SENDs wait behind a \
+         locked message; sled; {ROUNDS} rounds of about {measured} messages"
+    );
+    println!("| batch | µs/message median | µs/message best | messages/s (median) |");
+    println!("|--:|--:|--:|--:|");
+    for batch in [64, 1024] {
+        let (messages, rounds) = run_devicebound(batch, measured)?;
+        let per = |d: &Duration| d.as_secs_f64() / messages as f64;
+        let median = rounds.get(rounds.len() / 2).map_or(f64::NAN, per);
+        let best = rounds.first().map_or(f64::NAN, per);
+        println!(
+            "| {batch} | {:.2} | {:.2} | {:.0} |",
+            median * 1e6,
+            best * 1e6,
+            1.0 / median
+        );
+    }
+    Ok(())
+}
+
 fn print_header() {
     println!(
         "| backend | remembered replies | batch | observers | µs/proposal median \
@@ -277,43 +456,51 @@ fn main() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(8192usize);
     let backends = std::env::var("APPLY_COST_BACKENDS").unwrap_or_else(|_| "btree,sled".to_owned());
-    let cases: [(usize, usize, bool); 6] = [
-        (1_000, 1, false),
-        (1_000, 1024, false),
-        (200_000, 1, false),
-        (200_000, 1024, false),
-        (1_000, 1024, true),
-        (200_000, 1024, true),
-    ];
-    println!(
-        "apply cost, SET with request id, replies expiring as fast as they arrive; \
-         {ROUNDS} rounds of {measured} proposals per row"
-    );
-    println!("(observers 1: one registration on a written key exists, so notify looks it up)");
-    print_header();
-    let only = std::env::var("APPLY_COST_ROWS").unwrap_or_default();
-    for name in backends.split(',') {
-        for &(remembered, batch, observed) in &cases {
-            let label = format!("{remembered}/{batch}/{}", u8::from(observed));
-            if !label.contains(only.as_str()) {
-                continue;
-            }
-            let row = match name.trim() {
-                "btree" => {
-                    let mut backend = BTree(BTreeMap::new());
-                    run("btree", &mut backend, remembered, batch, observed, measured)?
-                }
-                "sled" => {
-                    let mut backend = Sled::open()?;
-                    run("sled", &mut backend, remembered, batch, observed, measured)?
-                }
-                other => {
-                    eprintln!("unknown backend {other:?}");
+    let workloads =
+        std::env::var("APPLY_COST_WORKLOAD").unwrap_or_else(|_| "set,devicebound".to_owned());
+
+    if workloads.contains("set") {
+        let cases: [(usize, usize, bool); 6] = [
+            (1_000, 1, false),
+            (1_000, 1024, false),
+            (200_000, 1, false),
+            (200_000, 1024, false),
+            (1_000, 1024, true),
+            (200_000, 1024, true),
+        ];
+        println!(
+            "apply cost, SET with request id, replies expiring as fast as they arrive; \
+             {ROUNDS} rounds of {measured} proposals per row"
+        );
+        println!("(observers 1: one registration on a written key exists, so notify looks it up)");
+        print_header();
+        let only = std::env::var("APPLY_COST_ROWS").unwrap_or_default();
+        for name in backends.split(',') {
+            for &(remembered, batch, observed) in &cases {
+                let label = format!("{remembered}/{batch}/{}", u8::from(observed));
+                if !label.contains(only.as_str()) {
                     continue;
                 }
-            };
-            print_row(&row);
+                let row = match name.trim() {
+                    "btree" => {
+                        let mut backend = BTree(BTreeMap::new());
+                        run("btree", &mut backend, remembered, batch, observed, measured)?
+                    }
+                    "sled" => {
+                        let mut backend = Sled::open()?;
+                        run("sled", &mut backend, remembered, batch, observed, measured)?
+                    }
+                    other => {
+                        eprintln!("unknown backend {other:?}");
+                        continue;
+                    }
+                };
+                print_row(&row);
+            }
         }
+    }
+    if workloads.contains("devicebound") {
+        print_devicebound(measured)?;
     }
     Ok(())
 }
