@@ -15,7 +15,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::collections::btree_map;
+use std::collections::btree_map::{self, Entry};
 use std::iter::Peekable;
 use std::ops::Bound;
 
@@ -172,13 +172,16 @@ impl<B: OrderedRead + ?Sized> OrderedRead for Overlay<'_, B> {
 }
 
 impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
+    // One search of the write map per call: `entry`, not a lookup followed by an insert.
     fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        match self.writes.get_mut(&key) {
-            // Still a row this transaction created: nothing was there before it.
-            Some(TxnWrite::Create(created)) => *created = value,
-            Some(write) => *write = TxnWrite::Put(value),
-            None => {
-                self.writes.insert(key, TxnWrite::Put(value));
+        match self.writes.entry(key) {
+            Entry::Occupied(mut entry) => match entry.get_mut() {
+                // Still a row this transaction created: nothing was there before it.
+                TxnWrite::Create(created) => *created = value,
+                write => *write = TxnWrite::Put(value),
+            },
+            Entry::Vacant(entry) => {
+                entry.insert(TxnWrite::Put(value));
             }
         }
     }
@@ -188,25 +191,27 @@ impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
             matches!(self.get_ref(&key), Ok(None)),
             "created a row that exists: {key:?}"
         );
-        match self.writes.get_mut(&key) {
-            Some(TxnWrite::Create(created)) => *created = value,
-            // Removed earlier in this transaction: the base may hold it.
-            Some(write) => *write = TxnWrite::Put(value),
-            None => {
-                self.writes.insert(key, TxnWrite::Create(value));
+        match self.writes.entry(key) {
+            Entry::Occupied(mut entry) => match entry.get_mut() {
+                TxnWrite::Create(created) => *created = value,
+                // Removed earlier in this transaction: the base may hold it.
+                write => *write = TxnWrite::Put(value),
+            },
+            Entry::Vacant(entry) => {
+                entry.insert(TxnWrite::Create(value));
             }
         }
     }
 
     fn remove(&mut self, key: Vec<u8>) {
-        match self.writes.get_mut(&key) {
+        match self.writes.entry(key) {
             // Created here and gone again: the base never had it.
-            Some(TxnWrite::Create(_)) => {
-                self.writes.remove(&key);
+            Entry::Occupied(entry) if matches!(entry.get(), TxnWrite::Create(_)) => {
+                entry.remove();
             }
-            Some(write) => *write = TxnWrite::Remove,
-            None => {
-                self.writes.insert(key, TxnWrite::Remove);
+            Entry::Occupied(mut entry) => *entry.get_mut() = TxnWrite::Remove,
+            Entry::Vacant(entry) => {
+                entry.insert(TxnWrite::Remove);
             }
         }
     }
