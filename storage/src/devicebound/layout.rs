@@ -6,7 +6,9 @@
 //! Every index exists so an operation costs O(changes · log n):
 //! per-device queue order ([`DeviceTable::Messages`]), the oldest Enqueued message
 //! ([`DeviceTable::EnqueuedByTime`]), devices with deliverable messages
-//! ([`DeviceTable::Deliverable`]), due locks, due expiries and the lock-token lookups.
+//! ([`DeviceTable::Deliverable`]), due locks, due expiries and the feedback batches' lock-token
+//! lookups. A message lock token names its message's place ([`message_token`]), so messages
+//! need no token index.
 
 use crate::keyspace::layout::Table;
 
@@ -26,8 +28,6 @@ pub enum DeviceTable {
     LockExpiry = b'L',
     /// (expires_at BE, len device, device, seq BE) -> () for every queued message
     MessageExpiry = b'E',
-    /// lock token -> (device, seq) of the Invisible message it locks
-    MessageTokens = b'T',
     /// (len device, device, dead-letter seq BE) -> [`crate::devicebound::DeadLetter`]
     DeadLetters = b'A',
     /// (feedback seq BE) -> [`crate::devicebound::FeedbackRecord`] not yet in a batch
@@ -48,14 +48,13 @@ pub enum DeviceTable {
 
 impl DeviceTable {
     /// Every table, for layout checks.
-    pub const ALL: [DeviceTable; 15] = [
+    pub const ALL: [DeviceTable; 14] = [
         DeviceTable::Devices,
         DeviceTable::Messages,
         DeviceTable::EnqueuedByTime,
         DeviceTable::Deliverable,
         DeviceTable::LockExpiry,
         DeviceTable::MessageExpiry,
-        DeviceTable::MessageTokens,
         DeviceTable::DeadLetters,
         DeviceTable::PendingFeedback,
         DeviceTable::PendingFeedbackByDevice,
@@ -210,11 +209,21 @@ pub fn due_bound(table: u8, time_ms: u64) -> Vec<u8> {
     }
 }
 
-/// Key in [`DeviceTable::MessageTokens`].
-pub fn message_token_key(token: &str) -> Vec<u8> {
-    let mut out = with_prefix(DeviceTable::MessageTokens, token.len());
-    out.extend_from_slice(token.as_bytes());
-    out
+/// The lock token of a message delivery: `m`, the message's place in its device's queue and
+/// the store-wide count of tokens issued, 16 hex digits each (33 bytes). The count makes it
+/// unique forever; the place lets a settlement find the message with one read of its own
+/// device's queue, so no token index is kept.
+pub fn message_token(seq: u64, issued: u64) -> String {
+    format!("m{seq:016x}{issued:016x}")
+}
+
+/// The queue place a [`message_token`] names (`None`: not a message token).
+pub fn message_token_seq(token: &str) -> Option<u64> {
+    let digits = token.strip_prefix('m')?;
+    if digits.len() != 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(digits.get(..16)?, 16).ok()
 }
 
 /// Prefix of the dead letters of `device`, oldest first.

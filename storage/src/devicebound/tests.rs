@@ -210,6 +210,29 @@ fn layout_prefixes_are_distinct_and_inside_the_digested_range() {
 }
 
 #[test]
+fn a_message_token_names_its_place_and_nothing_else_parses() {
+    for (seq, issued) in [(0, 1), (7, 8), (u64::MAX, u64::MAX), (1 << 40, 3)] {
+        let token = layout::message_token(seq, issued);
+        assert!(token.len() <= 64, "spec: at most 64 bytes: {token}");
+        assert_eq!(layout::message_token_seq(&token), Some(seq), "{token}");
+    }
+    assert_ne!(layout::message_token(1, 2), layout::message_token(1, 3));
+    let not_message_tokens = [
+        "",
+        "m",
+        "f00000000000000070000000000000008",
+        "m0000000000000007000000000000008",
+        "m000000000000000700000000000000080",
+        "m000000000000000g0000000000000008",
+        "m+0000000000000070000000000000008",
+        "m0000000000000001",
+    ];
+    for token in not_message_tokens {
+        assert_eq!(layout::message_token_seq(token), None, "{token:?}");
+    }
+}
+
+#[test]
 fn section_1_send_keeps_everything_the_message_carries() {
     let mut r = Replica::new();
     let outcome = r.run(send(DEV, "m1", Ack::Full, Expiry::Default));

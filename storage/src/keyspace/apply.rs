@@ -74,7 +74,7 @@
 //!   what it removes, in one proposal).
 
 use crate::codec;
-use crate::devicebound::{self, DeviceCounters, DeviceOutcome};
+use crate::devicebound::{self, DeviceCounters, DeviceOutcome, DeviceboundMeta};
 use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
@@ -105,6 +105,10 @@ pub struct Keyspace<'t, T: Txn> {
     /// Whether [`Table::ObserversByKey`] may hold a registration (`None`: not looked yet).
     /// `Some(false)` only if it is empty.
     observers_exist: Option<bool>,
+    /// The device-bound meta record, read at the transaction's first device-bound command and
+    /// written back by [`Keyspace::finish`] (`None`: no such command yet).
+    device_meta: Option<DeviceboundMeta>,
+    device_meta_changed: bool,
 }
 
 /// What one transaction learnt about the store that stays true for the next one, provided
@@ -166,6 +170,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 .clone()
                 .unwrap_or_else(|| Table::ReplyExpiry.bounds().0),
             observers_exist: None,
+            device_meta: None,
+            device_meta_changed: false,
         })
     }
 
@@ -188,6 +194,11 @@ impl<'t, T: Txn> Keyspace<'t, T> {
 
     /// Writes the store-wide state back; returns it.
     pub fn finish(self) -> KeyspaceMeta {
+        if self.device_meta_changed
+            && let Some(device_meta) = &self.device_meta
+        {
+            devicebound::write_meta(&mut *self.txn, device_meta);
+        }
         if self.meta_changed {
             self.txn.put(
                 layout::meta_key(layout::META_KEYSPACE),
@@ -263,7 +274,16 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             Mutation::ForgetClient { client } => self.forget_client(client)?,
             Mutation::SetLimits(limits) => self.set_limits(*limits),
             Mutation::Device(command) => {
-                Outcome::Device(Box::new(devicebound::apply(&mut *self.txn, time, command)?))
+                let device_meta = match &mut self.device_meta {
+                    Some(device_meta) => device_meta,
+                    None => self
+                        .device_meta
+                        .insert(devicebound::read::meta(&*self.txn)?),
+                };
+                let (outcome, changed) =
+                    devicebound::apply_to(&mut *self.txn, device_meta, time, command)?;
+                self.device_meta_changed |= changed;
+                Outcome::Device(Box::new(outcome))
             }
         };
 
