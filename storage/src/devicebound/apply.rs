@@ -300,33 +300,16 @@ impl<T: Txn> Machine<'_, T> {
     /// so they are created, and a settlement before the next memtable flush leaves nothing
     /// behind.
     fn put_message(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
-        let message = &stored.message;
         self.txn.create(
             layout::message_due_key(
                 DeviceTable::MessageExpiry,
-                message.expires_at_ms,
+                stored.message.expires_at_ms,
                 device,
                 seq,
             ),
             Vec::new(),
         );
-        match &stored.lock {
-            Some(lock) => {
-                self.txn.create(
-                    layout::message_due_key(
-                        DeviceTable::LockExpiry,
-                        lock.expires_at_ms,
-                        device,
-                        seq,
-                    ),
-                    Vec::new(),
-                );
-            }
-            None => self.txn.create(
-                layout::enqueued_by_time_key(device, message.enqueued_ms, seq),
-                Vec::new(),
-            ),
-        }
+        self.create_state_entry(device, seq, stored);
         self.txn
             .create(layout::message_key(device, seq), codec::encode(stored));
     }
@@ -339,22 +322,31 @@ impl<T: Txn> Machine<'_, T> {
             device,
             seq,
         ));
-        match &stored.lock {
-            Some(lock) => {
-                self.txn.remove(layout::message_due_key(
-                    DeviceTable::LockExpiry,
-                    lock.expires_at_ms,
-                    device,
-                    seq,
-                ));
-            }
-            None => self.txn.remove(layout::enqueued_by_time_key(
-                device,
-                stored.message.enqueued_ms,
-                seq,
-            )),
-        }
+        self.remove_state_entry(device, seq, stored);
         self.txn.remove(layout::message_key(device, seq));
+    }
+
+    /// Creates the index entry of a message's state: its lock's expiry when Invisible, its
+    /// place among the Enqueued otherwise.
+    fn create_state_entry(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
+        let key = match &stored.lock {
+            Some(lock) => {
+                layout::message_due_key(DeviceTable::LockExpiry, lock.expires_at_ms, device, seq)
+            }
+            None => layout::enqueued_by_time_key(device, stored.message.enqueued_ms, seq),
+        };
+        self.txn.create(key, Vec::new());
+    }
+
+    /// Removes what [`Machine::create_state_entry`] created.
+    fn remove_state_entry(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
+        let key = match &stored.lock {
+            Some(lock) => {
+                layout::message_due_key(DeviceTable::LockExpiry, lock.expires_at_ms, device, seq)
+            }
+            None => layout::enqueued_by_time_key(device, stored.message.enqueued_ms, seq),
+        };
+        self.txn.remove(key);
     }
 
     /// Takes a message out of the queue (its row and counts).
@@ -375,7 +367,9 @@ impl<T: Txn> Machine<'_, T> {
         self.meta_changed = true;
     }
 
-    /// Replaces a queued message by `updated` (same place), moving it between states.
+    /// Replaces a queued message by `updated` (same place, same expiry), moving it between
+    /// states: its row is overwritten and its state's index entry replaced; its expiry entry
+    /// stays as it is.
     fn restate(
         &mut self,
         device: &[u8],
@@ -384,8 +378,14 @@ impl<T: Txn> Machine<'_, T> {
         old: &StoredMessage,
         updated: &StoredMessage,
     ) {
-        self.remove_message(device, seq, old);
-        self.put_message(device, seq, updated);
+        debug_assert_eq!(
+            old.message.expires_at_ms, updated.message.expires_at_ms,
+            "a state change keeps the message's expiry"
+        );
+        self.remove_state_entry(device, seq, old);
+        self.create_state_entry(device, seq, updated);
+        self.txn
+            .put(layout::message_key(device, seq), codec::encode(updated));
         match (old.lock.is_some(), updated.lock.is_some()) {
             (false, true) => {
                 state.enqueued = state.enqueued.saturating_sub(1);
