@@ -29,6 +29,9 @@ use crate::mqtt_load::{Broker, suback_result, unique_id, warn_connection_lost};
 const DEVICE_OUTGOING_INFLIGHT: u16 = 16;
 /// How long a device waits for its CONNACK + SUBACK.
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(30);
+/// Connection attempts a device makes before its first SUBACK, like a real device retrying
+/// (a burst of connects can see one reset by the broker); then it gives up and the run fails.
+const CONNECT_ATTEMPTS: u32 = 3;
 
 /// Connection losses of devices (after they were connected), and completions that could not be
 /// handed to the client; since the process started.
@@ -128,6 +131,7 @@ async fn connect_device(
         tokio::spawn(async move {
             let mut ready_tx = Some(ready_tx);
             let mut connections = 0u64;
+            let mut failed_attempts = 0u32;
             loop {
                 let event = eventloop.poll().await;
                 let at = Instant::now();
@@ -146,8 +150,9 @@ async fn connect_device(
                     }
                     Ok(Event::Incoming(Packet::ConnAck(_))) => {
                         connections += 1;
-                        if connections > 1 {
-                            // clean start lost the subscription: take it again
+                        if connections > 1 || failed_attempts > 0 {
+                            // clean start lost the subscription, or a failed attempt lost
+                            // the SUBSCRIBE: take it again
                             let _ = client.try_subscribe(filter.clone(), QoS::AtLeastOnce);
                         }
                     }
@@ -158,9 +163,23 @@ async fn connect_device(
                     }
                     Ok(_) => {}
                     Err(err) => {
-                        if let Some(tx) = ready_tx.take() {
-                            let _ = tx.send(Err(err.to_string()));
-                            return;
+                        if ready_tx.is_some() {
+                            failed_attempts += 1;
+                            if failed_attempts >= CONNECT_ATTEMPTS {
+                                if let Some(tx) = ready_tx.take() {
+                                    let _ = tx.send(Err(format!(
+                                        "{err} (attempt {failed_attempts} of {CONNECT_ATTEMPTS})"
+                                    )));
+                                }
+                                return;
+                            }
+                            warn_connection_lost(
+                                &DEVICE_DISCONNECTS,
+                                &format!("device {device_id} (connecting)"),
+                                &err,
+                            );
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
                         }
                         if closing.load(Ordering::Relaxed) {
                             return;

@@ -45,6 +45,8 @@
 //! - **Counters** (keys, bytes, versions, time floor, registrations, remembered replies and
 //!   their bytes, evictions) live in [`KeyspaceMeta`], read once at [`Keyspace::open`] and
 //!   written once at [`Keyspace::finish`]. They are kept exact by every change, never recounted.
+//!   The device-bound meta record is handled the same way: read at the transaction's first
+//!   device-bound command, written once at [`Keyspace::finish`].
 //!
 //! # Caps on the tables clients make grow
 //!
