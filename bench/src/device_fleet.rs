@@ -27,15 +27,22 @@ use crate::mqtt_load::{Broker, suback_result, unique_id, warn_connection_lost};
 
 /// Outgoing QoS 1 publishes (completions, the announcement) a device keeps in flight.
 const DEVICE_OUTGOING_INFLIGHT: u16 = 16;
-/// How long a device waits for its CONNACK + SUBACK.
-const SUBSCRIBE_WAIT: Duration = Duration::from_secs(30);
 /// Connection attempts a device makes before its first SUBACK, like a real device retrying
 /// (a burst of connects can see one reset by the broker); then it gives up and the run fails.
 const CONNECT_ATTEMPTS: u32 = 3;
+/// How long one connection attempt may take, seconds.
+const CONNECTION_TIMEOUT_SECS: u64 = 10;
+/// How long a device waits for its CONNACK + SUBACK: every attempt may take its whole
+/// connection timeout, with 5 s to spare.
+const SUBSCRIBE_WAIT: Duration =
+    Duration::from_secs(CONNECT_ATTEMPTS as u64 * CONNECTION_TIMEOUT_SECS + 5);
 
 /// Connection losses of devices (after they were connected), and completions that could not be
 /// handed to the client; since the process started.
 static DEVICE_DISCONNECTS: AtomicU64 = AtomicU64::new(0);
+/// First connection attempts that failed and were retried (warned about, not counted as
+/// losses).
+static DEVICE_CONNECT_RETRIES: AtomicU64 = AtomicU64::new(0);
 static SETTLE_FAILURES: AtomicU64 = AtomicU64::new(0);
 
 /// Device connection losses so far.
@@ -81,7 +88,7 @@ fn device_options(broker: &Broker, client_id: &str) -> MqttOptions {
     options.set_outgoing_inflight_upper_limit(DEVICE_OUTGOING_INFLIGHT);
     let mut network = options.network_options();
     network.set_tcp_nodelay(true);
-    network.set_connection_timeout(10);
+    network.set_connection_timeout(CONNECTION_TIMEOUT_SECS);
     options.set_network_options(network);
     options
 }
@@ -174,7 +181,7 @@ async fn connect_device(
                                 return;
                             }
                             warn_connection_lost(
-                                &DEVICE_DISCONNECTS,
+                                &DEVICE_CONNECT_RETRIES,
                                 &format!("device {device_id} (connecting)"),
                                 &err,
                             );

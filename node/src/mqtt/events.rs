@@ -97,7 +97,7 @@ mod tests {
     fn offline(device: &str) -> SessionEvent {
         SessionEvent::DeviceOffline {
             device: device.to_owned(),
-            token: "m0000000000000001".to_owned(),
+            token: "m80000000000000000000000000000001".to_owned(),
         }
     }
 

@@ -23,8 +23,10 @@ use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 /// Version of this protocol; both ends must speak the same. It also covers the replicated
 /// entry format: a peer that could not decode this build's log entries must be refused at the
 /// hello with a message, not fail later on an undecodable entry. Bumped with every data
-/// format that changes what entries carry: 2 came with data format 4 (device-bound commands).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// format that changes what entries carry or how they apply: 2 came with data format 4
+/// (device-bound commands), 3 with data format 5 (message lock tokens name their message, so a
+/// settlement applies differently).
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest frame accepted: a full AppendEntries of proposal batches (the batcher keeps a batch
 /// near 4 MiB plus one value of at most 4 MiB; openraft sends at most `max_payload_entries`).
 pub const MAX_FRAME_BYTES: usize = 128 << 20;

@@ -46,16 +46,16 @@
 //!   `max` are locked. UndeliverFeedback gives a delivery back; SettleFeedback needs the lock
 //!   to hold and the batch not to be expired; ExpireFeedbackLocks makes batches with a due lock
 //!   Enqueued (they are published again); ExpireFeedbackBatches drops batches past their TTL.
-//! - Lock tokens are `m` (messages) or `f` (batches) followed by the store-wide count of
-//!   tokens issued, 16 hex digits: unique forever, the same on every replica, no clock, no
-//!   randomness. A message token also carries the message's place in its device's queue
-//!   ([`layout::message_token`]), which a settlement reads directly: the token settles only
-//!   if the message there is locked by exactly this token, so a token of another device, an
-//!   earlier lock or a made-up one settles nothing.
+//! - Lock tokens carry the store-wide count of tokens issued, 16 hex digits: unique forever,
+//!   the same on every replica, no clock, no randomness. A batch token is `f` and the count; a
+//!   message token is `m`, the message's place in its device's queue, then the count
+//!   ([`layout::message_token`]). A settlement reads the message at that place in the settling
+//!   device's queue and settles only if it is locked by exactly this token, so a token of
+//!   another device, an earlier lock or a made-up one settles nothing.
 //!
 //! # Cost
 //!
-//! Every command reads the devicebound meta record once and writes it once if it changed;
+//! A transaction reads the devicebound meta record once and writes it once if it changed;
 //! every message transition is O(log n) reads and writes of the message, its index entries
 //! and its device row; sweeps and deliveries touch at most [`MAX_SWEEP_PER_ENTRY`] entries.
 //! PURGE and FORGET are O(queue depth + dead letters + waiting records of the device).
@@ -89,21 +89,12 @@ pub const FEEDBACK_CUT_INTERVAL_MS: u64 = 15_000;
 /// Any message expiry is at most this long after enqueue (spec §1).
 pub const MAX_MESSAGE_LIFETIME_MS: u64 = 2 * 24 * 60 * 60 * 1_000;
 
-/// Applies `command` at store time `time_ms`, reading the device-bound meta record and
-/// writing it back. A transaction of many commands uses [`apply_to`] instead.
-pub fn apply<T: Txn>(txn: &mut T, time_ms: u64, command: &DeviceCommand) -> Result<DeviceOutcome> {
-    let mut meta = read::meta(&*txn)?;
-    let (outcome, meta_changed) = apply_to(txn, &mut meta, time_ms, command)?;
-    if meta_changed {
-        write_meta(txn, &meta);
-    }
-    Ok(outcome)
-}
-
 /// Applies `command` at store time `time_ms` to `meta`, the device-bound meta record as the
-/// commands before it in the transaction left it. The caller reads the record once per
-/// transaction and writes it back once with [`write_meta`] if any call returned `true`
-/// (meta changed): decoding and encoding it per command was 8 % of a device-bound apply.
+/// commands before it in the transaction left it. The caller (`Keyspace`, the one way device
+/// commands are applied) reads the record once per transaction and writes it back once with
+/// [`write_meta`] if any call returned `true` (meta changed): decoding and encoding it per
+/// command was 8 % of a device-bound apply. On an error the transaction is abandoned, `meta`
+/// with it.
 pub fn apply_to<T: Txn>(
     txn: &mut T,
     meta: &mut DeviceboundMeta,
@@ -295,10 +286,10 @@ impl<T: Txn> Machine<'_, T> {
             .transpose()
     }
 
-    /// Writes a message and every index entry of its state. Each of these rows is new: the
-    /// message's earlier rows were removed before (a state change is a removal and a put),
-    /// so they are created, and a settlement before the next memtable flush leaves nothing
-    /// behind.
+    /// Writes a message that enters the queue (sent, or abandoned to the head) and every index
+    /// entry of its state. Each of these rows is new (a new place, or the rows of the place it
+    /// leaves were removed first), so they are created, and a settlement before the next
+    /// memtable flush leaves nothing behind.
     fn put_message(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
         self.txn.create(
             layout::message_due_key(

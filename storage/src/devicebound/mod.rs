@@ -18,7 +18,7 @@ pub mod read;
 mod record;
 mod settings;
 
-pub use apply::{MAX_SWEEP_PER_ENTRY, apply, apply_to, write_meta};
+pub use apply::{MAX_SWEEP_PER_ENTRY, apply_to, write_meta};
 pub use command::{Ack, DeviceCommand, Expiry, FeedbackSettlement, SendMessage, Settlement};
 pub use outcome::{
     DeviceCounters, DeviceOutcome, DeviceRejection, DeviceResult, FeedbackDelivery, MessageDelivery,

@@ -194,7 +194,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         &self.meta
     }
 
-    /// Writes the store-wide state back; returns it.
+    /// Writes the store-wide state back (the keyspace's and the device-bound meta records);
+    /// returns the keyspace's. Every transaction that applied proposals must end with it, or
+    /// their counters are lost.
     pub fn finish(self) -> KeyspaceMeta {
         if self.device_meta_changed
             && let Some(device_meta) = &self.device_meta

@@ -114,7 +114,7 @@ pub enum Mutation {
     /// Replace the replicated quota limits (proposed by a leader whose configuration differs).
     SetLimits(Limits),
     /// A device-bound queue command (`shared/spec/devicebound.md`), applied by
-    /// [`crate::devicebound::apply`] under the same reply memory as the keyspace commands.
+    /// [`crate::devicebound::apply_to`] under the same reply memory as the keyspace commands.
     Device(DeviceCommand),
 }
 

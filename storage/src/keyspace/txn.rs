@@ -8,10 +8,10 @@
 //! copying it when the backend can (the overlay's own writes, a BTreeMap); backends that
 //! cannot lend (sled hands out its own buffers) keep the default, which wraps [`OrderedRead::get`].
 //!
-//! Rows the semantics create (a new sequence number, a fresh lock token) are written with
-//! [`Txn::create`]: the overlay remembers that nothing was there before, so a removal in the
-//! same transaction leaves no write at all, and the memtable can do the same across
-//! transactions ([`TxnWrite::Create`]). Short-lived rows then never become tombstones.
+//! Rows the semantics create (a new sequence number, a message's lock-expiry entry) are
+//! written with [`Txn::create`]: the overlay remembers that nothing was there before, so a
+//! removal in the same transaction leaves no write at all, and the memtable can do the same
+//! across transactions ([`TxnWrite::Create`]). Short-lived rows then never become tombstones.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;

@@ -25,8 +25,10 @@ const FORMAT_FILE: &str = "FORMAT";
 /// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
 /// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here; format 3
 /// has no device-bound queues, and a build of format 3 cannot read the log or snapshots of this
-/// one, so the two must not share a cluster.)
-const FORMAT: &str = "statestore-data 4\n";
+/// one, so the two must not share a cluster; format 4 kept a lock-token index for messages and
+/// tokens without the message's place, so a settlement applies differently there and replicas
+/// of the two would diverge.)
+const FORMAT: &str = "statestore-data 5\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -141,12 +143,22 @@ fn sync_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Accepts an empty or format-4 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-5 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if found == "statestore-data 4\n" => Err(StorageError::DataDir(format!(
+            "{} says `{}`: written by an earlier statestore, whose message lock tokens did not \
+             name their message; this build reads `{}` and does not convert it (nodes of the \
+             two formats cannot share a cluster). Move it aside and start this node empty with \
+             --join (it receives a snapshot from a cluster of this build), or start a new \
+             cluster",
+            marker.display(),
+            found.trim(),
+            FORMAT.trim()
+        ))),
         Ok(found) if found == "statestore-data 3\n" => Err(StorageError::DataDir(format!(
             "{} says `{}`: written by an earlier statestore, before the device-bound message \
              queues; this build reads `{}` and does not convert it (nodes of the two formats \
@@ -220,7 +232,7 @@ mod tests {
             Err(StorageError::DataDir(message)) => {
                 assert!(
                     message.contains("statestore-data 3")
-                        && message.contains("statestore-data 4")
+                        && message.contains("statestore-data 5")
                         && message.contains("device-bound")
                         && message.contains("--join"),
                     "the message names both formats and the way out: {message}"
@@ -229,13 +241,32 @@ mod tests {
             other => panic!("a format-3 directory must be refused, got {other:?}"),
         }
 
+        let before_token_places = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            before_token_places.path().join(FORMAT_FILE),
+            "statestore-data 4\n",
+        )
+        .expect("write");
+        match check_format(before_token_places.path()) {
+            Err(StorageError::DataDir(message)) => {
+                assert!(
+                    message.contains("statestore-data 4")
+                        && message.contains("statestore-data 5")
+                        && message.contains("lock tokens")
+                        && message.contains("--join"),
+                    "the message names both formats and the way out: {message}"
+                );
+            }
+            other => panic!("a format-4 directory must be refused, got {other:?}"),
+        }
+
         let previous = tempfile::tempdir().expect("tempdir");
         std::fs::write(previous.path().join(FORMAT_FILE), "statestore-data 2\n").expect("write");
         match check_format(previous.path()) {
             Err(StorageError::DataDir(message)) => {
                 assert!(
                     message.contains("statestore-data 2")
-                        && message.contains("statestore-data 4")
+                        && message.contains("statestore-data 5")
                         && message.contains("earlier statestore")
                         && message.contains("--join"),
                     "the message names both formats and the way out: {message}"

@@ -23,8 +23,8 @@
 //! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
 //! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
 //! it from the active map instead of writing a tombstone, so rows created and removed while
-//! one map is active (a device-bound message delivered and completed, its index entries and
-//! lock token) never reach sled, and range scans do not wade through their tombstones. A row
+//! one map is active (a device-bound message delivered and completed, and its index entries)
+//! never reach sled, and range scans do not wade through their tombstones. A row
 //! whose map froze in between is removed with a tombstone, as any other. Freezing rebuilds the
 //! active map as a plain frozen map (moving, not copying, keys and values).
 
