@@ -170,7 +170,9 @@ async fn connect_device(
                     }
                     Ok(_) => {}
                     Err(err) => {
-                        if ready_tx.is_some() {
+                        // Before the first SUBACK a failure is a connection attempt that
+                        // failed; after it, a connection lost.
+                        let (counter, what) = if ready_tx.is_some() {
                             failed_attempts += 1;
                             if failed_attempts >= CONNECT_ATTEMPTS {
                                 if let Some(tx) = ready_tx.take() {
@@ -180,22 +182,16 @@ async fn connect_device(
                                 }
                                 return;
                             }
-                            warn_connection_lost(
+                            (
                                 &DEVICE_CONNECT_RETRIES,
-                                &format!("device {device_id} (connecting)"),
-                                &err,
-                            );
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                        if closing.load(Ordering::Relaxed) {
+                                format!("device {device_id} (connecting)"),
+                            )
+                        } else if closing.load(Ordering::Relaxed) {
                             return;
-                        }
-                        warn_connection_lost(
-                            &DEVICE_DISCONNECTS,
-                            &format!("device {device_id}"),
-                            &err,
-                        );
+                        } else {
+                            (&DEVICE_DISCONNECTS, format!("device {device_id}"))
+                        };
+                        warn_connection_lost(counter, &what, &err);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }

@@ -171,19 +171,31 @@ impl<B: OrderedRead + ?Sized> OrderedRead for Overlay<'_, B> {
     }
 }
 
-impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
-    // One search of the write map per call: `entry`, not a lookup followed by an insert.
-    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+impl<B: OrderedRead + ?Sized> Overlay<'_, B> {
+    /// Writes `value` under `key`; `created`: the row is new (see [`Txn::create`]). One search
+    /// of the write map (`entry`), not a lookup followed by an insert.
+    fn write(&mut self, key: Vec<u8>, value: Vec<u8>, created: bool) {
         match self.writes.entry(key) {
             Entry::Occupied(mut entry) => match entry.get_mut() {
                 // Still a row this transaction created: nothing was there before it.
-                TxnWrite::Create(created) => *created = value,
+                TxnWrite::Create(row) => *row = value,
+                // Written or removed earlier in this transaction: the base may hold it.
                 write => *write = TxnWrite::Put(value),
             },
             Entry::Vacant(entry) => {
-                entry.insert(TxnWrite::Put(value));
+                entry.insert(if created {
+                    TxnWrite::Create(value)
+                } else {
+                    TxnWrite::Put(value)
+                });
             }
         }
+    }
+}
+
+impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.write(key, value, false);
     }
 
     fn create(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -191,16 +203,7 @@ impl<B: OrderedRead + ?Sized> Txn for Overlay<'_, B> {
             matches!(self.get_ref(&key), Ok(None)),
             "created a row that exists: {key:?}"
         );
-        match self.writes.entry(key) {
-            Entry::Occupied(mut entry) => match entry.get_mut() {
-                TxnWrite::Create(created) => *created = value,
-                // Removed earlier in this transaction: the base may hold it.
-                write => *write = TxnWrite::Put(value),
-            },
-            Entry::Vacant(entry) => {
-                entry.insert(TxnWrite::Create(value));
-            }
-        }
+        self.write(key, value, true);
     }
 
     fn remove(&mut self, key: Vec<u8>) {

@@ -222,63 +222,31 @@ mod tests {
             Err(StorageError::DataDir(_))
         ));
 
-        let before_queues = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            before_queues.path().join(FORMAT_FILE),
-            "statestore-data 3\n",
-        )
-        .expect("write");
-        match check_format(before_queues.path()) {
-            Err(StorageError::DataDir(message)) => {
-                assert!(
-                    message.contains("statestore-data 3")
-                        && message.contains("statestore-data 5")
-                        && message.contains("device-bound")
+        // Each earlier format is refused with a message naming it, this build's format, why,
+        // and the way out.
+        for (earlier, why) in [
+            ("statestore-data 2", "reply-memory caps"),
+            ("statestore-data 3", "device-bound"),
+            ("statestore-data 4", "lock tokens"),
+        ] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join(FORMAT_FILE), format!("{earlier}\n")).expect("write");
+            match check_format(dir.path()) {
+                Err(StorageError::DataDir(message)) => assert!(
+                    message.contains(earlier)
+                        && message.contains(FORMAT.trim())
+                        && message.contains(why)
                         && message.contains("--join"),
-                    "the message names both formats and the way out: {message}"
-                );
+                    "the message names both formats, why, and the way out: {message}"
+                ),
+                other => panic!("a `{earlier}` directory must be refused, got {other:?}"),
             }
-            other => panic!("a format-3 directory must be refused, got {other:?}"),
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+                format!("{earlier}\n"),
+                "and left as it was"
+            );
         }
-
-        let before_token_places = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            before_token_places.path().join(FORMAT_FILE),
-            "statestore-data 4\n",
-        )
-        .expect("write");
-        match check_format(before_token_places.path()) {
-            Err(StorageError::DataDir(message)) => {
-                assert!(
-                    message.contains("statestore-data 4")
-                        && message.contains("statestore-data 5")
-                        && message.contains("lock tokens")
-                        && message.contains("--join"),
-                    "the message names both formats and the way out: {message}"
-                );
-            }
-            other => panic!("a format-4 directory must be refused, got {other:?}"),
-        }
-
-        let previous = tempfile::tempdir().expect("tempdir");
-        std::fs::write(previous.path().join(FORMAT_FILE), "statestore-data 2\n").expect("write");
-        match check_format(previous.path()) {
-            Err(StorageError::DataDir(message)) => {
-                assert!(
-                    message.contains("statestore-data 2")
-                        && message.contains("statestore-data 5")
-                        && message.contains("earlier statestore")
-                        && message.contains("--join"),
-                    "the message names both formats and the way out: {message}"
-                );
-            }
-            other => panic!("a format-2 directory must be refused, got {other:?}"),
-        }
-        assert_eq!(
-            std::fs::read_to_string(previous.path().join(FORMAT_FILE)).expect("marker"),
-            "statestore-data 2\n",
-            "and left as it was"
-        );
 
         let other = tempfile::tempdir().expect("tempdir");
         std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
