@@ -106,10 +106,14 @@ fn push_bag(out: &mut String, pairs: &[(&str, &str)]) {
     }
 }
 
+/// The exact length of the delivery topic of `pairs`, computed without building it.
+fn topic_len(device_id: &str, pairs: &[(&str, &str)]) -> usize {
+    DEVICES_PREFIX.len() + device_id.len() + DEVICEBOUND_INFIX.len() + encoded_bag_len(pairs)
+}
+
 /// The delivery topic of `pairs`, or [`ProtocolError::MessageTooLarge`].
 fn topic_of(device_id: &str, pairs: &[(&str, &str)]) -> Result<String, ProtocolError> {
-    let topic_len =
-        DEVICES_PREFIX.len() + device_id.len() + DEVICEBOUND_INFIX.len() + encoded_bag_len(pairs);
+    let topic_len = topic_len(device_id, pairs);
     if topic_len > MAX_TOPIC_BYTES {
         return Err(ProtocolError::MessageTooLarge);
     }
@@ -192,16 +196,10 @@ pub fn check_delivery_fits(
         content_encoding: send.content_encoding,
         application_properties,
     };
-    if delivery_topic_len(&worst_case) > MAX_TOPIC_BYTES {
+    if with_pairs(&worst_case, |pairs| topic_len(worst_case.device_id, pairs)) > MAX_TOPIC_BYTES {
         return Err(ProtocolError::MessageTooLarge);
     }
     Ok(())
-}
-
-/// The exact length of [`delivery_topic`]'s result, computed without building it.
-fn delivery_topic_len(delivery: &Delivery<'_>) -> usize {
-    let bag_len = with_pairs(delivery, encoded_bag_len);
-    DEVICES_PREFIX.len() + delivery.device_id.len() + DEVICEBOUND_INFIX.len() + bag_len
 }
 
 /// The length of the encoded bag of `pairs`: each pair's encoded key and value

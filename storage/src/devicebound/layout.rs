@@ -217,6 +217,12 @@ pub fn message_token(seq: u64, issued: u64) -> String {
     format!("m{seq:016x}{issued:016x}")
 }
 
+/// The lock token of a feedback batch delivery: `f` and the store-wide count of tokens issued,
+/// 16 hex digits (its batch is found through [`DeviceTable::BatchTokens`]).
+pub fn batch_token(issued: u64) -> String {
+    format!("f{issued:016x}")
+}
+
 /// The queue place a [`message_token`] names (`None`: not a message token).
 pub fn message_token_seq(token: &str) -> Option<u64> {
     let digits = token.strip_prefix('m')?;
