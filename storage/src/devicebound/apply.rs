@@ -609,7 +609,7 @@ impl<T: Txn> Machine<'_, T> {
     /// Enqueued one, the window has room and the message is deliverable, the delivery would
     /// lock exactly it: it is stored locked at once, without reading the queue back (same
     /// rows, same reply; the Enqueued rows the general path creates and removes again leave
-    /// no write either way, see [`Txn::create`]). Skipping that queue scan saves about 8 % of
+    /// no write either way, see [`Txn::create`]). Skipping that queue scan saves about 7 % of
     /// a device-bound apply (`apply_cost`, BENCHMARKS.md, fourth stop on issue 9).
     fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
         let mut admitted = match self.admit(send)? {
