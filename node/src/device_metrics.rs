@@ -1,12 +1,13 @@
 //! The `statestore_devicebound_*` metric families (devicebound.md): requests of the
 //! device-bound service by verb and result, device topics dropped, message and feedback
-//! transitions from the [`DeviceCounters`] apply reports, and the push's offline backoff.
+//! transitions from the [`DeviceCounters`] apply reports, the push's offline backoff, and the
+//! size of the queues' in-memory index (devices, queued messages, bytes, queues by depth).
 //! Every labelled series is created up front so dashboards see zeros, not gaps.
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
-use statestore_storage::devicebound::DeviceCounters;
+use statestore_storage::devicebound::{DEPTH_CLASSES, DeviceCounters, DeviceIndex};
 
 use crate::devicebound::{DeviceTopicError, DeviceVerb};
 use crate::protocol::ErrorReply;
@@ -34,6 +35,12 @@ pub const TRANSITIONS: [&str; 10] = [
     "dead_lettered",
     "purged",
     "forgotten",
+];
+
+/// `depth` labels of `statestore_devicebound_queues`, one per
+/// [`statestore_storage::devicebound::DEPTH_CLASSES`] class.
+pub const DEPTH_LABELS: [&str; DEPTH_CLASSES.len()] = [
+    "1", "2-5", "6-10", "11-25", "26-50", "51-100", "101-1000", "1001+",
 ];
 
 /// Feedback batch events (`statestore_devicebound_feedback_batches_total{event}`).
@@ -75,6 +82,14 @@ pub struct DeviceboundMetrics {
     pub backoff_overflow_total: IntCounter,
     /// Device publishes proposed again after the leader refused them for a moment.
     pub device_request_retries_total: IntCounter,
+    /// Devices with state (queued messages or dead letters).
+    pub devices: IntGauge,
+    /// Messages queued, all devices together.
+    pub queued_messages: IntGauge,
+    /// Devices by the depth class of their queue.
+    pub queues: IntGaugeVec,
+    /// Memory of the queues' in-memory index, estimated.
+    pub index_bytes: IntGauge,
 }
 
 macro_rules! metric {
@@ -180,6 +195,31 @@ impl DeviceboundMetrics {
                 "statestore_devicebound_backoff_overflow_total",
                 "Offline devices not backed off because the backoff map was full."
             )),
+            devices: metric!(IntGauge::new(
+                "statestore_devicebound_devices",
+                "Devices with state: a queued message or a dead letter (capped by max_devices)."
+            )),
+            queued_messages: metric!(IntGauge::new(
+                "statestore_devicebound_queued_messages",
+                "Messages queued, Enqueued and Invisible, all devices together (capped by max_messages)."
+            )),
+            queues: {
+                let queues = metric!(IntGaugeVec::new(
+                    Opts::new(
+                        "statestore_devicebound_queues",
+                        "Devices with a non-empty queue, by the number of messages it holds."
+                    ),
+                    &["depth"]
+                ));
+                for depth in DEPTH_LABELS {
+                    queues.with_label_values(&[depth]);
+                }
+                queues
+            },
+            index_bytes: metric!(IntGauge::new(
+                "statestore_devicebound_index_bytes",
+                "Memory held by the queues' in-memory index (delivery state, due times), estimated."
+            )),
             device_request_retries_total: metric!(IntCounter::new(
                 "statestore_devicebound_device_request_retries_total",
                 "Device settlements and pulls proposed again because the serving leader refused them for a moment (its lease lapsed: a disk stall delayed the followers' acknowledgements)."
@@ -198,6 +238,10 @@ impl DeviceboundMetrics {
         registry.register(Box::new(metrics.devices_in_backoff.clone()))?;
         registry.register(Box::new(metrics.backoff_overflow_total.clone()))?;
         registry.register(Box::new(metrics.device_request_retries_total.clone()))?;
+        registry.register(Box::new(metrics.devices.clone()))?;
+        registry.register(Box::new(metrics.queued_messages.clone()))?;
+        registry.register(Box::new(metrics.queues.clone()))?;
+        registry.register(Box::new(metrics.index_bytes.clone()))?;
         Ok(metrics)
     }
 
@@ -216,6 +260,18 @@ impl DeviceboundMetrics {
         self.device_topics_dropped_total
             .with_label_values(&[reason])
             .inc();
+    }
+
+    /// Sets the index gauges from the queues' index.
+    pub fn record_index(&self, index: &DeviceIndex) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.devices
+            .set(gauge(u64::try_from(index.devices()).unwrap_or(u64::MAX)));
+        self.queued_messages.set(gauge(index.messages()));
+        self.index_bytes.set(gauge(index.approximate_bytes()));
+        for (depth, n) in DEPTH_LABELS.iter().zip(index.depth_distribution()) {
+            self.queues.with_label_values(&[depth]).set(gauge(n));
+        }
     }
 
     /// Adds the transitions one committed command made.

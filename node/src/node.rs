@@ -297,6 +297,13 @@ async fn sample_gauges(
         gauges
             .log_size_bytes
             .set(i64::try_from(raft.log_size_on_disk()).unwrap_or(i64::MAX));
+        // The index lock may wait for an apply in progress: not on a Tokio worker.
+        let viewed = raft.view();
+        let devicebound = metrics.devicebound.clone();
+        let _sampled = tokio::task::spawn_blocking(move || {
+            devicebound.record_index(&viewed.device_index());
+        })
+        .await;
         if let Ok(state) = store.state() {
             gauges
                 .memtable_bytes

@@ -849,8 +849,8 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
     let (deliveries, replies) = handle_device(&h, offline).await;
     assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
     assert!(deliveries.is_empty(), "{deliveries:?}");
-    let stats =
-        statestore_storage::devicebound::read::queue_stats(&h.service.raft().view(), b"dev2")
-            .expect("queue stats");
+    let stats = h
+        .service
+        .read_device_index(|index| index.queue_stats(b"dev2"));
     assert_eq!((stats.enqueued, stats.invisible), (1, 0));
 }

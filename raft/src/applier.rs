@@ -15,6 +15,7 @@ use std::time::Instant;
 use openraft::EntryPayload;
 use openraft::storage::ApplyResponder;
 use statestore_storage::codec;
+use statestore_storage::devicebound::DeviceIndex;
 use statestore_storage::keyspace::layout;
 use statestore_storage::keyspace::{Carry, Keyspace, Overlay, Txn};
 use statestore_storage::sled::StateTree;
@@ -36,6 +37,15 @@ enum Job {
     /// A snapshot replaced the state: forget what was learnt about the old one.
     Reset,
 }
+
+/// What a committed chunk hands out: each client's outcomes, and the key events.
+type Applied = (
+    Vec<(
+        ApplyResponder<TypeConfig>,
+        Vec<statestore_storage::keyspace::Outcome>,
+    )>,
+    Vec<TracedEvent>,
+);
 
 /// Handle to the apply thread (the thread ends when the handle is dropped).
 pub(crate) struct Applier {
@@ -101,8 +111,31 @@ struct Worker {
 }
 
 impl Worker {
-    /// Applies `chunk` in one transaction, commits it, then answers and notifies.
+    /// Applies `chunk` in one transaction, commits it, then answers and notifies. The device
+    /// queues' index is held from the first proposal to the commit, so readers never see it
+    /// ahead of the committed rows; if the transaction fails it is rebuilt from them.
     fn apply(&mut self, chunk: Chunk) -> io::Result<()> {
+        let devices = self.state.device_index();
+        let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
+        let applied = self.apply_with(chunk, &mut index);
+        if applied.is_err()
+            && let Err(err) = self.state.reload_device_index(&mut index)
+        {
+            tracing::error!(error = %err, "rebuilding the device queues' index after a failed apply");
+        }
+        drop(index);
+        let (answers, events) = applied?;
+        for (responder, outcomes) in answers {
+            responder.send(outcomes);
+        }
+        if !events.is_empty() {
+            self.sink.deliver(events);
+        }
+        Ok(())
+    }
+
+    /// Applies and commits `chunk`; returns the answers and the events to hand out.
+    fn apply_with(&mut self, chunk: Chunk, index: &mut DeviceIndex) -> io::Result<Applied> {
         let started = Instant::now();
         let view = self.state.view();
         let mut txn = Overlay::new(&view);
@@ -115,7 +148,8 @@ impl Worker {
         let chunk_len = chunk.len();
         let carry;
         {
-            let mut keyspace = Keyspace::open_carrying(&mut txn, &self.carry).map_err(io_err)?;
+            let mut keyspace =
+                Keyspace::open_with_index(&mut txn, &self.carry, index).map_err(io_err)?;
             for (entry, responder) in chunk {
                 let log_id = entry.log_id;
                 last_applied = Some(log_id);
@@ -171,12 +205,6 @@ impl Worker {
         self.metrics
             .apply_commit_seconds
             .observe(started.elapsed().as_secs_f64());
-        for (responder, outcomes) in answers {
-            responder.send(outcomes);
-        }
-        if !events.is_empty() {
-            self.sink.deliver(events);
-        }
-        Ok(())
+        Ok((answers, events))
     }
 }

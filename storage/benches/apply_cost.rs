@@ -7,8 +7,10 @@
 //! one remembered reply falls due per proposal and as many expire as arrive: the reply memory
 //! stays at `remembered` entries and pruning runs on every proposal (steady state).
 //!
-//! `batch` proposals run in one [`Overlay`] transaction (one [`Keyspace::open`], `batch` x
-//! [`Keyspace::apply`], [`Keyspace::finish`]), then the transaction's writes are committed:
+//! `batch` proposals run in one [`Overlay`] transaction (one [`Keyspace::open`], on sled
+//! [`Keyspace::open_with_index`] with the store's device queues' index as the nodes' apply
+//! thread uses it; `batch` x [`Keyspace::apply`], [`Keyspace::finish`]), then the
+//! transaction's writes are committed:
 //! into the `BTreeMap` for the in-memory backend, through `StateTree::commit` (one atomic sled
 //! batch, no fsync) for sled. The time per proposal includes that commit; building the
 //! proposals does not. After a warm-up, each row times [`ROUNDS`] consecutive rounds of
@@ -41,7 +43,7 @@ use statestore_storage::devicebound::{
 };
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
-    Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, SetCondition, layout, read,
+    Carry, Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, SetCondition, layout, read,
 };
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
@@ -138,11 +140,14 @@ impl Sled {
 }
 
 impl Sled {
-    /// Applies `proposals` in one transaction, commits it, and returns their outcomes.
+    /// Applies `proposals` in one transaction, commits it, and returns their outcomes (with the
+    /// store's device queues' index held for the transaction, as the nodes' apply thread does).
     fn apply_all(&mut self, proposals: &[Proposal]) -> Result<Vec<Outcome>> {
         let view = self.state.view();
         let mut txn = Overlay::new(&view);
-        let mut keyspace = Keyspace::open(&mut txn)?;
+        let devices = self.state.device_index();
+        let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
+        let mut keyspace = Keyspace::open_with_index(&mut txn, &Carry::default(), &mut index)?;
         let outcomes = proposals
             .iter()
             .map(|proposal| Ok(keyspace.apply(proposal)?.outcome))

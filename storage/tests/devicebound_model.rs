@@ -11,6 +11,9 @@
 //! - every device's QUEUE stats, dead letters, the waiting feedback records and the feedback
 //!   batches are the same, and the meta's device count equals the model's;
 //! - lock tokens are ASCII, at most 64 bytes, never issued twice;
+//! - the device queues' index kept from one transaction to the next (as the consensus layer keeps
+//!   it) equals the index rebuilt from the committed rows, after every step, on a plain map and
+//!   on sled (and after reopening the sled store);
 //! - replaying the same proposals on a fresh store, one transaction each or grouped into
 //!   transactions of random sizes, gives byte-identical state (determinism); so does the
 //!   grouped replay on a sled store whose memtable freezes every 4 KiB (rows that
@@ -25,13 +28,14 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use statestore_storage::devicebound::{
-    self, Ack, DeadLetterReason, DeviceCommand, DeviceOutcome, DeviceRejection, DeviceResult,
-    DeviceboundSettings, Expiry, FeedbackDelivery, FeedbackRecord, FeedbackSettlement,
-    FeedbackStatus, Message, MessageDelivery, QueueStats, SendMessage, Settlement,
+    self, Ack, DeadLetterReason, DeviceCommand, DeviceIndex, DeviceOutcome, DeviceRejection,
+    DeviceResult, DeviceboundSettings, Expiry, FeedbackDelivery, FeedbackRecord,
+    FeedbackSettlement, FeedbackStatus, Message, MessageDelivery, QueueStats, SendMessage,
+    Settlement,
 };
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
-    Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, layout,
+    Carry, Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, layout,
 };
 use statestore_storage::sled::{Store, StoreConfig};
 
@@ -57,6 +61,7 @@ fn settings_options() -> [DeviceboundSettings; 2] {
         feedback_lock_duration_ms: 1_000,
         max_dead_letters_per_device: 2,
         max_devices: 2,
+        max_messages: 5,
         max_pending_feedback_records: 5,
         max_feedback_batches: 2,
     };
@@ -66,6 +71,7 @@ fn settings_options() -> [DeviceboundSettings; 2] {
         max_delivery_count: 3,
         max_dead_letters_per_device: 3,
         max_devices: 3,
+        max_messages: 8,
         max_pending_feedback_records: 100,
         max_feedback_batches: 4,
         ..small
@@ -262,6 +268,10 @@ impl Model {
         let with_state = DEVICES.iter().filter(|d| self.has_state(d)).count() as u64;
         if !self.has_state(&send.device) && with_state >= self.s.max_devices {
             return DeviceResult::Rejected(DeviceRejection::TooManyDevices);
+        }
+        let queued: usize = self.devices.values().map(|d| d.queue.len()).sum();
+        if queued as u64 >= self.s.max_messages {
+            return DeviceResult::Rejected(DeviceRejection::TooManyMessages);
         }
         let wanted = match send.expiry {
             Expiry::Ttl(ms) => self.now + ms,
@@ -599,9 +609,39 @@ impl Model {
 // Driving both.
 // ---------------------------------------------------------------------------------------------
 
-fn apply(map: &mut Map, proposals: &[Proposal]) -> Result<Vec<DeviceOutcome>, TestCaseError> {
+/// Applies `proposals` in one transaction as the consensus layer does: with the index kept
+/// from the previous transactions, changed as they apply. The index must then equal the one
+/// rebuilt from the committed rows.
+fn apply(
+    map: &mut Map,
+    index: &mut DeviceIndex,
+    proposals: &[Proposal],
+) -> Result<Vec<DeviceOutcome>, TestCaseError> {
+    let mut txn = Overlay::new(&*map);
+    let mut keyspace =
+        Keyspace::open_with_index(&mut txn, &Carry::default(), index).map_err(fail)?;
+    let outcomes = apply_all(&mut keyspace, proposals)?;
+    keyspace.finish();
+    commit(map, txn.into_writes());
+    let rebuilt = DeviceIndex::load(&*map).map_err(fail)?;
+    prop_assert!(*index == rebuilt, "the kept index is the index of the rows");
+    Ok(outcomes)
+}
+
+/// [`apply`] without a kept index: the keyspace builds one from the rows.
+fn apply_loading(map: &mut Map, proposals: &[Proposal]) -> Result<(), TestCaseError> {
     let mut txn = Overlay::new(&*map);
     let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
+    apply_all(&mut keyspace, proposals)?;
+    keyspace.finish();
+    commit(map, txn.into_writes());
+    Ok(())
+}
+
+fn apply_all<T: statestore_storage::keyspace::Txn>(
+    keyspace: &mut Keyspace<'_, T>,
+    proposals: &[Proposal],
+) -> Result<Vec<DeviceOutcome>, TestCaseError> {
     let mut outcomes = Vec::new();
     for proposal in proposals {
         match keyspace.apply(proposal).map_err(fail)?.outcome {
@@ -609,14 +649,16 @@ fn apply(map: &mut Map, proposals: &[Proposal]) -> Result<Vec<DeviceOutcome>, Te
             other => return Err(fail(format!("a device command gave {other:?}"))),
         }
     }
-    keyspace.finish();
-    for (key, write) in txn.into_writes() {
+    Ok(outcomes)
+}
+
+fn commit(map: &mut Map, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+    for (key, write) in writes {
         match write {
             Some(value) => map.insert(key, value),
             None => map.remove(&key),
         };
     }
-    Ok(outcomes)
 }
 
 fn pick<T: Clone>(items: &[T], index: &Index) -> Option<T> {
@@ -692,7 +734,8 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
         }
     };
     let setup = propose(wall, None, DeviceCommand::SetSettings(settings));
-    apply(&mut map, std::slice::from_ref(&setup))?;
+    let mut index = DeviceIndex::default();
+    apply(&mut map, &mut index, std::slice::from_ref(&setup))?;
     proposals.push(setup);
 
     for (step, op) in ops.iter().enumerate() {
@@ -837,7 +880,7 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
             requests.push(proposal.clone());
         }
 
-        let outcome = apply(&mut map, std::slice::from_ref(&proposal))?
+        let outcome = apply(&mut map, &mut index, std::slice::from_ref(&proposal))?
             .pop()
             .ok_or_else(|| fail("no outcome"))?;
         proposals.push(proposal.clone());
@@ -963,16 +1006,17 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
     // Determinism: the same proposals on a fresh store, one per transaction and grouped.
     let mut single = Map::new();
     for proposal in &proposals {
-        apply(&mut single, std::slice::from_ref(proposal))?;
+        apply_loading(&mut single, std::slice::from_ref(proposal))?;
     }
     prop_assert!(single == map, "replay one by one gives the same bytes");
     let mut grouped = Map::new();
+    let mut grouped_index = DeviceIndex::default();
     let mut rest = proposals.as_slice();
     let mut sizes = groups.iter().cycle();
     while !rest.is_empty() {
         let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
         let (chunk, tail) = rest.split_at(size);
-        apply(&mut grouped, chunk)?;
+        apply(&mut grouped, &mut grouped_index, chunk)?;
         rest = tail;
     }
     prop_assert!(
@@ -988,41 +1032,66 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
 }
 
 /// Applies `proposals` in transactions of the sizes `groups` cycles through, on a sled store
-/// whose memtable freezes every 4 KiB (several transactions a map), and returns every row below the consensus
-/// records once all of it is in sled.
+/// whose memtable freezes every 4 KiB (several transactions a map), with the store's own kept
+/// index as the consensus layer uses it; checks that index against one rebuilt from the rows
+/// (and against the reopened store's), and returns every row below the consensus records once
+/// all of it is in sled.
 fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestCaseError> {
     let dir = tempfile::tempdir().map_err(fail)?;
     let mut config = StoreConfig::new(dir.path(), 1 << 20);
     config.memtable.flush_bytes = 4096;
-    let store = Store::open(&config).map_err(fail)?;
-    let state = store.state().map_err(fail)?;
-    let mut rest = proposals;
-    let mut sizes = groups.iter().cycle();
-    while !rest.is_empty() {
-        let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
-        let (chunk, tail) = rest.split_at(size);
-        let view = state.view();
-        let mut txn = Overlay::new(&view);
-        let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
-        for proposal in chunk {
-            keyspace.apply(proposal).map_err(fail)?;
+    let rows = {
+        let store = Store::open(&config).map_err(fail)?;
+        let state = store.state().map_err(fail)?;
+        let devices = state.device_index();
+        let mut rest = proposals;
+        let mut sizes = groups.iter().cycle();
+        while !rest.is_empty() {
+            let size = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
+            let (chunk, tail) = rest.split_at(size);
+            let view = state.view();
+            let mut txn = Overlay::new(&view);
+            let mut index = devices.lock().map_err(fail)?;
+            let mut keyspace =
+                Keyspace::open_with_index(&mut txn, &Carry::default(), &mut index).map_err(fail)?;
+            for proposal in chunk {
+                keyspace.apply(proposal).map_err(fail)?;
+            }
+            keyspace.finish();
+            state.commit(txn.into_txn_writes()).map_err(fail)?;
+            rest = tail;
         }
-        keyspace.finish();
-        state.commit(txn.into_txn_writes()).map_err(fail)?;
-        rest = tail;
-    }
-    state.flush_memtable();
-    let consensus = layout::consensus_key(b"");
-    state
-        .view()
-        .range(&[], &consensus)
-        .collect::<Result<Map, _>>()
-        .map_err(fail)
+        state.flush_memtable();
+        let kept = devices.lock().map_err(fail)?.clone();
+        prop_assert!(
+            kept == DeviceIndex::load(&state.view()).map_err(fail)?,
+            "the sled store's kept index is the index of its rows"
+        );
+        let consensus = layout::consensus_key(b"");
+        let rows = state
+            .view()
+            .range(&[], &consensus)
+            .collect::<Result<Map, _>>()
+            .map_err(fail)?;
+        state.sync().map_err(fail)?;
+        prop_assert!(
+            kept == *state.view().device_index(),
+            "the view shows the kept index"
+        );
+        (rows, kept)
+    };
+    let reopened = Store::open(&config).map_err(fail)?;
+    let state = reopened.state().map_err(fail)?;
+    prop_assert!(
+        *state.view().device_index() == rows.1,
+        "a reopened store rebuilds the same index"
+    );
+    Ok(rows.0)
 }
 
 fn compare_state(map: &Map, model: &Model, step: usize) -> Result<(), TestCaseError> {
     for device in DEVICES {
-        let stats = devicebound::read::queue_stats(map, device).map_err(fail)?;
+        let stats = DeviceIndex::load(map).map_err(fail)?.queue_stats(device);
         prop_assert_eq!(
             stats,
             model.stats(device),

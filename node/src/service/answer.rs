@@ -58,7 +58,9 @@ fn device_reply(result: &DeviceResult) -> Reply {
         DeviceResult::Rejected(rejection) => Reply::Error(match rejection {
             DeviceRejection::QueueFull => ErrorReply::DeviceQueueFull,
             DeviceRejection::MessageTooLarge => ErrorReply::MessageTooLarge,
-            DeviceRejection::TooManyDevices => ErrorReply::QuotaExceeded,
+            DeviceRejection::TooManyDevices | DeviceRejection::TooManyMessages => {
+                ErrorReply::QuotaExceeded
+            }
         }),
         DeviceResult::Purged { messages } => count(*messages),
         DeviceResult::Forgot {
@@ -126,6 +128,7 @@ mod tests {
             (device(DeviceResult::Rejected(DeviceRejection::QueueFull)), b"-ERR device queue is full\r\n".to_vec(), false),
             (device(DeviceResult::Rejected(DeviceRejection::MessageTooLarge)), b"-ERR message too large\r\n".to_vec(), false),
             (device(DeviceResult::Rejected(DeviceRejection::TooManyDevices)), b"-ERR the quota has been exceeded\r\n".to_vec(), false),
+            (device(DeviceResult::Rejected(DeviceRejection::TooManyMessages)), b"-ERR the quota has been exceeded\r\n".to_vec(), false),
             (device(DeviceResult::Purged { messages: 3 }), b":3\r\n".to_vec(), false),
             (device(DeviceResult::Forgot { messages: 2, dead_letters: 4, feedback_records: 9 }), b":6\r\n".to_vec(), false),
             (device(DeviceResult::Settled { settled: true }), b":1\r\n".to_vec(), false),

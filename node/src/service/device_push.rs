@@ -221,13 +221,9 @@ impl<O: Outbox> DevicePush<O> {
         let mut after: Option<DeliverableDevice> = None;
         let mut seen = 0;
         while seen < MAX_DEVICES_PER_ROUND {
-            let page = device_read::deliverable_devices(
-                &self.service.raft().view(),
-                window,
-                after.as_ref(),
-                PAGE,
-            )
-            .map_err(|e| e.to_string())?;
+            let page = self
+                .service
+                .read_device_index(|index| index.deliverable_devices(window, after.as_ref(), PAGE));
             seen += page.len();
             if !self.service.is_serving() {
                 return Ok(());

@@ -69,15 +69,11 @@ fn internal(err: impl std::fmt::Display) -> String {
 fn next_due<O: Outbox>(service: &Service<O>) -> Result<[(Option<u64>, Step); 5], String> {
     let view = service.raft().view();
     let meta = device_read::meta(&view).map_err(internal)?;
+    let (locks, messages) =
+        service.read_device_index(|index| (index.next_lock_expiry(), index.next_message_expiry()));
     Ok([
-        (
-            device_read::next_lock_expiry(&view).map_err(internal)?,
-            Step::Locks,
-        ),
-        (
-            device_read::next_message_expiry(&view).map_err(internal)?,
-            Step::Messages,
-        ),
+        (locks, Step::Locks),
+        (messages, Step::Messages),
         (device_read::next_feedback_cut(&meta), Step::Cut),
         (
             device_read::next_feedback_lock_expiry(&view).map_err(internal)?,

@@ -172,7 +172,7 @@ impl<O: Outbox> Service<O> {
         let command = match request {
             DeviceRequest::Queue { device_id } => {
                 self.raft.ensure_linearizable().await?;
-                let stats = device_read::queue_stats(&self.raft.view(), device_id.as_bytes())?;
+                let stats = self.read_device_index(|index| index.queue_stats(device_id.as_bytes()));
                 return Ok(DeviceAnswer::read(encode_queue_stats(&QueueStats {
                     enqueued: u64::from(stats.enqueued),
                     invisible: u64::from(stats.invisible),

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statestore_raft::RaftNode;
+use statestore_storage::devicebound::DeviceIndex;
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
 use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
@@ -612,6 +613,18 @@ impl<O: Outbox> Service<O> {
     /// Node metrics.
     pub fn metrics(&self) -> &Arc<NodeMetrics> {
         &self.metrics
+    }
+
+    /// Runs `read` on the device queues' index of the committed state. Apply holds the index
+    /// while it applies a chunk (a few milliseconds at most), so on a multi-threaded runtime
+    /// the wait happens in `block_in_place`: the worker's other tasks move elsewhere meanwhile.
+    pub fn read_device_index<R>(&self, read: impl FnOnce(&DeviceIndex) -> R) -> R {
+        let view = self.raft.view();
+        let run = || read(&view.device_index());
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+            _ => run(),
+        }
     }
 
     /// Wall clock used for reads and expiry decisions at the door.

@@ -3,12 +3,12 @@
 //! below [`crate::keyspace::layout::Table::ConsensusState`], so digests and snapshots cover
 //! them), length-prefixed device ids, big-endian numbers so keys sort by time and sequence.
 //!
-//! Every index exists so an operation costs O(changes · log n):
-//! per-device queue order ([`DeviceTable::Messages`]), the oldest Enqueued message
-//! ([`DeviceTable::EnqueuedByTime`]), devices with deliverable messages
-//! ([`DeviceTable::Deliverable`]), due locks, due expiries and the feedback batches' lock-token
-//! lookups. A message lock token names its message's place ([`message_token`]), so messages
-//! need no token index.
+//! A queued message is a [`DeviceTable::Messages`] row, its delivery state a mark in its
+//! device's [`DeviceTable::Devices`] row. What apply looks messages up by (queue order, due
+//! locks and expiries, devices with deliverable messages) is the in-memory
+//! [`crate::devicebound::DeviceIndex`], rebuilt from these two tables; the feedback batches
+//! keep their due-time and lock-token tables here. A message lock token names its message's
+//! place ([`message_token`]), so messages need no token index.
 
 use crate::keyspace::layout::Table;
 
@@ -16,18 +16,10 @@ use crate::keyspace::layout::Table;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum DeviceTable {
-    /// (len device, device) -> [`crate::devicebound::DeviceState`]
+    /// (len device, device) -> [`crate::devicebound::DeviceRecord`]
     Devices = b'D',
-    /// (len device, device, seq BE) -> [`crate::devicebound::StoredMessage`]
+    /// (len device, device, seq BE) -> [`crate::devicebound::Message`]
     Messages = b'M',
-    /// (len device, device, enqueued_ms BE, seq BE) -> () for Enqueued messages
-    EnqueuedByTime = b'O',
-    /// (invisible BE u32, len device, device) -> () for devices with Enqueued messages
-    Deliverable = b'P',
-    /// (lock expiry BE, len device, device, seq BE) -> () for Invisible messages
-    LockExpiry = b'L',
-    /// (expires_at BE, len device, device, seq BE) -> () for every queued message
-    MessageExpiry = b'E',
     /// (len device, device, dead-letter seq BE) -> [`crate::devicebound::DeadLetter`]
     DeadLetters = b'A',
     /// (feedback seq BE) -> [`crate::devicebound::FeedbackRecord`] not yet in a batch
@@ -48,13 +40,9 @@ pub enum DeviceTable {
 
 impl DeviceTable {
     /// Every table, for layout checks.
-    pub const ALL: [DeviceTable; 14] = [
+    pub const ALL: [DeviceTable; 10] = [
         DeviceTable::Devices,
         DeviceTable::Messages,
-        DeviceTable::EnqueuedByTime,
-        DeviceTable::Deliverable,
-        DeviceTable::LockExpiry,
-        DeviceTable::MessageExpiry,
         DeviceTable::DeadLetters,
         DeviceTable::PendingFeedback,
         DeviceTable::PendingFeedbackByDevice,
@@ -117,6 +105,15 @@ pub fn device_key(device: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The device id of a [`device_key`].
+pub fn device_of_key(raw: &[u8]) -> Option<&[u8]> {
+    if raw.first() != Some(&DeviceTable::Devices.prefix()) {
+        return None;
+    }
+    let (device, rest) = take_device(raw.get(1..)?)?;
+    rest.is_empty().then_some(device)
+}
+
 /// Prefix of every message of `device`, in queue order.
 pub fn messages_prefix(device: &[u8]) -> Vec<u8> {
     let mut out = with_prefix(DeviceTable::Messages, 12 + device.len());
@@ -131,70 +128,20 @@ pub fn message_key(device: &[u8], seq: u64) -> Vec<u8> {
     out
 }
 
+/// Splits a [`message_key`] into (device, seq).
+pub fn split_message_key(raw: &[u8]) -> Option<(&[u8], u64)> {
+    if raw.first() != Some(&DeviceTable::Messages.prefix()) {
+        return None;
+    }
+    let (device, rest) = take_device(raw.get(1..)?)?;
+    let (seq, rest) = take_u64(rest)?;
+    rest.is_empty().then_some((device, seq))
+}
+
 /// The sequence number of a [`message_key`] of `device`.
 pub fn message_seq(device: &[u8], raw: &[u8]) -> Option<u64> {
     let (number, rest) = take_u64(raw.get(1 + 4 + device.len()..)?)?;
     rest.is_empty().then_some(number)
-}
-
-/// Prefix of the Enqueued-by-time index of `device`.
-pub fn enqueued_by_time_prefix(device: &[u8]) -> Vec<u8> {
-    let mut out = with_prefix(DeviceTable::EnqueuedByTime, 20 + device.len());
-    push_device(&mut out, device);
-    out
-}
-
-/// Key in [`DeviceTable::EnqueuedByTime`].
-pub fn enqueued_by_time_key(device: &[u8], enqueued_ms: u64, seq: u64) -> Vec<u8> {
-    let mut out = enqueued_by_time_prefix(device);
-    out.extend_from_slice(&enqueued_ms.to_be_bytes());
-    out.extend_from_slice(&seq.to_be_bytes());
-    out
-}
-
-/// The enqueued time of an [`enqueued_by_time_key`] of `device`.
-pub fn enqueued_by_time_ms(device: &[u8], raw: &[u8]) -> Option<u64> {
-    take_u64(raw.get(1 + 4 + device.len()..)?).map(|(ms, _)| ms)
-}
-
-/// Key in [`DeviceTable::Deliverable`].
-pub fn deliverable_key(invisible: u32, device: &[u8]) -> Vec<u8> {
-    let mut out = with_prefix(DeviceTable::Deliverable, 8 + device.len());
-    out.extend_from_slice(&invisible.to_be_bytes());
-    push_device(&mut out, device);
-    out
-}
-
-/// Exclusive bound of [`DeviceTable::Deliverable`] entries with fewer than `window` Invisible.
-pub fn deliverable_bound(window: u32) -> Vec<u8> {
-    let mut out = with_prefix(DeviceTable::Deliverable, 4);
-    out.extend_from_slice(&window.to_be_bytes());
-    out
-}
-
-/// Splits a [`deliverable_key`] into (invisible, device).
-pub fn split_deliverable_key(raw: &[u8]) -> Option<(u32, &[u8])> {
-    let invisible = u32::from_be_bytes(raw.get(1..5)?.try_into().ok()?);
-    let (device, rest) = take_device(raw.get(5..)?)?;
-    rest.is_empty().then_some((invisible, device))
-}
-
-/// Key of a due-time index entry of a message ([`DeviceTable::LockExpiry`] or
-/// [`DeviceTable::MessageExpiry`]).
-pub fn message_due_key(table: DeviceTable, at_ms: u64, device: &[u8], seq: u64) -> Vec<u8> {
-    let mut out = with_prefix(table, 20 + device.len());
-    out.extend_from_slice(&at_ms.to_be_bytes());
-    push_device(&mut out, device);
-    out.extend_from_slice(&seq.to_be_bytes());
-    out
-}
-
-/// Splits a [`message_due_key`] into (at, device, seq).
-pub fn split_message_due_key(raw: &[u8]) -> Option<(u64, &[u8], u64)> {
-    let (at, rest) = take_u64(raw.get(1..)?)?;
-    let (device, rest) = take_device(rest)?;
-    let (seq, rest) = take_u64(rest)?;
-    rest.is_empty().then_some((at, device, seq))
 }
 
 /// Exclusive bound of the entries of a due-time table due at `time_ms` (everything `<=`).

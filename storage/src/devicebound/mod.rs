@@ -1,5 +1,6 @@
 //! Device-bound message queues (`shared/spec/devicebound.md`): the replicated semantics of
-//! IoT Hub style cloud-to-device queues as pure, deterministic functions over a [`Txn`].
+//! IoT Hub style cloud-to-device queues as pure, deterministic functions over a [`Txn`] and the
+//! queues' in-memory [`DeviceIndex`] (derived from the rows, rebuilt at start).
 //!
 //! Owns what a SEND/PURGE/FORGET, a delivery, a settlement, a sweep or a feedback step does to
 //! the replicated state: per-device FIFO queues with locks and delivery counts, dead letters,
@@ -12,6 +13,7 @@
 
 mod apply;
 mod command;
+mod index;
 pub mod layout;
 mod outcome;
 pub mod read;
@@ -20,13 +22,17 @@ mod settings;
 
 pub use apply::{MAX_SWEEP_PER_ENTRY, apply_to, write_meta};
 pub use command::{Ack, DeviceCommand, Expiry, FeedbackSettlement, SendMessage, Settlement};
+pub use index::{
+    DEPTH_CLASSES, DeviceId, DeviceIndex, IndexedDevice, QueuedMessage, SavedDevice,
+    stored_messages,
+};
 pub use outcome::{
     DeviceCounters, DeviceOutcome, DeviceRejection, DeviceResult, FeedbackDelivery, MessageDelivery,
 };
 pub use read::{DeliverableDevice, QueueStats};
 pub use record::{
-    DeadLetter, DeadLetterReason, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord,
-    FeedbackStatus, LockState, Message, StoredMessage,
+    DeadLetter, DeadLetterReason, DeviceRecord, DeviceState, DeviceboundMeta, FeedbackBatch,
+    FeedbackRecord, FeedbackStatus, LockState, Message, MessageMark, StoredMessage,
 };
 pub use settings::DeviceboundSettings;
 

@@ -134,6 +134,8 @@ pub enum DeviceRejection {
     /// The device has no state and `max_devices` devices have some (`the quota has been
     /// exceeded`).
     TooManyDevices,
+    /// `max_messages` messages are queued in the whole store (`the quota has been exceeded`).
+    TooManyMessages,
 }
 
 /// A message locked for one delivery: everything the node needs to publish it.

@@ -1,12 +1,14 @@
-//! Read-only queries over the device-bound state, shared by apply and by the leader (QUEUE and
-//! DEADLETTERS replies, and the sweeper, which asks when work is next due instead of scanning).
-//! Time is always an argument; none of these needs a log entry.
+//! Read-only queries over the device-bound rows, shared by apply and by the leader (DEADLETTERS
+//! replies, the feedback sweeps, which ask when work is next due instead of scanning). The
+//! queues' own questions (QUEUE, deliverable devices, due locks and expiries) are answered by
+//! the [`crate::devicebound::DeviceIndex`]. Time is always an argument; none of these needs a
+//! log entry.
 
 use crate::codec;
 use crate::devicebound::apply::{FEEDBACK_BATCH_RECORDS, FEEDBACK_CUT_INTERVAL_MS};
 use crate::devicebound::layout::{self, DeviceTable};
 use crate::devicebound::record::{
-    DeadLetter, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord, StoredMessage,
+    DeadLetter, DeviceRecord, DeviceboundMeta, FeedbackBatch, FeedbackRecord,
 };
 use crate::error::{Result, StorageError};
 use crate::keyspace::OrderedRead;
@@ -21,10 +23,10 @@ pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<DeviceboundMeta> {
 }
 
 /// A device's row, if it has state.
-pub fn device_state(
+pub fn device_record(
     view: &(impl OrderedRead + ?Sized),
     device: &[u8],
-) -> Result<Option<DeviceState>> {
+) -> Result<Option<DeviceRecord>> {
     view.get_ref(&layout::device_key(device))?
         .map(|bytes| codec::decode("device row", &bytes))
         .transpose()
@@ -51,22 +53,6 @@ impl QueueStats {
     }
 }
 
-/// QUEUE: counters from the device row, the oldest Enqueued time from its index (O(log n)).
-pub fn queue_stats(view: &(impl OrderedRead + ?Sized), device: &[u8]) -> Result<QueueStats> {
-    let Some(state) = device_state(view, device)? else {
-        return Ok(QueueStats::default());
-    };
-    let oldest = keys_in(view, &layout::enqueued_by_time_prefix(device), 1)?
-        .first()
-        .and_then(|key| layout::enqueued_by_time_ms(device, key));
-    Ok(QueueStats {
-        enqueued: state.enqueued,
-        invisible: state.invisible,
-        dead_lettered: state.dead_letters,
-        oldest_enqueued_ms: oldest,
-    })
-}
-
 /// DEADLETTERS: up to `count` dead letters of `device`, oldest first.
 pub fn dead_letters(
     view: &(impl OrderedRead + ?Sized),
@@ -79,24 +65,6 @@ pub fn dead_letters(
         .collect()
 }
 
-/// Up to `limit` messages of `device`'s queue in queue order, with their sequence numbers.
-pub fn messages(
-    view: &(impl OrderedRead + ?Sized),
-    device: &[u8],
-    limit: usize,
-) -> Result<Vec<(u64, StoredMessage)>> {
-    entries_in(view, &layout::messages_prefix(device), limit)?
-        .into_iter()
-        .map(|(key, value)| {
-            let seq = layout::message_seq(device, &key).ok_or_else(|| StorageError::Corrupt {
-                what: "device message key",
-                reason: format!("{key:?}"),
-            })?;
-            Ok((seq, codec::decode("device message", &value)?))
-        })
-        .collect()
-}
-
 /// A device with Enqueued messages and room in its window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliverableDevice {
@@ -104,40 +72,6 @@ pub struct DeliverableDevice {
     pub invisible: u32,
     /// Device id.
     pub device: Vec<u8>,
-}
-
-/// Up to `limit` devices with an Enqueued message and fewer than `window` Invisible ones,
-/// fewest Invisible first, then by device id; after `after` (the last one of a previous page)
-/// if given. O(limit · log n) whatever the number of devices.
-pub fn deliverable_devices(
-    view: &(impl OrderedRead + ?Sized),
-    window: u32,
-    after: Option<&DeliverableDevice>,
-    limit: usize,
-) -> Result<Vec<DeliverableDevice>> {
-    let start = match after {
-        Some(last) => {
-            let mut key = layout::deliverable_key(last.invisible, &last.device);
-            key.push(0);
-            key
-        }
-        None => DeviceTable::Deliverable.bounds().0,
-    };
-    let end = layout::deliverable_bound(window);
-    let mut devices = Vec::new();
-    for entry in view.range(&start, &end).take(limit) {
-        let (key, _) = entry?;
-        let (invisible, device) =
-            layout::split_deliverable_key(&key).ok_or_else(|| StorageError::Corrupt {
-                what: "deliverable index key",
-                reason: format!("{key:?}"),
-            })?;
-        devices.push(DeliverableDevice {
-            invisible,
-            device: device.to_vec(),
-        });
-    }
-    Ok(devices)
 }
 
 /// The first instant in a due-time table (`None`: empty).
@@ -150,16 +84,6 @@ fn next_due(view: &(impl OrderedRead + ?Sized), table: DeviceTable) -> Result<Op
             .map(u64::from_be_bytes)),
         None => Ok(None),
     }
-}
-
-/// When the earliest message lock runs out (an `ExpireLocks` sweep is due from then on).
-pub fn next_lock_expiry(view: &(impl OrderedRead + ?Sized)) -> Result<Option<u64>> {
-    next_due(view, DeviceTable::LockExpiry)
-}
-
-/// When the earliest queued message expires (an `ExpireMessages` sweep is due from then on).
-pub fn next_message_expiry(view: &(impl OrderedRead + ?Sized)) -> Result<Option<u64>> {
-    next_due(view, DeviceTable::MessageExpiry)
 }
 
 /// When the earliest feedback batch lock runs out.

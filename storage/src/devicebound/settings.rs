@@ -35,6 +35,10 @@ pub struct DeviceboundSettings {
     /// Devices with state (a message or a dead letter) in the whole store. A SEND to a device
     /// without state is refused once this many have some.
     pub max_devices: u64,
+    /// Messages queued in all devices' queues together. A SEND is refused once this many are
+    /// queued: every queued message has an entry in the in-memory queue index
+    /// ([`crate::devicebound::DeviceIndex`], about 150 bytes), so this caps its memory.
+    pub max_messages: u64,
     /// Feedback records waiting to be cut into a batch. Over it the oldest waiting record is
     /// dropped (counted in the meta's `feedback_records_dropped`).
     pub max_pending_feedback_records: u64,
@@ -56,6 +60,7 @@ impl Default for DeviceboundSettings {
             feedback_lock_duration_ms: 60_000,
             max_dead_letters_per_device: 100,
             max_devices: 1_000_000,
+            max_messages: 1_000_000,
             max_pending_feedback_records: 100_000,
             max_feedback_batches: 10_000,
         }

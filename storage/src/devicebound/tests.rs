@@ -1,12 +1,16 @@
 //! Unit tests of the device-bound semantics, one per rule of `shared/spec/devicebound.md` (and
 //! of the rules the `apply` module documents where the spec is silent), driven through
-//! [`Keyspace::apply`] on an in-memory map so the reply memory is in the path.
+//! [`Keyspace::apply`] on an in-memory map so the reply memory is in the path, with the device
+//! queues' index kept across transactions as the consensus layer keeps it (and checked against
+//! the index rebuilt from the rows after every one).
 
 use std::collections::BTreeMap;
 
 use super::*;
 use crate::hlc::Hlc;
-use crate::keyspace::{Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, TxnWrites};
+use crate::keyspace::{
+    Carry, Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, TxnWrites,
+};
 
 const T0: u64 = 1_700_000_000_000;
 const DEV: &[u8] = b"dev-1";
@@ -14,6 +18,7 @@ const OTHER: &[u8] = b"dev-2";
 
 struct Replica {
     map: BTreeMap<Vec<u8>, Vec<u8>>,
+    index: DeviceIndex,
     wall_ms: u64,
     counter: u64,
 }
@@ -22,6 +27,7 @@ impl Replica {
     fn new() -> Self {
         Replica {
             map: BTreeMap::new(),
+            index: DeviceIndex::default(),
             wall_ms: T0,
             counter: 0,
         }
@@ -47,17 +53,19 @@ impl Replica {
     }
 
     fn apply_proposal(&mut self, proposal: &Proposal) -> DeviceOutcome {
-        let mut txn = Overlay::new(&self.map);
-        let mut keyspace = Keyspace::open(&mut txn).expect("open");
-        let applied = keyspace.apply(proposal).expect("apply");
-        keyspace.finish();
-        for (k, w) in txn.into_writes() {
-            match w {
+        let (outcome, writes) = apply_kept(&self.map, &mut self.index, proposal);
+        for (k, w) in writes {
+            match w.into_value() {
                 Some(v) => self.map.insert(k, v),
                 None => self.map.remove(&k),
             };
         }
-        match applied.outcome {
+        assert_eq!(
+            self.index,
+            DeviceIndex::load(&self.map).expect("load"),
+            "the kept index is the index of the rows"
+        );
+        match outcome {
             Outcome::Device(outcome) => *outcome,
             other => panic!("a device command gave {other:?}"),
         }
@@ -111,11 +119,11 @@ impl Replica {
     }
 
     fn stats(&self, device: &[u8]) -> QueueStats {
-        read::queue_stats(&self.map, device).expect("stats")
+        self.index.queue_stats(device)
     }
 
     fn ids(&self, device: &[u8]) -> Vec<String> {
-        read::messages(&self.map, device, usize::MAX)
+        stored_messages(&self.map, device, usize::MAX)
             .expect("messages")
             .into_iter()
             .map(|(_, m)| String::from_utf8_lossy(&m.message.message_id).into_owned())
@@ -378,10 +386,7 @@ fn section_1_expired_messages_are_dead_lettered_by_sweep_and_on_delivery() {
     r.run(send(DEV, "short", Ack::Negative, Expiry::Ttl(1_000)));
     r.run(send(DEV, "long", Ack::None, Expiry::Ttl(10_000)));
     r.run(send(OTHER, "other", Ack::None, Expiry::Ttl(1_000)));
-    assert_eq!(
-        read::next_message_expiry(&r.map).expect("read"),
-        Some(T0 + 1_000)
-    );
+    assert_eq!(r.index.next_message_expiry(), Some(T0 + 1_000));
     r.advance(999);
     let nothing = r.run(DeviceCommand::ExpireMessages { max: 10 });
     assert_eq!(nothing.result, DeviceResult::Expired { count: 0 });
@@ -414,7 +419,7 @@ fn section_1_expired_messages_are_dead_lettered_by_sweep_and_on_delivery() {
             oldest_enqueued_ms: None
         }
     );
-    assert_eq!(read::next_message_expiry(&r.map).expect("read"), None);
+    assert_eq!(r.index.next_message_expiry(), None);
 }
 
 #[test]
@@ -455,10 +460,7 @@ fn section_1_lock_expiry_redelivers_with_a_new_token_and_the_old_one_no_longer_s
     r.send(DEV, "m");
     let first = r.deliver_one(DEV);
     assert!(r.deliver(DEV, 1).is_empty(), "window 1 is full");
-    assert_eq!(
-        read::next_lock_expiry(&r.map).expect("read"),
-        Some(T0 + 60_000)
-    );
+    assert_eq!(r.index.next_lock_expiry(), Some(T0 + 60_000));
     r.advance(59_999);
     assert_eq!(
         r.run(DeviceCommand::ExpireLocks { max: 10 }).result,
@@ -664,7 +666,7 @@ fn section_2_purge_and_forget_count_what_they_remove() {
             (b"full".to_vec(), FeedbackStatus::Purged)
         ]
     );
-    assert_eq!(read::next_lock_expiry(&r.map).expect("read"), None);
+    assert_eq!(r.index.next_lock_expiry(), None);
     assert_eq!(
         r.run(DeviceCommand::Purge {
             device: DEV.to_vec()
@@ -919,16 +921,16 @@ fn deliverable_devices_are_found_through_their_index() {
     }
     r.deliver(b"d2", 2);
     r.deliver(b"d3", 1);
-    let all = read::deliverable_devices(&r.map, 2, None, 10).expect("read");
+    let all = r.index.deliverable_devices(2, None, 10);
     let names: Vec<_> = all.iter().map(|d| d.device.clone()).collect();
     assert_eq!(
         names,
         [b"d1".to_vec(), b"d3".to_vec()],
         "d2's window is full"
     );
-    let page = read::deliverable_devices(&r.map, 2, Some(&all[0]), 10).expect("read");
+    let page = r.index.deliverable_devices(2, Some(&all[0]), 10);
     assert_eq!(page, all[1..]);
-    let strict = read::deliverable_devices(&r.map, 1, None, 10).expect("read");
+    let strict = r.index.deliverable_devices(1, None, 10);
     assert_eq!(strict.len(), 1, "with a window of 1 only d1 could take one");
 }
 
@@ -1077,70 +1079,153 @@ fn send_and_deliver_writes_what_send_then_deliver_write() {
     }
 }
 
-/// Applies `command` on a base that counts range scans; returns the result, the writes and
-/// the scans of the device's queue.
-fn apply_counting_queue_scans(
+/// Applies `proposal` on `map` through a keyspace with the kept `index`; returns the outcome
+/// and the transaction's writes (`map` is left for the caller to update).
+fn apply_kept(
+    map: &impl OrderedRead,
+    index: &mut DeviceIndex,
+    proposal: &Proposal,
+) -> (Outcome, TxnWrites) {
+    let mut txn = Overlay::new(map);
+    let mut keyspace = Keyspace::open_with_index(&mut txn, &Carry::default(), index).expect("open");
+    let applied = keyspace.apply(proposal).expect("apply");
+    keyspace.finish();
+    (applied.outcome, txn.into_txn_writes())
+}
+
+/// Applies `command` on a base that counts reads; returns the result, the writes, and the
+/// reads (gets and range scans) of the device-bound queue tables that apply made (debug builds
+/// also check each created row's absence with a read of its own: those are not counted).
+fn apply_counting_queue_reads(
     r: &mut Replica,
     command: DeviceCommand,
 ) -> (DeviceResult, TxnWrites, usize) {
     let proposal = r.proposal(command, None);
     let base = crate::keyspace::tests::Counting::new(&r.map);
-    let mut txn = Overlay::new(&base);
-    let mut keyspace = Keyspace::open(&mut txn).expect("open");
-    let applied = keyspace.apply(&proposal).expect("apply");
-    keyspace.finish();
-    let Outcome::Device(outcome) = applied.outcome else {
-        panic!("a device command gave {:?}", applied.outcome)
+    let (outcome, writes) = apply_kept(&base, &mut r.index, &proposal);
+    let queue_tables = [
+        layout::DeviceTable::Messages.prefix(),
+        layout::DeviceTable::Devices.prefix(),
+    ];
+    let reads: usize = queue_tables
+        .iter()
+        .map(|&table| base.scans_with_prefix(table) + base.gets_with_prefix(table))
+        .sum();
+    let create_checks = if cfg!(debug_assertions) {
+        writes
+            .iter()
+            .filter(|(key, write)| {
+                queue_tables.contains(&key[0])
+                    && matches!(write, crate::keyspace::TxnWrite::Create(_))
+            })
+            .count()
+    } else {
+        0
     };
-    let writes = txn.into_txn_writes();
-    let scans = base.scans_with_prefix(layout::DeviceTable::Messages.prefix());
-    (outcome.result, writes, scans)
+    let reads = reads - create_checks;
+    for (k, w) in writes.clone() {
+        match w.into_value() {
+            Some(v) => r.map.insert(k, v),
+            None => r.map.remove(&k),
+        };
+    }
+    let Outcome::Device(outcome) = outcome else {
+        panic!("a device command gave {outcome:?}")
+    };
+    (outcome.result, writes, reads)
+}
+
+/// The writes of the device-bound queue tables (device rows, message rows), by table.
+fn queue_writes(writes: &TxnWrites) -> Vec<(u8, &'static str)> {
+    writes
+        .iter()
+        .filter(|(key, _)| {
+            [
+                layout::DeviceTable::Messages.prefix(),
+                layout::DeviceTable::Devices.prefix(),
+            ]
+            .contains(&key[0])
+        })
+        .map(|(key, write)| {
+            let kind = match write {
+                crate::keyspace::TxnWrite::Put(_) => "put",
+                crate::keyspace::TxnWrite::Create(_) => "create",
+                crate::keyspace::TxnWrite::Remove => "remove",
+            };
+            (key[0], kind)
+        })
+        .collect()
 }
 
 #[test]
-fn send_and_deliver_to_an_idle_device_does_not_read_the_queue_back() {
-    let new_message = |id: &str| {
-        let DeviceCommand::Send(message) = send(DEV, id, Ack::None, Expiry::Default) else {
-            unreachable!("send builds a Send")
-        };
-        DeviceCommand::SendAndDeliver(message)
+fn a_message_to_an_idle_device_and_its_completion_read_no_row() {
+    let (messages, devices) = (
+        layout::DeviceTable::Messages.prefix(),
+        layout::DeviceTable::Devices.prefix(),
+    );
+    let DeviceCommand::Send(message) = send(DEV, "m1", Ack::None, Expiry::Default) else {
+        unreachable!("send builds a Send")
     };
-    // An idle device: the message is stored locked at once, the queue is not scanned.
+    // An idle device: the SEND writes the message row and the device row, reads nothing, and
+    // delivers the message with the content it was sent with.
     let mut r = Replica::new();
-    let (result, writes, scans) = apply_counting_queue_scans(&mut r, new_message("m1"));
-    assert!(
-        matches!(&result, DeviceResult::SentAndDelivered { messages, .. } if messages.len() == 1),
-        "{result:?}"
-    );
-    assert_eq!(scans, 0, "the shortcut does not read the queue back");
-    // The overlay drops rows created and removed in one transaction, so neither path leaves
-    // an Enqueued index row; the message is written locked.
-    let enqueued_tables = [
-        layout::DeviceTable::EnqueuedByTime.prefix(),
-        layout::DeviceTable::Deliverable.prefix(),
-    ];
-    assert!(
-        writes.keys().all(|key| !enqueued_tables.contains(&key[0])),
-        "no Enqueued index row written, even as a removal: {writes:?}"
-    );
-    assert!(
-        writes
-            .keys()
-            .any(|key| key[0] == layout::DeviceTable::LockExpiry.prefix()),
-        "the message is stored locked"
-    );
-    // Window 2 with one message locked and one waiting: the delivery has to find the waiting
-    // one, so it scans the queue (the counter sees scans).
-    let settings = DeviceboundSettings {
-        device_window: 2,
-        ..DeviceboundSettings::default()
+    let (result, writes, reads) =
+        apply_counting_queue_reads(&mut r, DeviceCommand::SendAndDeliver(message));
+    let DeviceResult::SentAndDelivered { messages: sent, .. } = result else {
+        panic!("{result:?}")
     };
-    let mut r = queued_replica(settings, 1, 1);
-    let (result, _, scans) = apply_counting_queue_scans(&mut r, new_message("m2"));
+    assert_eq!(sent.len(), 1, "delivered at once");
+    assert_eq!(sent[0].message.body, b"body of m1".to_vec());
+    assert_eq!(reads, 0, "no device-bound row read");
+    assert_eq!(
+        queue_writes(&writes),
+        [(devices, "create"), (messages, "create")]
+    );
+    // Its completion removes both rows, again without reading one.
+    let (result, writes, reads) = apply_counting_queue_reads(
+        &mut r,
+        DeviceCommand::SettleAndDeliver {
+            device: DEV.to_vec(),
+            token: sent[0].token.clone(),
+            settlement: Settlement::Complete,
+        },
+    );
+    assert_eq!(
+        result,
+        DeviceResult::SettledAndDelivered {
+            settled: true,
+            messages: Vec::new()
+        }
+    );
+    assert_eq!(reads, 0, "no device-bound row read");
+    assert_eq!(
+        queue_writes(&writes),
+        [(devices, "remove"), (messages, "remove")]
+    );
+    // A completion that delivers a message that waited reads exactly that message's row.
+    let mut r = queued_replica(DeviceboundSettings::default(), 1, 1);
+    let token = stored_messages(&r.map, DEV, 1).expect("read")[0]
+        .1
+        .lock
+        .clone()
+        .expect("locked")
+        .token;
+    let (result, writes, reads) = apply_counting_queue_reads(
+        &mut r,
+        DeviceCommand::SettleAndDeliver {
+            device: DEV.to_vec(),
+            token,
+            settlement: Settlement::Complete,
+        },
+    );
     assert!(
-        matches!(&result, DeviceResult::SentAndDelivered { messages, .. }
+        matches!(&result, DeviceResult::SettledAndDelivered { settled: true, messages }
             if messages.iter().map(id_of).collect::<Vec<_>>() == ["waiting-0"]),
         "{result:?}"
     );
-    assert!(scans > 0, "the general path reads the queue");
+    assert_eq!(reads, 1, "the waiting message's row, once");
+    assert_eq!(
+        queue_writes(&writes),
+        [(devices, "put"), (messages, "remove")]
+    );
 }

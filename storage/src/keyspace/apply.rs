@@ -76,7 +76,7 @@
 //!   what it removes, in one proposal).
 
 use crate::codec;
-use crate::devicebound::{self, DeviceCounters, DeviceOutcome, DeviceboundMeta};
+use crate::devicebound::{self, DeviceCounters, DeviceIndex, DeviceOutcome, DeviceboundMeta};
 use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
@@ -111,6 +111,30 @@ pub struct Keyspace<'t, T: Txn> {
     /// written back by [`Keyspace::finish`] (`None`: no such command yet).
     device_meta: Option<DeviceboundMeta>,
     device_meta_changed: bool,
+    /// The device queues' index of the store as this transaction changes it.
+    devices: Devices<'t>,
+}
+
+/// Where a [`Keyspace`] finds the device queues' index.
+enum Devices<'t> {
+    /// Built from the transaction's rows at its first device-bound command (`None`: not yet):
+    /// for callers without a long-lived index (tests, tools).
+    Loaded(Option<DeviceIndex>),
+    /// The caller's index, kept from one transaction to the next (the consensus layer's).
+    Kept(&'t mut DeviceIndex),
+}
+
+impl Devices<'_> {
+    fn get(
+        &mut self,
+        view: &(impl crate::keyspace::OrderedRead + ?Sized),
+    ) -> Result<&mut DeviceIndex> {
+        match self {
+            Devices::Kept(index) => Ok(index),
+            Devices::Loaded(Some(index)) => Ok(index),
+            Devices::Loaded(loaded) => Ok(loaded.insert(DeviceIndex::load(view)?)),
+        }
+    }
 }
 
 /// What one transaction learnt about the store that stays true for the next one, provided
@@ -155,13 +179,30 @@ struct Replaced {
 }
 
 impl<'t, T: Txn> Keyspace<'t, T> {
-    /// Loads the store-wide state from `txn`.
+    /// Loads the store-wide state from `txn`; the device queues' index is built from its rows
+    /// when a device-bound command first needs it.
     pub fn open(txn: &'t mut T) -> Result<Self> {
         Self::open_carrying(txn, &Carry::default())
     }
 
     /// [`Keyspace::open`], starting from what the previous transaction learnt.
     pub fn open_carrying(txn: &'t mut T, carry: &Carry) -> Result<Self> {
+        Self::open_with(txn, carry, Devices::Loaded(None))
+    }
+
+    /// [`Keyspace::open_carrying`] with the caller's device queues' index, which must be the
+    /// index of `txn`'s rows ([`DeviceIndex::load`]) and is changed as device-bound commands
+    /// apply. If applying fails, the caller abandons the transaction and must rebuild the index
+    /// from the committed rows.
+    pub fn open_with_index(
+        txn: &'t mut T,
+        carry: &Carry,
+        index: &'t mut DeviceIndex,
+    ) -> Result<Self> {
+        Self::open_with(txn, carry, Devices::Kept(index))
+    }
+
+    fn open_with(txn: &'t mut T, carry: &Carry, devices: Devices<'t>) -> Result<Self> {
         let meta = read::meta(&*txn)?;
         Ok(Keyspace {
             txn,
@@ -174,6 +215,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             observers_exist: None,
             device_meta: None,
             device_meta_changed: false,
+            devices,
         })
     }
 
@@ -284,8 +326,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                         .device_meta
                         .insert(devicebound::read::meta(&*self.txn)?),
                 };
+                let index = self.devices.get(&*self.txn)?;
                 let (outcome, changed) =
-                    devicebound::apply_to(&mut *self.txn, device_meta, time, command)?;
+                    devicebound::apply_to(&mut *self.txn, index, device_meta, time, command)?;
                 self.device_meta_changed |= changed;
                 Outcome::Device(Box::new(outcome))
             }

@@ -821,6 +821,7 @@ pub(crate) struct Counting<'m> {
     map: &'m BTreeMap<Vec<u8>, Vec<u8>>,
     yielded: std::cell::Cell<usize>,
     scans: std::cell::RefCell<BTreeMap<u8, usize>>,
+    gets: std::cell::RefCell<BTreeMap<u8, usize>>,
 }
 
 impl<'m> Counting<'m> {
@@ -829,7 +830,13 @@ impl<'m> Counting<'m> {
             map,
             yielded: std::cell::Cell::new(0),
             scans: std::cell::RefCell::new(BTreeMap::new()),
+            gets: std::cell::RefCell::new(BTreeMap::new()),
         }
+    }
+
+    /// Point reads of keys in the table with this one-byte prefix.
+    pub(crate) fn gets_with_prefix(&self, prefix: u8) -> usize {
+        self.gets.borrow().get(&prefix).copied().unwrap_or(0)
     }
 
     fn scans_of(&self, table: layout::Table) -> usize {
@@ -844,6 +851,9 @@ impl<'m> Counting<'m> {
 
 impl OrderedRead for Counting<'_> {
     fn get(&self, key: &[u8]) -> crate::Result<Option<Vec<u8>>> {
+        if let Some(&table) = key.first() {
+            *self.gets.borrow_mut().entry(table).or_default() += 1;
+        }
         OrderedRead::get(self.map, key)
     }
 

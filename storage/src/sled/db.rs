@@ -21,14 +21,16 @@ const FORMAT_FILE: &str = "FORMAT";
 /// `raft-log/`; the keyspace meta counts registrations and the reply memory, the replicated
 /// limits include their caps, and reply-expiry index entries hold the reply's counted size;
 /// the device-bound queue tables and their meta record sit next to the keyspace, and log
-/// entries may carry `Mutation::Device`.
+/// entries may carry `Mutation::Device`; a device row carries its queued messages' delivery
+/// state and message rows only their content (the queues' indexes live in memory).
 /// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
 /// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here; format 3
 /// has no device-bound queues, and a build of format 3 cannot read the log or snapshots of this
 /// one, so the two must not share a cluster; format 4 kept a lock-token index for messages and
 /// tokens without the message's place, so a settlement applies differently there and replicas
-/// of the two would diverge.)
-const FORMAT: &str = "statestore-data 5\n";
+/// of the two would diverge; format 5 stored each message's delivery state in its message row
+/// and kept four index tables of the queues in sled, which this build neither writes nor reads.)
+const FORMAT: &str = "statestore-data 6\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -143,12 +145,22 @@ fn sync_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Accepts an empty or format-5 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-6 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if found == "statestore-data 5\n" => Err(StorageError::DataDir(format!(
+            "{} says `{}`: written by an earlier statestore, whose device-bound queues kept \
+             their indexes in the database and each message's delivery state in its message \
+             row; this build reads `{}` and does not convert it (nodes of the two formats \
+             cannot share a cluster). Move it aside and start this node empty with --join (it \
+             receives a snapshot from a cluster of this build), or start a new cluster",
+            marker.display(),
+            found.trim(),
+            FORMAT.trim()
+        ))),
         Ok(found) if found == "statestore-data 4\n" => Err(StorageError::DataDir(format!(
             "{} says `{}`: written by an earlier statestore, whose message lock tokens did not \
              name their message; this build reads `{}` and does not convert it (nodes of the \
@@ -228,6 +240,7 @@ mod tests {
             ("statestore-data 2", "reply-memory caps"),
             ("statestore-data 3", "device-bound"),
             ("statestore-data 4", "lock tokens"),
+            ("statestore-data 5", "delivery state"),
         ] {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join(FORMAT_FILE), format!("{earlier}\n")).expect("write");

@@ -8,9 +8,10 @@
 use std::iter::Peekable;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
+use crate::devicebound::DeviceIndex;
 use crate::error::{Result, StorageError};
 use crate::keyspace::TxnWrites;
 use crate::keyspace::layout::Table;
@@ -24,11 +25,12 @@ const CURRENT_SNAPSHOT_RECORD: &str = "current_snapshot";
 const INSTALL_BATCH: usize = 10_000;
 
 /// Read access to the state (cheap to clone, no locks held between reads): the memtable's
-/// writes over the sled tree.
+/// writes over the sled tree, and the device queues' index.
 #[derive(Clone)]
 pub struct StateView {
     memtable: Arc<Memtable>,
     tree: ::sled::Tree,
+    devices: Arc<Mutex<DeviceIndex>>,
 }
 
 impl OrderedRead for StateView {
@@ -95,6 +97,13 @@ impl Iterator for ResidentIter<'_> {
 }
 
 impl StateView {
+    /// The device queues' index as of the last committed transaction (apply holds it for a
+    /// whole transaction, so it never shows a transaction half applied). Hold the guard
+    /// briefly: apply waits for it.
+    pub fn device_index(&self) -> MutexGuard<'_, DeviceIndex> {
+        lock_index(&self.devices)
+    }
+
     /// sled's entries in `[start, end)` under the memtable's writes.
     fn layered<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
         if start >= end {
@@ -173,6 +182,15 @@ struct Inner {
     active: Arc<RwLock<(String, ::sled::Tree)>>,
     memtable: Arc<Memtable>,
     snapshot_dir: PathBuf,
+    /// The device queues' index of the committed state (see [`StateTree::device_index`]).
+    devices: Arc<Mutex<DeviceIndex>>,
+}
+
+/// Locks the index; a panic while it was held leaves it to be rebuilt, not poisoned forever.
+fn lock_index(devices: &Mutex<DeviceIndex>) -> MutexGuard<'_, DeviceIndex> {
+    devices
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Drop for Inner {
@@ -227,8 +245,14 @@ impl StateTree {
             Some(bytes) => ResidentTables::decode(&bytes)?,
             None => ResidentTables::default(),
         };
-        let active = Arc::new(RwLock::new((name, tree)));
+        let active = Arc::new(RwLock::new((name, tree.clone())));
         let memtable = Arc::new(Memtable::new(memtable, resident));
+        let devices = Arc::new(Mutex::new(DeviceIndex::default()));
+        *lock_index(&devices) = DeviceIndex::load(&StateView {
+            memtable: memtable.clone(),
+            tree,
+            devices: devices.clone(),
+        })?;
         {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
@@ -242,6 +266,7 @@ impl StateTree {
                 active,
                 memtable,
                 snapshot_dir: snapshot_dir.to_owned(),
+                devices,
             }),
         })
     }
@@ -258,7 +283,23 @@ impl StateTree {
         StateView {
             memtable: self.inner.memtable.clone(),
             tree: self.active().1,
+            devices: self.inner.devices.clone(),
         }
+    }
+
+    /// The device queues' index of the committed state, for apply: lock it for a whole
+    /// transaction (apply, then [`StateTree::commit`]), hand it to
+    /// `Keyspace::open_with_index`, and [`StateTree::reload_device_index`] if the transaction
+    /// fails.
+    pub fn device_index(&self) -> Arc<Mutex<DeviceIndex>> {
+        self.inner.devices.clone()
+    }
+
+    /// Rebuilds the device queues' index from the committed rows into `index` (the guard of
+    /// [`StateTree::device_index`]'s lock).
+    pub fn reload_device_index(&self, index: &mut DeviceIndex) -> Result<()> {
+        *index = DeviceIndex::load(&self.view())?;
+        Ok(())
     }
 
     /// Applies the writes of one transaction atomically: readers see all of them or none; sled
@@ -375,6 +416,10 @@ impl StateTree {
             Err(poisoned) => *poisoned.into_inner() = (new_name, tree),
         }
         self.inner.memtable.set_resident(resident);
+        {
+            let mut devices = lock_index(&self.inner.devices);
+            self.reload_device_index(&mut devices)?;
+        }
         self.inner.db.drop_tree(&old_name)?;
 
         let final_path = self
