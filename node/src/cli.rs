@@ -228,6 +228,12 @@ pub struct DeviceboundArgs {
     /// Dead letters kept per device (1-1000, default 100).
     #[arg(long = "devicebound-max-dead-letters-per-device", value_name = "N")]
     pub max_dead_letters_per_device: Option<u64>,
+    /// Devices with state, all together (1-10000000, default 1000000).
+    #[arg(long = "devicebound-max-devices", value_name = "N")]
+    pub max_devices: Option<u64>,
+    /// Messages queued, all devices together (1-100000000, default 1000000).
+    #[arg(long = "devicebound-max-messages", value_name = "N")]
+    pub max_messages: Option<u64>,
 }
 
 impl DeviceboundArgs {
@@ -253,6 +259,8 @@ impl DeviceboundArgs {
                 &mut config.max_dead_letters_per_device,
                 self.max_dead_letters_per_device,
             ),
+            (&mut config.max_devices, self.max_devices),
+            (&mut config.max_messages, self.max_messages),
         ];
         for (setting, flag) in flags {
             if let Some(value) = flag {

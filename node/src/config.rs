@@ -375,6 +375,13 @@ pub struct DeviceboundConfig {
     pub feedback_lock_duration_ms: u64,
     /// Dead letters kept per device; over it the oldest are dropped.
     pub max_dead_letters_per_device: u64,
+    /// Devices with state (a queued message or a dead letter), all together; a SEND to a new
+    /// device beyond it fails (`the quota has been exceeded`).
+    pub max_devices: u64,
+    /// Messages queued in all queues together; a SEND beyond it fails (`the quota has been
+    /// exceeded`). Every queued message takes about 150 bytes of each node's memory (the
+    /// queues' index) besides its row on disk.
+    pub max_messages: u64,
 }
 
 impl Default for DeviceboundConfig {
@@ -390,6 +397,8 @@ impl Default for DeviceboundConfig {
             feedback_max_delivery_count: 10,
             feedback_lock_duration_ms: 60_000,
             max_dead_letters_per_device: 100,
+            max_devices: 1_000_000,
+            max_messages: 1_000_000,
         }
     }
 }
@@ -409,8 +418,11 @@ impl DeviceboundConfig {
     /// messages (5,000 × 256 KiB) stays a bounded, if large, amount per device.
     /// `max_dead_letters_per_device` is 1–1,000: dead letters keep their bodies,
     /// so the cap bounds them like `max_queue_depth` bounds the queue (1,000 ×
-    /// the default 64 KiB is 64 MiB per device at most).
-    pub fn ranged_settings(&self) -> [(&'static str, u64, RangeInclusive<u64>); 10] {
+    /// the default 64 KiB is 64 MiB per device at most). `max_devices` and
+    /// `max_messages` are 1–10,000,000 and 1–100,000,000: each node keeps an index
+    /// entry per device (about 160 bytes) and per queued message (about 150 bytes)
+    /// in memory, so the largest values take about 1.6 and 15 GB.
+    pub fn ranged_settings(&self) -> [(&'static str, u64, RangeInclusive<u64>); 12] {
         [
             ("max_queue_depth", self.max_queue_depth, 1..=5_000),
             ("max_message_bytes", self.max_message_bytes, 1..=262_144),
@@ -442,6 +454,8 @@ impl DeviceboundConfig {
                 self.max_dead_letters_per_device,
                 1..=1_000,
             ),
+            ("max_devices", self.max_devices, 1..=10_000_000),
+            ("max_messages", self.max_messages, 1..=100_000_000),
         ]
     }
 
@@ -813,6 +827,8 @@ impl Config {
             feedback_max_delivery_count: small(d.feedback_max_delivery_count),
             feedback_lock_duration_ms: d.feedback_lock_duration_ms,
             max_dead_letters_per_device: small(d.max_dead_letters_per_device),
+            max_devices: d.max_devices,
+            max_messages: d.max_messages,
             ..Default::default()
         }
     }

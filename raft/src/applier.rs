@@ -115,6 +115,9 @@ impl Worker {
     /// queues' index is held from the first proposal to the commit, so readers never see it
     /// ahead of the committed rows; if the transaction fails it is rebuilt from them.
     fn apply(&mut self, chunk: Chunk) -> io::Result<()> {
+        // A full memtable makes the commit wait for the disk: wait now, before the index is
+        // locked, so its readers never wait for the disk.
+        self.state.wait_for_room();
         let devices = self.state.device_index();
         let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
         let applied = self.apply_with(chunk, &mut index);

@@ -7,7 +7,7 @@ use clap::Parser;
 
 /// devicebound.md §5 (defaults) and the ranges the brief and README give:
 /// (setting, default, minimum, maximum).
-const SETTINGS: [(&str, u64, u64, u64); 10] = [
+const SETTINGS: [(&str, u64, u64, u64); 12] = [
     ("max_queue_depth", 50, 1, 5_000),
     ("max_message_bytes", 65_536, 1, 262_144),
     ("default_ttl_ms", 3_600_000, 60_000, 172_800_000),
@@ -18,6 +18,8 @@ const SETTINGS: [(&str, u64, u64, u64); 10] = [
     ("feedback_max_delivery_count", 10, 1, 100),
     ("feedback_lock_duration_ms", 60_000, 5_000, 300_000),
     ("max_dead_letters_per_device", 100, 1, 1_000),
+    ("max_devices", 1_000_000, 1, 10_000_000),
+    ("max_messages", 1_000_000, 1, 100_000_000),
 ];
 
 fn from_toml(setting: &str, value: u64) -> Config {
@@ -127,6 +129,10 @@ fn section_5_flags_override_the_file_and_are_range_checked() {
         "5000",
         "--devicebound-max-dead-letters-per-device",
         "1000",
+        "--devicebound-max-devices",
+        "10",
+        "--devicebound-max-messages",
+        "20",
     ])
     .expect("valid");
     assert_eq!(
@@ -142,6 +148,8 @@ fn section_5_flags_override_the_file_and_are_range_checked() {
             feedback_max_delivery_count: 100,
             feedback_lock_duration_ms: 5_000,
             max_dead_letters_per_device: 1_000,
+            max_devices: 10,
+            max_messages: 20,
         },
         "flags win; lock_duration_ms comes from the file"
     );

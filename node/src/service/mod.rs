@@ -616,8 +616,9 @@ impl<O: Outbox> Service<O> {
     }
 
     /// Runs `read` on the device queues' index of the committed state. Apply holds the index
-    /// while it applies a chunk (a few milliseconds at most), so on a multi-threaded runtime
-    /// the wait happens in `block_in_place`: the worker's other tasks move elsewhere meanwhile.
+    /// while it applies and commits a chunk (CPU work, not disk waits; a snapshot install holds
+    /// it longer), so on a multi-threaded runtime the wait happens in `block_in_place`: the
+    /// worker's other tasks move elsewhere meanwhile.
     pub fn read_device_index<R>(&self, read: impl FnOnce(&DeviceIndex) -> R) -> R {
         let view = self.raft.view();
         let run = || read(&view.device_index());

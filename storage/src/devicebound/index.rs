@@ -1,12 +1,12 @@
 //! [`DeviceIndex`]: the device queues' delivery state and due instants, typed and in memory.
 //!
-//! The rows stay the truth (a [`DeviceRecord`] per device with state, a [`Message`] row per
-//! queued message; snapshots and restarts read them), and every transaction still writes what
-//! it changes. What used to be four more index tables (Enqueued by time, deliverable devices,
-//! due locks, due expiries), each written and removed again per message, and the reads of a
-//! device row and a message row per settlement, now live here: apply asks the index what is
-//! queued, locked, due or deliverable, and reads a message row only to publish or dead-letter
-//! that message.
+//! The rows stay the truth (a [`DeviceState`] row per device with state, a [`StoredMessage`]
+//! row per queued message; snapshots and restarts read them), and every transaction still
+//! writes what it changes. What used to be four more index tables (Enqueued by time,
+//! deliverable devices, due locks, due expiries), each written and removed again per message,
+//! and the reads of a device row and a message row per settlement, now live here: apply asks
+//! the index what is queued, locked, due or deliverable, and reads a message row only when it
+//! needs the message's content (to publish, dead-letter, requeue or report it).
 //!
 //! The index is derived state: [`DeviceIndex::load`] rebuilds it from the rows (at start, after
 //! a snapshot is installed, after a failed transaction), and it must equal that rebuild after
@@ -22,18 +22,12 @@ use crate::codec;
 use crate::devicebound::command::Ack;
 use crate::devicebound::layout::{self, DeviceTable};
 use crate::devicebound::read::{DeliverableDevice, QueueStats};
-use crate::devicebound::record::{
-    DeviceRecord, DeviceState, LockState, Message, MessageMark, StoredMessage,
-};
+use crate::devicebound::record::{DeviceState, LockState, StoredMessage};
 use crate::error::{Result, StorageError};
 use crate::keyspace::OrderedRead;
 
 /// A device id as the index holds it (shared by the device map and the ordered sets).
 pub type DeviceId = Arc<[u8]>;
-
-/// What [`DeviceIndex::load`] keeps of a device row until the messages are read: the counters
-/// it claims (Enqueued, Invisible) and its marks by place.
-type LoadedRow = ((u32, u32), BTreeMap<u64, MessageMark>);
 
 /// A due-time entry: (instant, device, queue place).
 type Due = (u64, DeviceId, u64);
@@ -54,6 +48,8 @@ fn depth_class(depth: u64) -> Option<usize> {
 const MESSAGE_BYTES: u64 = 152;
 /// Bytes a device entry is accounted at beyond its id.
 const DEVICE_BYTES: u64 = 160;
+/// Bytes a lock adds to its message's entry (the token and the due-set entry).
+const LOCK_BYTES: u64 = 112;
 
 /// What the index keeps of a queued message: what apply decides by, without its content.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,30 +67,27 @@ pub struct QueuedMessage {
 }
 
 impl QueuedMessage {
-    /// A message that just entered a queue (never delivered).
-    pub fn fresh(message: &Message) -> Self {
+    /// What the index keeps of a message row.
+    pub fn of(stored: &StoredMessage) -> Self {
         QueuedMessage {
-            enqueued_ms: message.enqueued_ms,
-            expires_at_ms: message.expires_at_ms,
-            ack: message.ack,
-            delivery_count: 0,
-            lock: None,
+            enqueued_ms: stored.message.enqueued_ms,
+            expires_at_ms: stored.message.expires_at_ms,
+            ack: stored.message.ack,
+            delivery_count: stored.delivery_count,
+            lock: stored.lock.clone(),
         }
-    }
-
-    /// True if its device row must carry a [`MessageMark`] for it.
-    fn is_marked(&self) -> bool {
-        self.delivery_count > 0 || self.lock.is_some()
     }
 }
 
 /// A device with state: the counters of its row and its queue in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct IndexedDevice {
     state: DeviceState,
     queue: BTreeMap<u64, QueuedMessage>,
     /// Its row exists in the store (as of the last [`DeviceIndex::save`]).
     stored: bool,
+    /// Changed since the last [`DeviceIndex::save`]: its row must be written.
+    dirty: bool,
 }
 
 impl IndexedDevice {
@@ -112,22 +105,6 @@ impl IndexedDevice {
     pub fn message(&self, seq: u64) -> Option<&QueuedMessage> {
         self.queue.get(&seq)
     }
-
-    fn record(&self) -> DeviceRecord {
-        DeviceRecord {
-            state: self.state.clone(),
-            marks: self
-                .queue
-                .iter()
-                .filter(|(_, message)| message.is_marked())
-                .map(|(&seq, message)| MessageMark {
-                    seq,
-                    delivery_count: message.delivery_count,
-                    lock: message.lock.clone(),
-                })
-                .collect(),
-        }
-    }
 }
 
 /// What a device's row must become ([`DeviceIndex::save`]).
@@ -136,7 +113,7 @@ pub enum SavedDevice {
     /// Write this row; `created`: there was none.
     Put {
         /// The row.
-        record: DeviceRecord,
+        state: DeviceState,
         /// No row existed before.
         created: bool,
     },
@@ -163,6 +140,15 @@ pub struct DeviceIndex {
     depths: [u64; DEPTH_CLASSES.len()],
 }
 
+/// Equal entries index the same state; whether a row still has to be written is not state.
+impl PartialEq for IndexedDevice {
+    fn eq(&self, other: &Self) -> bool {
+        self.state == other.state && self.queue == other.queue && self.stored == other.stored
+    }
+}
+
+impl Eq for IndexedDevice {}
+
 /// Equal when they index the same state (the accounting follows from it).
 impl PartialEq for DeviceIndex {
     fn eq(&self, other: &Self) -> bool {
@@ -185,62 +171,60 @@ fn corrupt(what: &'static str, reason: impl Into<String>) -> StorageError {
 }
 
 impl DeviceIndex {
-    /// The index of the state `view` holds: every device row and every message row. A row
-    /// whose counters or marks disagree with the queued messages is reported as corrupt.
+    /// The index of the state `view` holds: every device row and every message row. A device
+    /// row whose counters disagree with its queued messages is reported as corrupt.
     pub fn load(view: &(impl OrderedRead + ?Sized)) -> Result<DeviceIndex> {
         let mut index = DeviceIndex::default();
-        // What each device row says: its counters (rebuilt below from the messages, then
-        // compared) and its marks.
-        let mut rows: HashMap<DeviceId, LoadedRow> = HashMap::new();
+        // The counters each row claims (Enqueued, Invisible): rebuilt below from the messages,
+        // then compared.
+        let mut claimed: HashMap<DeviceId, (u32, u32)> = HashMap::new();
         let (start, end) = DeviceTable::Devices.bounds();
         for entry in view.range(&start, &end) {
             let (key, value) = entry?;
             let device = layout::device_of_key(&key)
                 .ok_or_else(|| corrupt("device row key", format!("{key:?}")))?;
-            let record: DeviceRecord = codec::decode("device row", &value)?;
+            let row: DeviceState = codec::decode("device row", &value)?;
             let id: DeviceId = Arc::from(device);
-            let claimed = (record.state.enqueued, record.state.invisible);
-            let state = DeviceState {
-                enqueued: 0,
-                invisible: 0,
-                ..record.state
-            };
+            claimed.insert(id.clone(), (row.enqueued, row.invisible));
             index.id_bytes += id.len() as u64;
             index.devices.insert(
-                id.clone(),
+                id,
                 IndexedDevice {
-                    state,
+                    state: DeviceState {
+                        enqueued: 0,
+                        invisible: 0,
+                        ..row
+                    },
                     queue: BTreeMap::new(),
                     stored: true,
+                    dirty: false,
                 },
             );
-            let marks = record.marks.into_iter().map(|m| (m.seq, m)).collect();
-            rows.insert(id, (claimed, marks));
         }
         let (start, end) = DeviceTable::Messages.bounds();
         for entry in view.range(&start, &end) {
             let (key, value) = entry?;
             let (device, seq) = layout::split_message_key(&key)
                 .ok_or_else(|| corrupt("device message key", format!("{key:?}")))?;
-            let message: Message = codec::decode("device message", &value)?;
+            let stored: StoredMessage = codec::decode("device message", &value)?;
             let id = index.id(device).ok_or_else(|| {
                 corrupt("device message", "a queued message without its device row")
             })?;
-            let mut queued = QueuedMessage::fresh(&message);
-            if let Some(mark) = rows.get_mut(device).and_then(|(_, m)| m.remove(&seq)) {
-                queued.delivery_count = mark.delivery_count;
-                queued.lock = mark.lock;
-            }
-            index.insert(&id, seq, queued)?;
+            index.insert(&id, seq, QueuedMessage::of(&stored))?;
         }
-        for (id, (claimed, marks)) in &rows {
-            let entry = index.devices.get(id);
-            let counted = entry.map(|e| (e.state.enqueued, e.state.invisible));
-            if !marks.is_empty() || counted != Some(*claimed) {
+        for (id, claimed) in &claimed {
+            let entry = index.devices.get_mut(id);
+            let counted = entry
+                .as_ref()
+                .map(|e| (e.state.enqueued, e.state.invisible));
+            if counted != Some(*claimed) {
                 return Err(corrupt(
                     "device row",
-                    format!("{id:?}: its counters or marks disagree with its queued messages"),
+                    format!("{id:?}: its counters disagree with its queued messages"),
                 ));
+            }
+            if let Some(entry) = entry {
+                entry.dirty = false;
             }
         }
         Ok(index)
@@ -269,6 +253,7 @@ impl DeviceIndex {
                 state: DeviceState::new(),
                 queue: BTreeMap::new(),
                 stored: false,
+                dirty: true,
             },
         );
         id
@@ -293,13 +278,18 @@ impl DeviceIndex {
     /// What the index holds in memory, estimated from its entries.
     pub fn approximate_bytes(&self) -> u64 {
         let devices = self.devices.len() as u64;
-        devices * DEVICE_BYTES + self.messages * MESSAGE_BYTES + self.id_bytes
+        let locks = self.lock_due.len() as u64;
+        devices * DEVICE_BYTES + self.messages * MESSAGE_BYTES + locks * LOCK_BYTES + self.id_bytes
     }
 
+    /// The device's entry, to change (it is marked for a row write).
     fn entry(&mut self, device: &[u8]) -> Result<&mut IndexedDevice> {
-        self.devices
+        let entry = self
+            .devices
             .get_mut(device)
-            .ok_or_else(|| corrupt("device index", "a change to a device without state"))
+            .ok_or_else(|| corrupt("device index", "a change to a device without state"))?;
+        entry.dirty = true;
+        Ok(entry)
     }
 
     /// Moves the device's entries in the deliverable set and the depth classes from its
@@ -445,10 +435,14 @@ impl DeviceIndex {
         Ok(())
     }
 
-    /// What the device's row must become after the changes made to it; a device left without
-    /// state leaves the index.
+    /// What the device's row must become after the changes made to it since the last save
+    /// (`None`: nothing changed); a device left without state leaves the index.
     pub fn save(&mut self, device: &[u8]) -> Option<SavedDevice> {
         let entry = self.devices.get_mut(device)?;
+        if !entry.dirty {
+            return None;
+        }
+        entry.dirty = false;
         let existed = entry.stored;
         if entry.state.is_empty() {
             if let Some((id, _)) = self.devices.remove_entry(device) {
@@ -458,7 +452,7 @@ impl DeviceIndex {
         }
         entry.stored = true;
         Some(SavedDevice::Put {
-            record: entry.record(),
+            state: entry.state.clone(),
             created: !existed,
         })
     }
@@ -533,40 +527,5 @@ fn due(set: &BTreeSet<Due>, time: u64, max: usize) -> Vec<(DeviceId, u64)> {
         .take_while(|(at, _, _)| *at <= time)
         .take(max)
         .map(|(_, device, seq)| (device.clone(), *seq))
-        .collect()
-}
-
-/// A device's queue as its rows describe it: its messages in order, each with its delivery
-/// state (from the device row's marks).
-pub fn stored_messages(
-    view: &(impl OrderedRead + ?Sized),
-    device: &[u8],
-    limit: usize,
-) -> Result<Vec<(u64, StoredMessage)>> {
-    let record: Option<DeviceRecord> = view
-        .get_ref(&layout::device_key(device))?
-        .map(|bytes| codec::decode("device row", &bytes))
-        .transpose()?;
-    let marks: HashMap<u64, MessageMark> = record
-        .map(|r| r.marks.into_iter().map(|m| (m.seq, m)).collect())
-        .unwrap_or_default();
-    crate::devicebound::read::entries_in(view, &layout::messages_prefix(device), limit)?
-        .into_iter()
-        .map(|(key, value)| {
-            let seq = layout::message_seq(device, &key)
-                .ok_or_else(|| corrupt("device message key", format!("{key:?}")))?;
-            let message: Message = codec::decode("device message", &value)?;
-            let (delivery_count, lock) = marks
-                .get(&seq)
-                .map_or((0, None), |m| (m.delivery_count, m.lock.clone()));
-            Ok((
-                seq,
-                StoredMessage {
-                    message,
-                    delivery_count,
-                    lock,
-                },
-            ))
-        })
         .collect()
 }

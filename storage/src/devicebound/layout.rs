@@ -3,9 +3,9 @@
 //! below [`crate::keyspace::layout::Table::ConsensusState`], so digests and snapshots cover
 //! them), length-prefixed device ids, big-endian numbers so keys sort by time and sequence.
 //!
-//! A queued message is a [`DeviceTable::Messages`] row, its delivery state a mark in its
-//! device's [`DeviceTable::Devices`] row. What apply looks messages up by (queue order, due
-//! locks and expiries, devices with deliverable messages) is the in-memory
+//! A queued message is a [`DeviceTable::Messages`] row (its content and delivery state), a
+//! device's counters its [`DeviceTable::Devices`] row. What apply looks messages up by (queue
+//! order, due locks and expiries, devices with deliverable messages) is the in-memory
 //! [`crate::devicebound::DeviceIndex`], rebuilt from these two tables; the feedback batches
 //! keep their due-time and lock-token tables here. A message lock token names its message's
 //! place ([`message_token`]), so messages need no token index.
@@ -16,9 +16,9 @@ use crate::keyspace::layout::Table;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum DeviceTable {
-    /// (len device, device) -> [`crate::devicebound::DeviceRecord`]
+    /// (len device, device) -> [`crate::devicebound::DeviceState`]
     Devices = b'D',
-    /// (len device, device, seq BE) -> [`crate::devicebound::Message`]
+    /// (len device, device, seq BE) -> [`crate::devicebound::StoredMessage`]
     Messages = b'M',
     /// (len device, device, dead-letter seq BE) -> [`crate::devicebound::DeadLetter`]
     DeadLetters = b'A',

@@ -22,17 +22,14 @@ mod settings;
 
 pub use apply::{MAX_SWEEP_PER_ENTRY, apply_to, write_meta};
 pub use command::{Ack, DeviceCommand, Expiry, FeedbackSettlement, SendMessage, Settlement};
-pub use index::{
-    DEPTH_CLASSES, DeviceId, DeviceIndex, IndexedDevice, QueuedMessage, SavedDevice,
-    stored_messages,
-};
+pub use index::{DEPTH_CLASSES, DeviceId, DeviceIndex, IndexedDevice, QueuedMessage, SavedDevice};
 pub use outcome::{
     DeviceCounters, DeviceOutcome, DeviceRejection, DeviceResult, FeedbackDelivery, MessageDelivery,
 };
 pub use read::{DeliverableDevice, QueueStats};
 pub use record::{
-    DeadLetter, DeadLetterReason, DeviceRecord, DeviceState, DeviceboundMeta, FeedbackBatch,
-    FeedbackRecord, FeedbackStatus, LockState, Message, MessageMark, StoredMessage,
+    DeadLetter, DeadLetterReason, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord,
+    FeedbackStatus, LockState, Message, StoredMessage,
 };
 pub use settings::DeviceboundSettings;
 

@@ -8,7 +8,7 @@ use crate::codec;
 use crate::devicebound::apply::{FEEDBACK_BATCH_RECORDS, FEEDBACK_CUT_INTERVAL_MS};
 use crate::devicebound::layout::{self, DeviceTable};
 use crate::devicebound::record::{
-    DeadLetter, DeviceRecord, DeviceboundMeta, FeedbackBatch, FeedbackRecord,
+    DeadLetter, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord, StoredMessage,
 };
 use crate::error::{Result, StorageError};
 use crate::keyspace::OrderedRead;
@@ -23,10 +23,10 @@ pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<DeviceboundMeta> {
 }
 
 /// A device's row, if it has state.
-pub fn device_record(
+pub fn device_state(
     view: &(impl OrderedRead + ?Sized),
     device: &[u8],
-) -> Result<Option<DeviceRecord>> {
+) -> Result<Option<DeviceState>> {
     view.get_ref(&layout::device_key(device))?
         .map(|bytes| codec::decode("device row", &bytes))
         .transpose()
@@ -62,6 +62,24 @@ pub fn dead_letters(
     entries_in(view, &layout::dead_letters_prefix(device), count)?
         .into_iter()
         .map(|(_, value)| codec::decode("dead letter", &value))
+        .collect()
+}
+
+/// Up to `limit` messages of `device`'s queue in queue order, with their sequence numbers.
+pub fn messages(
+    view: &(impl OrderedRead + ?Sized),
+    device: &[u8],
+    limit: usize,
+) -> Result<Vec<(u64, StoredMessage)>> {
+    entries_in(view, &layout::messages_prefix(device), limit)?
+        .into_iter()
+        .map(|(key, value)| {
+            let seq = layout::message_seq(device, &key).ok_or_else(|| StorageError::Corrupt {
+                what: "device message key",
+                reason: format!("{key:?}"),
+            })?;
+            Ok((seq, codec::decode("device message", &value)?))
+        })
         .collect()
 }
 

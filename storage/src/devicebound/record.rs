@@ -1,11 +1,5 @@
 //! Records stored in the device-bound tables (see [`crate::devicebound::layout`]), all encoded
 //! with [`crate::codec`].
-//!
-//! A queued message is two pieces: its [`Message`] row, written once when it enters the queue
-//! and never changed while it stays at that place, and its delivery state (delivery count and
-//! lock), kept in its device's [`DeviceRecord`] as a [`MessageMark`] when it differs from a
-//! fresh message's (count 0, no lock). A lock, a give-back or an expiry then rewrites only the
-//! device row, which the command rewrites anyway.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,8 +31,7 @@ pub struct Message {
     pub enqueued_ms: u64,
 }
 
-/// A message in a device's queue, as the rows describe it together: the message and its
-/// delivery state.
+/// A message in a device's queue (its row).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredMessage {
     /// The message.
@@ -93,27 +86,6 @@ impl DeviceState {
     pub fn is_empty(&self) -> bool {
         self.enqueued == 0 && self.invisible == 0 && self.dead_letters == 0
     }
-}
-
-/// The row of a device with state: its counters and the delivery state of every queued message
-/// that was delivered at least once or is locked now (the others are fresh: count 0, no lock).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceRecord {
-    /// Counters and sequence numbers.
-    pub state: DeviceState,
-    /// Delivery state of the queued messages that are not fresh, by ascending `seq`.
-    pub marks: Vec<MessageMark>,
-}
-
-/// The delivery state of one queued message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MessageMark {
-    /// The message's place in its device's queue.
-    pub seq: u64,
-    /// Enqueued → Invisible transitions so far.
-    pub delivery_count: u32,
-    /// `None`: Enqueued. `Some`: Invisible, locked.
-    pub lock: Option<LockState>,
 }
 
 /// First tail sequence number of a device queue.

@@ -123,7 +123,7 @@ impl Replica {
     }
 
     fn ids(&self, device: &[u8]) -> Vec<String> {
-        stored_messages(&self.map, device, usize::MAX)
+        read::messages(&self.map, device, usize::MAX)
             .expect("messages")
             .into_iter()
             .map(|(_, m)| String::from_utf8_lossy(&m.message.message_id).into_owned())
@@ -1204,7 +1204,7 @@ fn a_message_to_an_idle_device_and_its_completion_read_no_row() {
     );
     // A completion that delivers a message that waited reads exactly that message's row.
     let mut r = queued_replica(DeviceboundSettings::default(), 1, 1);
-    let token = stored_messages(&r.map, DEV, 1).expect("read")[0]
+    let token = read::messages(&r.map, DEV, 1).expect("read")[0]
         .1
         .lock
         .clone()
@@ -1226,6 +1226,50 @@ fn a_message_to_an_idle_device_and_its_completion_read_no_row() {
     assert_eq!(reads, 1, "the waiting message's row, once");
     assert_eq!(
         queue_writes(&writes),
-        [(devices, "put"), (messages, "remove")]
+        [(devices, "put"), (messages, "remove"), (messages, "put")],
+        "the completed message removed, the waiting one rewritten locked"
     );
+}
+
+#[test]
+fn commands_that_change_nothing_write_no_device_bound_row() {
+    // A device with one locked and one waiting message.
+    let mut r = queued_replica(DeviceboundSettings::default(), 1, 1);
+    let made_up = layout::message_token(1 << 63, 999);
+    let unchanged: [DeviceCommand; 4] = [
+        DeviceCommand::Settle {
+            device: DEV.to_vec(),
+            token: made_up.clone(),
+            settlement: Settlement::Complete,
+        },
+        DeviceCommand::SettleAndDeliver {
+            device: DEV.to_vec(),
+            token: made_up.clone(),
+            settlement: Settlement::Reject,
+        },
+        DeviceCommand::Undeliver {
+            device: DEV.to_vec(),
+            token: made_up,
+        },
+        // The window of 1 is full: nothing to deliver.
+        DeviceCommand::Deliver {
+            device: DEV.to_vec(),
+            max: 1,
+        },
+    ];
+    for command in unchanged {
+        let label = format!("{command:?}");
+        let (_, writes, _) = apply_counting_queue_reads(&mut r, command);
+        let device_bound: Vec<_> = writes
+            .keys()
+            .filter(|key| {
+                **key == layout::meta_key()
+                    || layout::DeviceTable::ALL
+                        .iter()
+                        .any(|table| key.first() == Some(&table.prefix()))
+            })
+            .collect();
+        assert!(device_bound.is_empty(), "{label} wrote {device_bound:?}");
+    }
+    assert_eq!(r.stats(DEV).invisible, 1, "the lock still holds");
 }

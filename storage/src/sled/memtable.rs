@@ -171,10 +171,8 @@ impl Memtable {
         layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty()
     }
 
-    /// Adds one transaction's writes. Freezes the active map when it is due, and waits while
-    /// memory is full and flushes are pending.
-    pub fn commit(&self, writes: TxnWrites) {
-        let mut layers = self.lock();
+    /// Waits while memory is full and flushes are pending (counted as a stall).
+    fn room<'a>(&self, mut layers: MutexGuard<'a, Layers>) -> MutexGuard<'a, Layers> {
         if layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
             layers.stalls += 1;
             layers.waiting += 1;
@@ -183,6 +181,19 @@ impl Memtable {
             }
             layers.waiting -= 1;
         }
+        layers
+    }
+
+    /// Returns once a commit would not wait for room (the writer waits here, holding nothing
+    /// else; with one writer, its next commit then does not wait).
+    pub fn wait_for_room(&self) {
+        drop(self.room(self.lock()));
+    }
+
+    /// Adds one transaction's writes. Freezes the active map when it is due, and waits while
+    /// memory is full and flushes are pending.
+    pub fn commit(&self, writes: TxnWrites) {
+        let mut layers = self.room(self.lock());
         if layers.active_since.is_none() {
             layers.active_since = Some(Instant::now());
         }

@@ -97,9 +97,10 @@ impl Iterator for ResidentIter<'_> {
 }
 
 impl StateView {
-    /// The device queues' index as of the last committed transaction (apply holds it for a
-    /// whole transaction, so it never shows a transaction half applied). Hold the guard
-    /// briefly: apply waits for it.
+    /// The device queues' index as of the last committed transaction: apply holds it for a
+    /// whole transaction, from its first proposal to its commit (CPU work only: it waits for
+    /// memtable room before it takes the lock), and a snapshot install holds it until the index
+    /// of the new state is built. Hold the guard briefly: apply waits for it.
     pub fn device_index(&self) -> MutexGuard<'_, DeviceIndex> {
         lock_index(&self.devices)
     }
@@ -186,7 +187,8 @@ struct Inner {
     devices: Arc<Mutex<DeviceIndex>>,
 }
 
-/// Locks the index; a panic while it was held leaves it to be rebuilt, not poisoned forever.
+/// Locks the index. Only the apply thread changes it, and a panic there stops the node (its
+/// state machine fails), so a poisoned lock is taken over rather than propagated.
 fn lock_index(devices: &Mutex<DeviceIndex>) -> MutexGuard<'_, DeviceIndex> {
     devices
         .lock()
@@ -302,6 +304,13 @@ impl StateTree {
         Ok(())
     }
 
+    /// Returns once [`StateTree::commit`] would not wait for the memtable to make room: the one
+    /// writer calls it before it locks the device queues' index, so the index is never held
+    /// across a wait for the disk.
+    pub fn wait_for_room(&self) {
+        self.inner.memtable.wait_for_room();
+    }
+
     /// Applies the writes of one transaction atomically: readers see all of them or none; sled
     /// receives them with the rest of their memtable layer (rows created and removed again
     /// while one layer is active never reach it).
@@ -375,6 +384,9 @@ impl StateTree {
     ) -> Result<SnapshotFile> {
         std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
         snapshot::read_entries(received, |_| Ok(()))?; // verify before touching anything
+        // Readers of the index wait until it describes the new state.
+        let devices = self.inner.devices.clone();
+        let mut index = lock_index(&devices);
         self.inner.memtable.discard(); // the snapshot replaces everything applied so far
 
         let (old_name, _) = self.active();
@@ -416,10 +428,8 @@ impl StateTree {
             Err(poisoned) => *poisoned.into_inner() = (new_name, tree),
         }
         self.inner.memtable.set_resident(resident);
-        {
-            let mut devices = lock_index(&self.inner.devices);
-            self.reload_device_index(&mut devices)?;
-        }
+        self.reload_device_index(&mut index)?;
+        drop(index);
         self.inner.db.drop_tree(&old_name)?;
 
         let final_path = self

@@ -57,24 +57,29 @@
 //!
 //! # Rows and cost
 //!
-//! A message's row ([`Message`]) is written once when it enters the queue and removed when it
-//! leaves; everything a delivery, a settlement or a sweep changes is in its device's row
-//! ([`crate::devicebound::DeviceRecord`], rewritten once per command that touches the device)
-//! and in the [`DeviceIndex`]. So a SEND to an online device writes its message row and its
-//! device row, the completion removes the one and rewrites (or removes) the other, and neither
-//! reads a row: what to deliver, lock or settle is looked up in the index. A message row is
-//! read only when a message that waited in its queue is published or dead-lettered, or when
-//! its feedback needs its id. The devicebound meta record is read once per transaction and
-//! written once if it changed. Sweeps and deliveries touch at most [`MAX_SWEEP_PER_ENTRY`]
-//! messages; PURGE and FORGET are O(queue depth + dead letters + waiting records of the device).
+//! A message's row ([`StoredMessage`]: content and delivery state) is created when it enters
+//! the queue, rewritten when its delivery state changes, and removed when it leaves; its
+//! device's row ([`crate::devicebound::DeviceState`]) is rewritten once per command that
+//! changed the device. What to deliver, lock, settle or sweep is looked up in the
+//! [`DeviceIndex`], never scanned for. So a SEND to an online device writes its message row
+//! and its device row, and the completion removes the one and rewrites (or removes) the other,
+//! neither reading a row. A message row is read only when apply needs its content: to publish
+//! a message that waited in its queue, to give a delivery back or expire its lock (the row is
+//! rewritten), to dead-letter, requeue or report it. The devicebound meta record is read once
+//! per transaction and written once if it changed. Sweeps and deliveries touch at most
+//! [`MAX_SWEEP_PER_ENTRY`] messages, each O(log n); PURGE and FORGET are O(queue depth + dead
+//! letters + waiting records of the device).
 //!
 //! On an error the transaction is abandoned, and the index may hold changes it made: the
 //! caller must rebuild it with [`DeviceIndex::load`] from the committed rows.
 
 mod feedback;
 
+use std::collections::HashSet;
+
 use crate::codec;
 use crate::devicebound::command::{DeviceCommand, Expiry, SendMessage, Settlement};
+use crate::devicebound::index::DeviceId;
 use crate::devicebound::index::{DeviceIndex, QueuedMessage, SavedDevice};
 use crate::devicebound::layout;
 use crate::devicebound::outcome::{
@@ -250,12 +255,12 @@ impl<T: Txn> Machine<'_, T> {
     // -- rows --------------------------------------------------------------------------------
 
     /// Writes the device's row as the index now holds it (or removes it when the device has no
-    /// state left), keeping the meta's device count. Called once per command per device it
-    /// changed.
+    /// state left), keeping the meta's device count; nothing if the device did not change since
+    /// its last save. Commands call it once per device they touched, at their end.
     fn save_device(&mut self, device: &[u8]) {
         match self.index.save(device) {
-            Some(SavedDevice::Put { record, created }) => {
-                let row = codec::encode(&record);
+            Some(SavedDevice::Put { state, created }) => {
+                let row = codec::encode(&state);
                 if created {
                     self.txn.create(layout::device_key(device), row);
                     self.meta.devices = self.meta.devices.saturating_add(1);
@@ -273,7 +278,7 @@ impl<T: Txn> Machine<'_, T> {
     }
 
     /// The row of the message at `seq` (required to exist: the index queues it).
-    fn message(&self, device: &[u8], seq: u64) -> Result<Message> {
+    fn stored(&self, device: &[u8], seq: u64) -> Result<StoredMessage> {
         let bytes = self
             .txn
             .get_ref(&layout::message_key(device, seq))?
@@ -281,22 +286,37 @@ impl<T: Txn> Machine<'_, T> {
         codec::decode("device message", &bytes)
     }
 
-    /// Queues `message` at `seq`, a free place: its row (created, so a settlement before the
+    /// Queues `stored` at `seq`, a free place: its row (created, so a settlement before the
     /// next memtable flush leaves nothing behind) and its index entry.
-    fn enqueue(
-        &mut self,
-        device: &[u8],
-        seq: u64,
-        message: &Message,
-        queued: QueuedMessage,
-    ) -> Result<()> {
+    fn enqueue(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) -> Result<()> {
         let id = self.index.ensure(device);
-        self.index.insert(&id, seq, queued)?;
+        self.index.insert(&id, seq, QueuedMessage::of(stored))?;
         self.txn
-            .create(layout::message_key(device, seq), codec::encode(message));
+            .create(layout::message_key(device, seq), codec::encode(stored));
         self.meta.messages = self.meta.messages.saturating_add(1);
         self.meta_changed = true;
         Ok(())
+    }
+
+    /// Gives the queued message at `seq`, whose row holds `message`, a new delivery state.
+    fn restate(
+        &mut self,
+        device: &[u8],
+        seq: u64,
+        message: Message,
+        delivery_count: u32,
+        lock: Option<LockState>,
+    ) -> Result<StoredMessage> {
+        self.index
+            .restate(device, seq, lock.clone(), delivery_count)?;
+        let stored = StoredMessage {
+            message,
+            delivery_count,
+            lock,
+        };
+        self.txn
+            .put(layout::message_key(device, seq), codec::encode(&stored));
+        Ok(stored)
     }
 
     /// Takes the message at `seq` out of the queue (row and index entry).
@@ -395,13 +415,8 @@ impl<T: Txn> Machine<'_, T> {
 
     /// Takes the message at `seq` out of the queue and dead-letters it.
     fn dequeue_dead(&mut self, device: &[u8], seq: u64, reason: DeadLetterReason) -> Result<()> {
-        let message = self.message(device, seq)?;
-        let queued = self.dequeue(device, seq)?;
-        let stored = StoredMessage {
-            message,
-            delivery_count: queued.delivery_count,
-            lock: None,
-        };
+        let stored = self.stored(device, seq)?;
+        self.dequeue(device, seq)?;
         self.dead_letter(device, stored, reason)
     }
 
@@ -451,7 +466,12 @@ impl<T: Txn> Machine<'_, T> {
     fn append(&mut self, device: &[u8], message: &Message) -> Result<u64> {
         self.index.ensure(device);
         let seq = self.index.take_tail_seq(device)?;
-        self.enqueue(device, seq, message, QueuedMessage::fresh(message))?;
+        let stored = StoredMessage {
+            message: message.clone(),
+            delivery_count: 0,
+            lock: None,
+        };
+        self.enqueue(device, seq, &stored)?;
         add(&mut self.counters.enqueued, 1);
         Ok(seq)
     }
@@ -469,8 +489,8 @@ impl<T: Txn> Machine<'_, T> {
     }
 
     /// SEND, then a push delivery to the same device, in one command: the device's row is
-    /// written once, and the new message's content is at hand if the delivery locks it (no row
-    /// is read back).
+    /// written once, and the new message's content is at hand if the delivery locks it (its
+    /// row, created in this transaction, is not read back).
     fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
         let message = match self.admit(send) {
             Ok(message) => message,
@@ -495,8 +515,8 @@ impl<T: Txn> Machine<'_, T> {
                 .and_then(|entry| entry.message(*seq))
                 .is_some_and(|queued| queued.ack.on_failure());
             if on_failure {
-                let message = self.message(device, *seq)?;
-                self.add_feedback(&message, device, FeedbackStatus::Purged)?;
+                let stored = self.stored(device, *seq)?;
+                self.add_feedback(&stored.message, device, FeedbackStatus::Purged)?;
             }
             self.dequeue(device, *seq)?;
         }
@@ -617,30 +637,27 @@ impl<T: Txn> Machine<'_, T> {
             match visit {
                 Visit::DeadLetter(seq, reason) => self.dequeue_dead(device, seq, reason)?,
                 Visit::Lock(seq) => {
-                    let count = self
-                        .index
-                        .device(device)
-                        .and_then(|entry| entry.message(seq))
-                        .map_or(0, |queued| queued.delivery_count)
-                        .saturating_add(1);
+                    let (message, count) = match known.take() {
+                        Some((at, message)) if at == seq => (message, 0),
+                        other => {
+                            known = other;
+                            let stored = self.stored(device, seq)?;
+                            (stored.message, stored.delivery_count)
+                        }
+                    };
                     let lock = LockState {
                         token: self.message_token(seq),
                         expires_at_ms: time.saturating_add(settings.lock_duration_ms),
                     };
-                    self.index.restate(device, seq, Some(lock.clone()), count)?;
-                    let message = match known.take() {
-                        Some((at, message)) if at == seq => message,
-                        other => {
-                            known = other;
-                            self.message(device, seq)?
-                        }
-                    };
+                    let count = count.saturating_add(1);
+                    let published = lock.clone();
+                    let locked = self.restate(device, seq, message, count, Some(lock))?;
                     deliveries.push(MessageDelivery {
                         device: device.to_vec(),
-                        token: lock.token,
-                        lock_expires_at_ms: lock.expires_at_ms,
+                        token: published.token,
+                        lock_expires_at_ms: published.expires_at_ms,
                         delivery_count: count,
-                        message,
+                        message: locked.message,
                     });
                 }
             }
@@ -663,8 +680,9 @@ impl<T: Txn> Machine<'_, T> {
         let Some((seq, old)) = self.locked_message(device, token) else {
             return Ok(false);
         };
-        self.index
-            .restate(device, seq, None, old.delivery_count.saturating_sub(1))?;
+        let stored = self.stored(device, seq)?;
+        let count = old.delivery_count.saturating_sub(1);
+        self.restate(device, seq, stored.message, count, None)?;
         self.save_device(device);
         add(&mut self.counters.undelivered, 1);
         Ok(true)
@@ -686,8 +704,8 @@ impl<T: Txn> Machine<'_, T> {
         match settlement {
             Settlement::Complete => {
                 if old.ack.on_success() {
-                    let message = self.message(device, seq)?;
-                    self.add_feedback(&message, device, FeedbackStatus::Success)?;
+                    let stored = self.stored(device, seq)?;
+                    self.add_feedback(&stored.message, device, FeedbackStatus::Success)?;
                 }
                 self.dequeue(device, seq)?;
                 add(&mut self.counters.completed, 1);
@@ -699,46 +717,47 @@ impl<T: Txn> Machine<'_, T> {
                     .device(device)
                     .and_then(|entry| entry.queue().map(|(at, _)| *at).find(|at| *at != seq));
                 let head = first_other.map_or(seq, |first| seq.min(first.saturating_sub(1)));
+                let stored = self.stored(device, seq)?;
                 if head == seq {
-                    // Already at the head: it stays where it is, unlocked.
-                    self.index.restate(device, seq, None, old.delivery_count)?;
+                    // Already in front of every other message: it stays where it is, unlocked.
+                    self.restate(device, seq, stored.message, old.delivery_count, None)?;
                 } else {
-                    let message = self.message(device, seq)?;
                     self.dequeue(device, seq)?;
-                    let requeued = QueuedMessage {
+                    let requeued = StoredMessage {
+                        message: stored.message,
                         delivery_count: old.delivery_count,
                         lock: None,
-                        ..QueuedMessage::fresh(&message)
                     };
-                    self.enqueue(device, head, &message, requeued)?;
+                    self.enqueue(device, head, &requeued)?;
                 }
                 add(&mut self.counters.abandoned, 1);
             }
             Settlement::Reject => {
-                let message = self.message(device, seq)?;
+                let stored = self.stored(device, seq)?;
                 self.dequeue(device, seq)?;
-                let stored = StoredMessage {
-                    message,
-                    delivery_count: old.delivery_count,
-                    lock: None,
-                };
                 self.dead_letter(device, stored, DeadLetterReason::Rejected)?;
             }
         }
         Ok(true)
     }
 
+    /// Saves every device of `due` (in the sweep's order, each once).
+    fn save_devices(&mut self, due: &[(DeviceId, u64)]) {
+        let mut saved: HashSet<&[u8]> = HashSet::with_capacity(due.len());
+        for (device, _) in due {
+            if saved.insert(device) {
+                self.save_device(device);
+            }
+        }
+    }
+
     fn expire_locks(&mut self, max: u32) -> Result<DeviceResult> {
         let due = self.index.due_locks(self.time, sweep_bound(max));
         for (device, seq) in &due {
-            let count = self
-                .index
-                .device(device)
-                .and_then(|entry| entry.message(*seq))
-                .map_or(0, |queued| queued.delivery_count);
-            self.index.restate(device, *seq, None, count)?;
-            self.save_device(device);
+            let stored = self.stored(device, *seq)?;
+            self.restate(device, *seq, stored.message, stored.delivery_count, None)?;
         }
+        self.save_devices(&due);
         add(&mut self.counters.lock_expiries, due.len());
         Ok(DeviceResult::LocksExpired {
             count: u32::try_from(due.len()).unwrap_or(u32::MAX),
@@ -749,8 +768,8 @@ impl<T: Txn> Machine<'_, T> {
         let due = self.index.due_expiries(self.time, sweep_bound(max));
         for (device, seq) in &due {
             self.dequeue_dead(device, *seq, DeadLetterReason::Expired)?;
-            self.save_device(device);
         }
+        self.save_devices(&due);
         Ok(DeviceResult::Expired {
             count: u32::try_from(due.len()).unwrap_or(u32::MAX),
         })
