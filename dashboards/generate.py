@@ -501,6 +501,21 @@ def details():
                  "completed, abandoned, rejected, expired, dead-lettered, purged, ...).",
                  [(f"sum by (transition) (rate(statestore_devicebound_messages_total{{{SEL}}}[{RATE}]))",
                    "{{transition}}")], "ops", steps(GREEN), show_thresholds=False)
+    d.timeseries("Queued messages", "Messages queued (Enqueued and Invisible) and devices with state, "
+                 "replicated (capped by devicebound.max_messages and max_devices, default 1,000,000 each), "
+                 "as the leader's index counts them.",
+                 [(f"max by (job) (statestore_devicebound_queued_messages{{{SEL}}})", "messages"),
+                  (f"max by (job) (statestore_devicebound_devices{{{SEL}}})", "devices")], "short",
+                 steps(GREEN, (800000, ORANGE), (1000000, RED)))
+    d.timeseries("Queues by depth", "Devices whose queue holds this many messages (max_queue_depth: "
+                 "default 50); queues that stay deep mean devices that stay offline.",
+                 [(f"max by (depth) (statestore_devicebound_queues{{{SEL}}})", "{{depth}}")], "short",
+                 steps(GREEN), show_thresholds=False, stack=True)
+    d.timeseries("Queue index memory", "RAM each member holds for the queues' in-memory index (every "
+                 "queued message's delivery state and due times, about 150 bytes each; rebuilt from the "
+                 "database at start).",
+                 [(f"statestore_devicebound_index_bytes{{{SEL}}}", "{{instance}}")], "bytes",
+                 steps(GREEN, (256 * 2**20, ORANGE), (1 * 2**30, RED)))
     d.timeseries("Locks and dead letters", "Message locks that ran out (the message is delivered again) and "
                  "dead letters dropped to stay within max_dead_letters_per_device, per second.",
                  [(f"sum by (job) (rate(statestore_devicebound_lock_expiries_total{{{SEL}}}[{RATE}]))",
