@@ -225,6 +225,12 @@ fn a_message_token_names_its_place_and_nothing_else_parses() {
         assert_eq!(layout::message_token_seq(&token), Some(seq), "{token}");
     }
     assert_ne!(layout::message_token(1, 2), layout::message_token(1, 3));
+    // The place and the count, 16 lower-case hex digits each.
+    assert_eq!(
+        layout::message_token(0xabc, 0x1f),
+        "m0000000000000abc000000000000001f"
+    );
+    assert_eq!(layout::batch_token(u64::MAX), "fffffffffffffffff");
     let not_message_tokens = [
         "",
         "m",

@@ -166,6 +166,30 @@ enum Visit {
     DeadLetter(u64, DeadLetterReason),
 }
 
+impl Visit {
+    /// The visited message's place.
+    fn seq(&self) -> u64 {
+        match self {
+            Visit::Lock(seq) | Visit::DeadLetter(seq, _) => *seq,
+        }
+    }
+}
+
+/// What a settlement needs of the message a token locks.
+#[derive(Clone, Copy)]
+struct Locked {
+    delivery_count: u32,
+    lock_expires_at_ms: u64,
+    expires_at_ms: u64,
+    ack: crate::devicebound::command::Ack,
+}
+
+/// A message this command appended to a queue (indexed, counted) whose row is not written yet.
+struct Unwritten {
+    seq: u64,
+    message: Message,
+}
+
 /// What a feedback delivery visit decided for one batch.
 enum BatchVisit {
     Lock(u64, FeedbackBatch),
@@ -194,12 +218,12 @@ impl<T: Txn> Machine<'_, T> {
             DeviceCommand::Purge { device } => self.purge(device),
             DeviceCommand::Forget { device } => self.forget(device),
             DeviceCommand::Deliver { device, max } => {
-                let messages = self.deliver(device, *max, Window::Push, None)?;
+                let (messages, _) = self.deliver(device, *max, Window::Push, None)?;
                 self.save_device(device);
                 Ok(DeviceResult::Delivered { messages })
             }
             DeviceCommand::Receive { device } => {
-                let received = self.deliver(device, 1, Window::Pull, None)?;
+                let (received, _) = self.deliver(device, 1, Window::Pull, None)?;
                 self.save_device(device);
                 Ok(DeviceResult::Received(
                     received.into_iter().next().map(Box::new),
@@ -242,7 +266,7 @@ impl<T: Txn> Machine<'_, T> {
             } => {
                 let settled = self.settle(device, token, *settlement)?;
                 let messages = if settled {
-                    self.deliver(device, u32::MAX, Window::Push, None)?
+                    self.deliver(device, u32::MAX, Window::Push, None)?.0
                 } else {
                     Vec::new()
                 };
@@ -289,24 +313,39 @@ impl<T: Txn> Machine<'_, T> {
     /// Queues `stored` at `seq`, a free place: its row (created, so a settlement before the
     /// next memtable flush leaves nothing behind) and its index entry.
     fn enqueue(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) -> Result<()> {
+        self.index_queued(device, seq, stored)?;
+        self.create_row(device, seq, stored);
+        Ok(())
+    }
+
+    /// Queues `stored` at `seq`, a free place, in the index only: its row is the caller's to
+    /// write ([`Machine::create_row`]).
+    fn index_queued(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) -> Result<()> {
         let id = self.index.ensure(device);
         self.index.insert(&id, seq, QueuedMessage::of(stored))?;
-        self.txn
-            .create(layout::message_key(device, seq), codec::encode(stored));
         self.meta.messages = self.meta.messages.saturating_add(1);
         self.meta_changed = true;
         Ok(())
     }
 
-    /// Gives the queued message at `seq`, whose row holds `message`, a new delivery state.
+    /// Writes the row of a message that has none yet.
+    fn create_row(&mut self, device: &[u8], seq: u64, stored: &StoredMessage) {
+        self.txn
+            .create(layout::message_key(device, seq), codec::encode(stored));
+    }
+
+    /// Gives the queued message at `seq` a new delivery state and writes its row, which holds
+    /// `message` (`written`: the row exists; else this command appended the message and its
+    /// row is written here for the first time).
     fn restate(
         &mut self,
         device: &[u8],
         seq: u64,
         message: Message,
-        delivery_count: u32,
-        lock: Option<LockState>,
+        state: (u32, Option<LockState>),
+        written: bool,
     ) -> Result<StoredMessage> {
+        let (delivery_count, lock) = state;
         self.index
             .restate(device, seq, lock.clone(), delivery_count)?;
         let stored = StoredMessage {
@@ -314,8 +353,12 @@ impl<T: Txn> Machine<'_, T> {
             delivery_count,
             lock,
         };
-        self.txn
-            .put(layout::message_key(device, seq), codec::encode(&stored));
+        if written {
+            self.txn
+                .put(layout::message_key(device, seq), codec::encode(&stored));
+        } else {
+            self.create_row(device, seq, &stored);
+        }
         Ok(stored)
     }
 
@@ -462,18 +505,32 @@ impl<T: Txn> Machine<'_, T> {
         })
     }
 
-    /// Appends an admitted message at the tail of its device's queue; returns its place.
-    fn append(&mut self, device: &[u8], message: &Message) -> Result<u64> {
+    /// Appends an admitted message at the tail of its device's queue, in the index only;
+    /// returns it with its place. Its row is the caller's to write.
+    fn append(&mut self, device: &[u8], message: Message) -> Result<Unwritten> {
         self.index.ensure(device);
         let seq = self.index.take_tail_seq(device)?;
         let stored = StoredMessage {
-            message: message.clone(),
+            message,
             delivery_count: 0,
             lock: None,
         };
-        self.enqueue(device, seq, &stored)?;
+        self.index_queued(device, seq, &stored)?;
         add(&mut self.counters.enqueued, 1);
-        Ok(seq)
+        Ok(Unwritten {
+            seq,
+            message: stored.message,
+        })
+    }
+
+    /// Writes the row of an appended message that is still Enqueued, never delivered.
+    fn write_fresh(&mut self, device: &[u8], appended: Unwritten) {
+        let stored = StoredMessage {
+            message: appended.message,
+            delivery_count: 0,
+            lock: None,
+        };
+        self.create_row(device, appended.seq, &stored);
     }
 
     fn send(&mut self, send: &SendMessage) -> Result<DeviceResult> {
@@ -481,24 +538,28 @@ impl<T: Txn> Machine<'_, T> {
             Ok(message) => message,
             Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
         };
-        self.append(&send.device, &message)?;
+        let expires_at_ms = message.expires_at_ms;
+        let appended = self.append(&send.device, message)?;
+        self.write_fresh(&send.device, appended);
         self.save_device(&send.device);
-        Ok(DeviceResult::Sent {
-            expires_at_ms: message.expires_at_ms,
-        })
+        Ok(DeviceResult::Sent { expires_at_ms })
     }
 
-    /// SEND, then a push delivery to the same device, in one command: the device's row is
-    /// written once, and the new message's content is at hand if the delivery locks it (its
-    /// row, created in this transaction, is not read back).
+    /// SEND, then a push delivery to the same device, in one command: the device's row and the
+    /// new message's row are each written once, the latter in its final state (locked if the
+    /// delivery took it), and no row is read back.
     fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
         let message = match self.admit(send) {
             Ok(message) => message,
             Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
         };
-        let seq = self.append(&send.device, &message)?;
         let expires_at_ms = message.expires_at_ms;
-        let messages = self.deliver(&send.device, u32::MAX, Window::Push, Some((seq, message)))?;
+        let appended = self.append(&send.device, message)?;
+        let (messages, waiting) =
+            self.deliver(&send.device, u32::MAX, Window::Push, Some(appended))?;
+        if let Some(waiting) = waiting {
+            self.write_fresh(&send.device, waiting);
+        }
         self.save_device(&send.device);
         Ok(DeviceResult::SentAndDelivered {
             expires_at_ms,
@@ -587,18 +648,19 @@ impl<T: Txn> Machine<'_, T> {
         })
     }
 
-    /// Locks (or dead-letters) the device's next Enqueued messages within the budget; `known`
-    /// is a message whose content the caller holds (a SEND's own), so its row is not read.
-    /// The caller saves the device's row.
+    /// Locks (or dead-letters) the device's next Enqueued messages within the budget.
+    /// `appended` is a message this command appended whose row is not written yet: if the
+    /// delivery locks it, its row is written locked; if it dead-letters it, no row is written;
+    /// otherwise it is handed back for the caller to write. The caller saves the device's row.
     fn deliver(
         &mut self,
         device: &[u8],
         max: u32,
         window: Window,
-        mut known: Option<(u64, Message)>,
-    ) -> Result<Vec<MessageDelivery>> {
+        mut appended: Option<Unwritten>,
+    ) -> Result<(Vec<MessageDelivery>, Option<Unwritten>)> {
         let Some(entry) = self.index.device(device) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), appended));
         };
         let settings = self.meta.settings;
         let state = entry.state();
@@ -607,7 +669,7 @@ impl<T: Txn> Machine<'_, T> {
             Window::Pull => max,
         };
         if budget == 0 || state.enqueued == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), appended));
         }
         let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let time = self.time;
@@ -634,13 +696,31 @@ impl<T: Txn> Machine<'_, T> {
         }
         let mut deliveries = Vec::with_capacity(locks);
         for visit in visits {
-            match visit {
-                Visit::DeadLetter(seq, reason) => self.dequeue_dead(device, seq, reason)?,
-                Visit::Lock(seq) => {
-                    let (message, count) = match known.take() {
-                        Some((at, message)) if at == seq => (message, 0),
-                        other => {
-                            known = other;
+            let unwritten = match appended.take() {
+                Some(message) if message.seq == visit.seq() => Some(message),
+                other => {
+                    appended = other;
+                    None
+                }
+            };
+            match (visit, unwritten) {
+                (Visit::DeadLetter(seq, reason), None) => self.dequeue_dead(device, seq, reason)?,
+                (Visit::DeadLetter(seq, reason), Some(unwritten)) => {
+                    // Dead on arrival (already expired, or no delivery allowed): never written.
+                    let queued = self.index.remove(device, seq)?;
+                    self.meta.messages = self.meta.messages.saturating_sub(1);
+                    let stored = StoredMessage {
+                        message: unwritten.message,
+                        delivery_count: queued.delivery_count,
+                        lock: None,
+                    };
+                    self.dead_letter(device, stored, reason)?;
+                }
+                (Visit::Lock(seq), unwritten) => {
+                    let written = unwritten.is_none();
+                    let (message, count) = match unwritten {
+                        Some(unwritten) => (unwritten.message, 0),
+                        None => {
                             let stored = self.stored(device, seq)?;
                             (stored.message, stored.delivery_count)
                         }
@@ -651,7 +731,8 @@ impl<T: Txn> Machine<'_, T> {
                     };
                     let count = count.saturating_add(1);
                     let published = lock.clone();
-                    let locked = self.restate(device, seq, message, count, Some(lock))?;
+                    let locked =
+                        self.restate(device, seq, message, (count, Some(lock)), written)?;
                     deliveries.push(MessageDelivery {
                         device: device.to_vec(),
                         token: published.token,
@@ -663,17 +744,25 @@ impl<T: Txn> Machine<'_, T> {
             }
         }
         add(&mut self.counters.delivered, deliveries.len());
-        Ok(deliveries)
+        Ok((deliveries, appended))
     }
 
-    /// The place and index entry of the message `token` locks, if it belongs to `device`.
-    fn locked_message(&self, device: &[u8], token: &str) -> Option<(u64, QueuedMessage)> {
+    /// The place and delivery state of the message `token` locks, if it belongs to `device`.
+    fn locked_message(&self, device: &[u8], token: &str) -> Option<(u64, Locked)> {
         // Only the settling device's own queue is looked at: a device cannot touch another
         // device's message.
         let seq = layout::message_token_seq(token)?;
         let queued = self.index.device(device)?.message(seq)?;
-        let locked_by_token = queued.lock.as_ref().is_some_and(|lock| lock.token == token);
-        locked_by_token.then(|| (seq, queued.clone()))
+        let lock = queued.lock.as_ref().filter(|lock| lock.token == token)?;
+        Some((
+            seq,
+            Locked {
+                delivery_count: queued.delivery_count,
+                lock_expires_at_ms: lock.expires_at_ms,
+                expires_at_ms: queued.expires_at_ms,
+                ack: queued.ack,
+            },
+        ))
     }
 
     fn undeliver(&mut self, device: &[u8], token: &str) -> Result<bool> {
@@ -682,7 +771,7 @@ impl<T: Txn> Machine<'_, T> {
         };
         let stored = self.stored(device, seq)?;
         let count = old.delivery_count.saturating_sub(1);
-        self.restate(device, seq, stored.message, count, None)?;
+        self.restate(device, seq, stored.message, (count, None), true)?;
         self.save_device(device);
         add(&mut self.counters.undelivered, 1);
         Ok(true)
@@ -694,11 +783,7 @@ impl<T: Txn> Machine<'_, T> {
             return Ok(false);
         };
         let time = self.time;
-        let lock_holds = old
-            .lock
-            .as_ref()
-            .is_some_and(|lock| time < lock.expires_at_ms);
-        if !lock_holds || old.expires_at_ms <= time {
+        if old.lock_expires_at_ms <= time || old.expires_at_ms <= time {
             return Ok(false);
         }
         match settlement {
@@ -720,7 +805,13 @@ impl<T: Txn> Machine<'_, T> {
                 let stored = self.stored(device, seq)?;
                 if head == seq {
                     // Already in front of every other message: it stays where it is, unlocked.
-                    self.restate(device, seq, stored.message, old.delivery_count, None)?;
+                    self.restate(
+                        device,
+                        seq,
+                        stored.message,
+                        (old.delivery_count, None),
+                        true,
+                    )?;
                 } else {
                     self.dequeue(device, seq)?;
                     let requeued = StoredMessage {
@@ -755,7 +846,13 @@ impl<T: Txn> Machine<'_, T> {
         let due = self.index.due_locks(self.time, sweep_bound(max));
         for (device, seq) in &due {
             let stored = self.stored(device, *seq)?;
-            self.restate(device, *seq, stored.message, stored.delivery_count, None)?;
+            self.restate(
+                device,
+                *seq,
+                stored.message,
+                (stored.delivery_count, None),
+                true,
+            )?;
         }
         self.save_devices(&due);
         add(&mut self.counters.lock_expiries, due.len());
