@@ -1279,3 +1279,41 @@ fn commands_that_change_nothing_write_no_device_bound_row() {
     }
     assert_eq!(r.stats(DEV).invisible, 1, "the lock still holds");
 }
+
+#[test]
+fn the_index_counts_queues_by_depth_and_sizes_itself() {
+    let mut r = Replica::with(DeviceboundSettings {
+        max_queue_depth: 200,
+        ..DeviceboundSettings::default()
+    });
+    assert_eq!(r.index.depth_distribution(), [0; DEPTH_CLASSES.len()]);
+    let empty_bytes = r.index.approximate_bytes();
+    // Depths 1, 3, 7 and 120: classes "1", "2-5", "6-10" and "101-1000".
+    for (device, depth) in [(&b"a"[..], 1), (b"b", 3), (b"c", 7), (b"d", 120)] {
+        for i in 0..depth {
+            assert_eq!(r.send(device, &format!("m{i}")), sent());
+        }
+    }
+    assert_eq!(r.index.depth_distribution(), [1, 1, 1, 0, 0, 0, 1, 0]);
+    assert_eq!((r.index.devices(), r.index.messages()), (4, 131));
+    let full_bytes = r.index.approximate_bytes();
+    assert!(
+        full_bytes > empty_bytes + 131 * 100,
+        "{empty_bytes} -> {full_bytes}"
+    );
+    // Draining "d" to 2 messages moves it to "2-5"; purging "a" removes it.
+    assert_eq!(
+        r.run(DeviceCommand::Purge {
+            device: b"a".to_vec()
+        })
+        .result,
+        DeviceResult::Purged { messages: 1 }
+    );
+    for _ in 0..118 {
+        let delivered = r.deliver_one(b"d");
+        assert!(r.settle(b"d", &delivered.token, Settlement::Complete));
+    }
+    assert_eq!(r.index.depth_distribution(), [0, 2, 1, 0, 0, 0, 0, 0]);
+    assert_eq!((r.index.devices(), r.index.messages()), (3, 12));
+    assert!(r.index.approximate_bytes() < full_bytes);
+}

@@ -15,9 +15,15 @@ use crate::devicebound::record::{
     FeedbackBatch, FeedbackRecord, FeedbackStatus, LockState, Message,
 };
 use crate::error::Result;
-use crate::keyspace::Txn;
+use crate::keyspace::{KvPair, Txn};
 
 impl<T: Txn> Machine<'_, T> {
+    /// The first `n` rows of a feedback table (oldest first).
+    fn first_rows(&self, table: DeviceTable, n: usize) -> Result<Vec<KvPair>> {
+        let (start, end) = table.bounds();
+        self.txn.range(&start, &end).take(n).collect()
+    }
+
     /// Writes a feedback record about `message`, dropping the oldest waiting ones over the cap.
     pub(super) fn add_feedback(
         &mut self,
@@ -34,12 +40,7 @@ impl<T: Txn> Machine<'_, T> {
         if self.meta.pending_feedback >= cap {
             let excess =
                 usize::try_from(self.meta.pending_feedback - cap + 1).unwrap_or(usize::MAX);
-            let (start, end) = DeviceTable::PendingFeedback.bounds();
-            let oldest: Vec<(Vec<u8>, Vec<u8>)> = self
-                .txn
-                .range(&start, &end)
-                .take(excess)
-                .collect::<Result<_>>()?;
+            let oldest = self.first_rows(DeviceTable::PendingFeedback, excess)?;
             for (key, value) in &oldest {
                 self.remove_pending_feedback(key, value)?;
             }
@@ -173,12 +174,10 @@ impl<T: Txn> Machine<'_, T> {
         if !(pending >= FEEDBACK_BATCH_RECORDS || (pending >= 1 && interval_passed)) {
             return Ok(DeviceResult::FeedbackCut { records: 0 });
         }
-        let (start, end) = DeviceTable::PendingFeedback.bounds();
-        let rows: Vec<(Vec<u8>, Vec<u8>)> = self
-            .txn
-            .range(&start, &end)
-            .take(usize::try_from(FEEDBACK_BATCH_RECORDS).unwrap_or(64))
-            .collect::<Result<_>>()?;
+        let rows = self.first_rows(
+            DeviceTable::PendingFeedback,
+            usize::try_from(FEEDBACK_BATCH_RECORDS).unwrap_or(64),
+        )?;
         let mut records = Vec::with_capacity(rows.len());
         for (key, value) in &rows {
             records.push(self.remove_pending_feedback(key, value)?);
@@ -188,12 +187,7 @@ impl<T: Txn> Machine<'_, T> {
             let excess =
                 usize::try_from(self.meta.feedback_batches - settings.max_feedback_batches + 1)
                     .unwrap_or(usize::MAX);
-            let (start, end) = DeviceTable::FeedbackBatches.bounds();
-            let oldest: Vec<(Vec<u8>, Vec<u8>)> = self
-                .txn
-                .range(&start, &end)
-                .take(excess)
-                .collect::<Result<_>>()?;
+            let oldest = self.first_rows(DeviceTable::FeedbackBatches, excess)?;
             for (key, value) in &oldest {
                 let seq = layout::seq_of(key)
                     .ok_or_else(|| corrupt("feedback batch key", format!("{key:?}")))?;

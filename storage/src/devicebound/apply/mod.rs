@@ -533,13 +533,25 @@ impl<T: Txn> Machine<'_, T> {
         self.create_row(device, appended.seq, &stored);
     }
 
-    fn send(&mut self, send: &SendMessage) -> Result<DeviceResult> {
+    /// Admits a SEND and appends its message (index only); returns its expiry and the message
+    /// whose row is still to be written, or the refusal.
+    fn admit_and_append(
+        &mut self,
+        send: &SendMessage,
+    ) -> Result<std::result::Result<(u64, Unwritten), DeviceRejection>> {
         let message = match self.admit(send) {
             Ok(message) => message,
-            Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
+            Err(rejection) => return Ok(Err(rejection)),
         };
         let expires_at_ms = message.expires_at_ms;
-        let appended = self.append(&send.device, message)?;
+        Ok(Ok((expires_at_ms, self.append(&send.device, message)?)))
+    }
+
+    fn send(&mut self, send: &SendMessage) -> Result<DeviceResult> {
+        let (expires_at_ms, appended) = match self.admit_and_append(send)? {
+            Ok(admitted) => admitted,
+            Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
+        };
         self.write_fresh(&send.device, appended);
         self.save_device(&send.device);
         Ok(DeviceResult::Sent { expires_at_ms })
@@ -549,12 +561,10 @@ impl<T: Txn> Machine<'_, T> {
     /// new message's row are each written once, the latter in its final state (locked if the
     /// delivery took it), and no row is read back.
     fn send_and_deliver(&mut self, send: &SendMessage) -> Result<DeviceResult> {
-        let message = match self.admit(send) {
-            Ok(message) => message,
+        let (expires_at_ms, appended) = match self.admit_and_append(send)? {
+            Ok(admitted) => admitted,
             Err(rejection) => return Ok(DeviceResult::Rejected(rejection)),
         };
-        let expires_at_ms = message.expires_at_ms;
-        let appended = self.append(&send.device, message)?;
         let (messages, waiting) =
             self.deliver(&send.device, u32::MAX, Window::Push, Some(appended))?;
         if let Some(waiting) = waiting {
