@@ -121,8 +121,9 @@ pub struct MqttConfig {
     /// QoS 1 requests the broker may have in flight to this node.
     pub receive_maximum: u16,
     /// The broker must acknowledge a publish or (un)subscribe within this, ms, or the
-    /// connection is presumed dead and re-established (when idle, a probe is published every
-    /// second to find out).
+    /// connection is presumed dead and re-established; a late PUBACK counts only while nothing
+    /// else arrives from the broker either (when idle, a probe is published every second to
+    /// find out).
     pub ack_timeout_ms: u64,
     /// TLS to the broker.
     pub tls: MqttTlsConfig,

@@ -210,6 +210,29 @@ async fn a_leader_cut_off_from_its_peers_gives_up_and_nothing_acknowledged_is_lo
 /// acknowledged write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_cut_off_from_the_broker_hands_leadership_over() {
+    leader_loses_the_broker(Faults::BROKER_CUT, "leader cut from the broker").await;
+}
+
+/// Only the leader's packets to the broker vanish; the broker's still arrive, requests
+/// included, at first. That must not pass for a live broker: the PUBACKs the leader waits for
+/// never come, and once the broker's TCP stops getting acknowledgements it sends nothing new,
+/// so the leader drops the connection and hands leadership over as in a full cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_packets_to_the_broker_vanish_hands_leadership_over() {
+    let node_to_broker_only = Faults {
+        broker_out: true,
+        ..Faults::default()
+    };
+    leader_loses_the_broker(
+        node_to_broker_only,
+        "leader's packets to the broker dropped",
+    )
+    .await;
+}
+
+/// Applies `faults` to the leader's links, writes until a write is acknowledged, checks that
+/// another node leads, heals, and checks a single subscription holder and the write.
+async fn leader_loses_the_broker(faults: Faults, what: &str) {
     let lab = NetLab::create(3);
     let mut cluster = Cluster::start_in(&lab, 3, &[]);
     cluster.wait_ready(Duration::from_secs(60)).await;
@@ -217,18 +240,12 @@ async fn a_leader_cut_off_from_the_broker_hands_leadership_over() {
     let port = cluster.broker.port;
     let probe = SdkClient::connect(port, "broker-cut-probe").await;
 
-    lab.set_faults(leader, Faults::BROKER_CUT);
+    lab.set_faults(leader, faults);
     let cut = Instant::now();
-    let served = set_until_acknowledged(
-        &probe,
-        b"broker-cut",
-        Duration::from_secs(90),
-        "leader cut from the broker",
-    )
-    .await;
+    let served = set_until_acknowledged(&probe, b"broker-cut", Duration::from_secs(90), what).await;
     let first_ack = cut.elapsed();
     println!(
-        "leader cut from the broker: first acknowledged write {} ms after the cut",
+        "{what}: first acknowledged write {} ms after the cut",
         first_ack.as_millis()
     );
     let new_leader = cluster.wait_serving_leader(Duration::from_secs(30)).await;

@@ -4,7 +4,10 @@
 //! budget must wait at the broker (flow control) or be refused at once (PUBACK 0x97, counted as
 //! dropped `overloaded`), never pile up in the node: its peak resident memory may grow by the
 //! budget plus its caches, not by the flood. Every request is answered or refused, none hangs,
-//! the budget is returned in full, and the node serves afterwards.
+//! the budget is returned in full, and the node serves afterwards. The node's broker connection
+//! survives the flood: the PUBACKs of its replies queue behind megabytes of requests, which
+//! must not be taken for a dead broker (a short `mqtt.ack_timeout_ms` makes that certain to
+//! show, as lost requests, if it were).
 
 use std::time::{Duration, Instant};
 
@@ -47,7 +50,8 @@ async fn a_flood_of_large_requests_stays_within_the_request_budget() {
     std::fs::write(
         &config,
         "[limits]\nrequest_budget_mb = 16\nrequest_timeout_ms = 60000\n\n\
-         [cluster]\nlog_cache_mb = 8\n\n[storage]\ncache_capacity_mb = 16\n",
+         [cluster]\nlog_cache_mb = 8\n\n[storage]\ncache_capacity_mb = 16\n\n\
+         [mqtt]\nack_timeout_ms = 1000\n",
     )
     .expect("write config");
     let config = config.display().to_string();
@@ -119,6 +123,11 @@ async fn a_flood_of_large_requests_stays_within_the_request_budget() {
         peak_kib / 1024
     );
     assert_eq!(answered as f64 + settled, sent, "answered + refused");
+    assert_eq!(
+        node.metric("statestore_mqtt_disconnects_total").await,
+        Some(0.0),
+        "the node dropped its broker connection under the flood"
+    );
     assert!(
         settled > 0.0,
         "nothing was refused: the flood did not exceed the budget, so it proves nothing"

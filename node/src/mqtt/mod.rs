@@ -9,6 +9,7 @@
 //! ([`tls`]) every connection takes the latest certificate files.
 
 mod events;
+mod liveness;
 mod session;
 mod tls;
 

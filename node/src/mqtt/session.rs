@@ -25,6 +25,7 @@ use ntex_service::{Pipeline, ServiceFactory, fn_service};
 use ntex_util::time::Seconds;
 use tokio::sync::{mpsc, watch};
 
+use super::liveness::Liveness;
 use super::{BrokerAddress, Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
@@ -74,6 +75,7 @@ pub(super) async fn run(
                 let session = Connected {
                     sink: client.sink(),
                     ack_timeout: config.ack_timeout,
+                    liveness: Rc::new(Liveness::new(config.ack_timeout, Instant::now())),
                     state: &state,
                     metrics: &metrics,
                     stalls: stalls.clone(),
@@ -210,6 +212,8 @@ fn probe() -> OutboundMessage {
 struct Connected<'a> {
     sink: MqttSink,
     ack_timeout: Duration,
+    /// When the broker was last heard from (the dead-connection rule).
+    liveness: Rc<Liveness>,
     state: &'a watch::Sender<SessionState>,
     metrics: &'a Arc<MqttMetrics>,
     stalls: Arc<StallDetector>,
@@ -230,7 +234,9 @@ impl Connected<'_> {
         {
             let in_flight = in_flight.clone();
             let metrics = self.metrics.clone();
+            let liveness = self.liveness.clone();
             self.sink.publish_ack_cb(move |ack, disconnected| {
+                liveness.heard(Instant::now());
                 let kind = in_flight.borrow_mut().pop_front().map(|(kind, _)| kind);
                 if disconnected {
                     if let Some(kind) = &kind {
@@ -260,11 +266,14 @@ impl Connected<'_> {
 
         let metrics = self.metrics.clone();
         let stalls = self.stalls.clone();
+        let liveness = self.liveness.clone();
         let handler = fn_service(move |message: ProtocolMessage| {
             let requests = requests.clone();
             let metrics = metrics.clone();
             let stalls = stalls.clone();
+            let liveness = liveness.clone();
             async move {
+                liveness.heard(Instant::now());
                 match message {
                     ProtocolMessage::Publish(publish) => {
                         // A message read right after the process was frozen may have waited in
@@ -274,6 +283,7 @@ impl Connected<'_> {
                         let received_at =
                             tokio::time::Instant::from_std(stalls.arrival_bound(Instant::now()));
                         let payload = publish.read_all().await.unwrap_or_default();
+                        liveness.heard(Instant::now());
                         let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();
                         // Bounded: the request is admitted into the request budget before its
@@ -312,17 +322,18 @@ impl Connected<'_> {
         }
         // ntex's keep-alive sends PINGREQs but never misses a PINGRESP: a connection whose
         // packets silently vanish would look alive for ever. Publishes are acknowledged in
-        // order, so the oldest unacknowledged one tells how long the broker has been silent;
-        // when nothing is in flight a probe is published to ask.
-        let mut liveness = tokio::time::interval(LIVENESS_CHECK);
-        liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // order, so an overdue oldest unacknowledged one, with nothing else heard for as long,
+        // means the broker is gone (see `liveness`); when nothing is in flight a probe is
+        // published to ask.
+        let mut liveness_check = tokio::time::interval(LIVENESS_CHECK);
+        liveness_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = &mut closed => return Ended::Disconnected,
-                _ = liveness.tick() => {
-                    let oldest = in_flight.borrow().front().map(|(_, sent)| sent.elapsed());
+                _ = liveness_check.tick() => {
+                    let oldest = in_flight.borrow().front().map(|(_, sent)| *sent);
                     match oldest {
-                        Some(silent) if silent > self.ack_timeout => {
+                        Some(sent) if self.liveness.presumed_dead(Some(sent), Instant::now()) => {
                             return self.drop_dead_connection("PUBACK");
                         }
                         Some(_) => {}
@@ -360,25 +371,36 @@ impl Connected<'_> {
         }
     }
 
-    /// Publishes `message` (QoS 1). False when the broker's receive window stayed full for the
-    /// whole ack timeout: the broker stopped acknowledging, and the connection is presumed dead
-    /// (otherwise a full window would block this loop, liveness checks included, for ever).
+    /// Publishes `message` (QoS 1). False when the broker's receive window stayed full until
+    /// the connection was presumed dead (an overdue PUBACK and nothing heard for an ack
+    /// timeout; otherwise a full window would block this loop, liveness checks included, for
+    /// ever).
     async fn publish(
         &self,
         message: OutboundMessage,
         in_flight: &RefCell<VecDeque<(OutboundKind, Instant)>>,
     ) -> bool {
         if !self.sink.is_ready() {
-            match tokio::time::timeout(self.ack_timeout, self.sink.ready()).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Closed: the dispatcher's end is reported by the `closed` branch.
-                    self.metrics.publish_dropped(&message.kind);
-                    return true;
-                }
-                Err(_) => {
-                    self.metrics.publish_dropped(&message.kind);
-                    return false;
+            let waiting_since = Instant::now();
+            let ready = self.sink.ready();
+            tokio::pin!(ready);
+            loop {
+                match tokio::time::timeout(LIVENESS_CHECK, &mut ready).await {
+                    Ok(true) => break,
+                    Ok(false) => {
+                        // Closed: the dispatcher's end is reported by the `closed` branch.
+                        self.metrics.publish_dropped(&message.kind);
+                        return true;
+                    }
+                    Err(_) => {
+                        // The window is full of unacknowledged publishes; the oldest decides.
+                        let oldest = in_flight.borrow().front().map(|(_, sent)| *sent);
+                        let oldest = oldest.unwrap_or(waiting_since);
+                        if self.liveness.presumed_dead(Some(oldest), Instant::now()) {
+                            self.metrics.publish_dropped(&message.kind);
+                            return false;
+                        }
+                    }
                 }
             }
         }
@@ -514,6 +536,7 @@ impl Connected<'_> {
     fn drop_dead_connection(&mut self, what: &str) -> Ended {
         tracing::warn!(
             timeout = ?self.ack_timeout,
+            silent = ?self.liveness.silent_for(Instant::now()),
             missing = what,
             "the broker stopped answering; dropping the connection"
         );
