@@ -145,46 +145,46 @@ fn sync_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The data formats of earlier builds, each with what this build changed since.
+const EARLIER_FORMATS: [(&str, &str); 4] = [
+    (
+        "statestore-data 5\n",
+        "whose device-bound queues kept their indexes in the database and each message's \
+         delivery state in its message row",
+    ),
+    (
+        "statestore-data 4\n",
+        "whose message lock tokens did not name their message",
+    ),
+    (
+        "statestore-data 3\n",
+        "before the device-bound message queues",
+    ),
+    (
+        "statestore-data 2\n",
+        "before the registration and reply-memory caps",
+    ),
+];
+
+/// What changed since `marker`, when it names an earlier format.
+fn earlier_format(marker: &str) -> Option<&'static str> {
+    EARLIER_FORMATS
+        .iter()
+        .find(|(format, _)| *format == marker)
+        .map(|(_, why)| *why)
+}
+
 /// Accepts an empty or format-6 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
-        Ok(found) if found == "statestore-data 5\n" => Err(StorageError::DataDir(format!(
-            "{} says `{}`: written by an earlier statestore, whose device-bound queues kept \
-             their indexes in the database and each message's delivery state in its message \
-             row; this build reads `{}` and does not convert it (nodes of the two formats \
-             cannot share a cluster). Move it aside and start this node empty with --join (it \
-             receives a snapshot from a cluster of this build), or start a new cluster",
-            marker.display(),
-            found.trim(),
-            FORMAT.trim()
-        ))),
-        Ok(found) if found == "statestore-data 4\n" => Err(StorageError::DataDir(format!(
-            "{} says `{}`: written by an earlier statestore, whose message lock tokens did not \
-             name their message; this build reads `{}` and does not convert it (nodes of the \
-             two formats cannot share a cluster). Move it aside and start this node empty with \
-             --join (it receives a snapshot from a cluster of this build), or start a new \
-             cluster",
-            marker.display(),
-            found.trim(),
-            FORMAT.trim()
-        ))),
-        Ok(found) if found == "statestore-data 3\n" => Err(StorageError::DataDir(format!(
-            "{} says `{}`: written by an earlier statestore, before the device-bound message \
-             queues; this build reads `{}` and does not convert it (nodes of the two formats \
-             cannot share a cluster). Move it aside and start this node empty with --join (it \
-             receives a snapshot from a cluster of this build), or start a new cluster",
-            marker.display(),
-            found.trim(),
-            FORMAT.trim()
-        ))),
-        Ok(found) if found == "statestore-data 2\n" => Err(StorageError::DataDir(format!(
-            "{} says `{}`: written by an earlier statestore, before the registration and \
-             reply-memory caps; this build reads `{}` and does not convert it. Move it aside \
-             and start this node empty with --join (it receives a snapshot from a cluster of \
-             this build), or start a new cluster",
+        Ok(found) if let Some(why) = earlier_format(&found) => Err(StorageError::DataDir(format!(
+            "{} says `{}`: written by an earlier statestore, {why}; this build reads `{}` \
+                 and does not convert it (nodes of the two formats cannot share a cluster). \
+                 Move it aside and start this node empty with --join (it receives a snapshot \
+                 from a cluster of this build), or start a new cluster",
             marker.display(),
             found.trim(),
             FORMAT.trim()
