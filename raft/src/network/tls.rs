@@ -237,9 +237,23 @@ impl Transport {
         };
         match tokio::time::timeout(self.handshake_timeout, tls.acceptor.accept(tcp)).await {
             Ok(Ok(stream)) => Some(PeerStream::Tls(Box::new(stream.into()))),
-            Ok(Err(err)) => failed(err.to_string()),
+            Ok(Err(err)) => failed(handshake_failure(&err)),
             Err(_) => failed(format!("no handshake within {:?}", self.handshake_timeout)),
         }
+    }
+}
+
+/// Why a handshake failed, readable: rustls shows a custom certificate refusal (a certificate
+/// naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
+fn handshake_failure(err: &io::Error) -> String {
+    match err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) => {
+            format!("invalid peer certificate: {other}")
+        }
+        _ => err.to_string(),
     }
 }
 
