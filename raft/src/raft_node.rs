@@ -533,7 +533,7 @@ async fn watch_metrics(
     loop {
         let snapshot = metrics.borrow_and_update().clone();
         gauges.observe(&snapshot);
-        let log_id = snapshot.membership_config.log_id().clone();
+        let log_id = *snapshot.membership_config.log_id();
         if membership.as_ref() != Some(&log_id) {
             watchers.peer_names.set_members(member_addrs(&snapshot));
             membership = Some(log_id);
