@@ -10,8 +10,9 @@
 #      the newest it knows; ServiceMonitor/PrometheusRule against their CRD schemas; yamllint
 #   6. helm/tools/check_rendered.py: assertions over the manifests, values that must fail, and
 #      upgrades rendered against a stand-in API server (helm/tools/fake_apiserver.py) for lookup
-#   7. helm/tools/rehearse.py: the rendered pods as local processes (kill -9, restart, scale),
-#      then again with --tls (peer TLS, HTTPS and the admin token on)
+#   7. helm/tools/rehearse.py: the rendered pods as local processes (kill -9, restart, scale)
+#      with the chart's defaults (peer TLS, HTTPS and the admin token on, material generated),
+#      then again with --tls (the same from a given Secret) and --plain (all three off)
 #
 # Tools are pinned and installed into $STATESTORE_HELM_CACHE (default ~/.cache/statestore-helm),
 # outside the repository, on first use or when their pins change:
@@ -160,9 +161,11 @@ step "assertions over the rendered manifests"
 if $rehearsal; then
   bin="${STATESTORE_BIN:-${CARGO_TARGET_DIR:-$repo/target}/debug/statestore}"
   [ -x "$bin" ] || { echo "no statestore binary at $bin (cargo build --bin statestore, or STATESTORE_BIN)" >&2; exit 1; }
-  step "rehearsal of the StatefulSet with $bin"
+  step "rehearsal of the StatefulSet with $bin (defaults: generated TLS material and token)"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin"
-  step "rehearsal with tls.peers, tls.http and admin.token"
+  step "rehearsal with tls.peers, tls.http and admin.token from a given Secret"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin" --tls
+  step "rehearsal with tls.peers, tls.http and admin.token off"
+  "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin" --plain
 fi
 step "check-helm: all passed"

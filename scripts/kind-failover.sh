@@ -73,7 +73,8 @@ wait_healthy() { local n; poll 300 gone "$@"; poll 300 all_ready; n=$(acks); pol
 leader_pod() { # the pod of the member the members name as leader
   local pod id
   for pod in $(k get pod -l "$SEL" -o name); do
-    id=$(k exec "${pod#pod/}" -- statestore cluster status 2>/dev/null | sed -n 's/.*"leader": \([0-9]*\).*/\1/p')
+    # The chart serves HTTPS with a certificate it generated, which names 127.0.0.1.
+    id=$(k exec "${pod#pod/}" -- statestore cluster --endpoint https://127.0.0.1:7480 --ca /etc/statestore/tls/http/ca.crt status 2>/dev/null | sed -n 's/.*"leader": \([0-9]*\).*/\1/p')
     [ -n "$id" ] && { echo "$STS-$((id - 1))"; return; }
   done
   return 1

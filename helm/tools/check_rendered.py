@@ -8,11 +8,13 @@ Each check prints PASS/FAIL with what it compared; exits 1 if any failed. Needs 
 tools venv of scripts/check-helm.sh) and Python 3.11 (tomllib).
 """
 
+import base64
 import copy
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -174,7 +176,7 @@ def default_render():
             get["path"] == path and named_port(container, get["port"]) == http_port,
             f"{probe} GET {path} on the --http port",
         )
-    check(all(container[p]["httpGet"].get("scheme", "HTTP") == "HTTP" for p in ("startupProbe", "livenessProbe", "readinessProbe")), "probes use HTTP by default")
+    check(all(container[p]["httpGet"].get("scheme") == "HTTPS" for p in ("startupProbe", "livenessProbe", "readinessProbe")), "probes use HTTPS by default (tls.http on)")
     startup = container["startupProbe"]
     check(startup["periodSeconds"] * startup["failureThreshold"] >= 300, "startup probe allows >= 5 min of catch-up")
 
@@ -242,10 +244,7 @@ def default_render():
     )
     restrictive("broker", bpod)
 
-    check(
-        all("tls" not in c["cluster"] and "tls" not in c["mqtt"] and "admin" not in c for c in configs.values()),
-        "default: no [mqtt.tls], [cluster.tls] or [admin] (TLS and the admin token are opt-in)",
-    )
+    secure_by_default(m, name, container, pod, configs)
     # PDB, security, grace, checksum.
     pdb = m.one("PodDisruptionBudget")
     check(pdb["spec"].get("maxUnavailable") == 1 and "minAvailable" not in pdb["spec"], "PDB maxUnavailable 1")
@@ -332,6 +331,104 @@ def default_render():
     return m, checksum, configs
 
 
+def openssl_text(pem, *args):
+    out = subprocess.run(["openssl", *args], input=pem, capture_output=True, check=False)
+    return out.returncode, out.stdout.decode() + out.stderr.decode()
+
+
+def secure_by_default(m, name, container, pod, configs):
+    """Peer TLS, HTTPS and the admin token are on, with material the chart generated."""
+    peer_tls = {k: f"/etc/statestore/tls/peers/{n}" for k, n in (("ca_file", "ca.crt"), ("cert_file", "tls.crt"), ("key_file", "tls.key"))}
+    check(
+        all(c["cluster"].get("tls") == peer_tls and "tls" not in c["mqtt"] for c in configs.values()),
+        "default: [cluster.tls] on every member (no [mqtt.tls]: the bundled broker is plain text)",
+    )
+    check(
+        all(
+            c.get("admin") == {
+                "tls": {"cert_file": "/etc/statestore/tls/http/tls.crt", "key_file": "/etc/statestore/tls/http/tls.key"},
+                "token_file": "/etc/statestore/admin/token",
+            }
+            for c in configs.values()
+        ),
+        "default: [admin.tls] and admin.token_file, no allow_insecure_http",
+    )
+    secret = m.one("Secret", f"{name}-tls")
+    check(secret.get("type") == "kubernetes.io/tls" and set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}, f"generated Secret {name}-tls: ca.crt, tls.crt, tls.key")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {vm["mountPath"]: vm["name"] for vm in container["volumeMounts"]}
+    for path in ("/etc/statestore/tls/peers", "/etc/statestore/tls/http"):
+        check(volumes[mounts[path]]["secret"]["secretName"] == f"{name}-tls", f"{path} is the generated Secret")
+    token = m.one("Secret", f"{name}-admin-token")
+    check(len(base64.b64decode(token["data"]["token"])) == 32, "generated admin token: 32 characters")
+    ca, cert = (base64.b64decode(secret["data"][k]) for k in ("ca.crt", "tls.crt"))
+    key = base64.b64decode(secret["data"]["tls.key"])
+    with tempfile.NamedTemporaryFile(suffix=".pem") as ca_file:
+        ca_file.write(ca)
+        ca_file.flush()
+        rc, out = openssl_text(cert, "verify", "-CAfile", ca_file.name)
+        check(rc == 0, f"the generated certificate chains to the generated CA ({out.strip()[-60:]})")
+    rc, out = openssl_text(cert, "x509", "-noout", "-ext", "subjectAltName,extendedKeyUsage,basicConstraints")
+    headless = f"*.{name}-headless.{NS}.svc.{DOMAIN}"
+    check(
+        rc == 0
+        and f"DNS:{headless}" in out
+        and f"DNS:{name}.{NS}.svc.{DOMAIN}" in out
+        and "IP Address:127.0.0.1" in out
+        and "TLS Web Server Authentication" in out
+        and "TLS Web Client Authentication" in out
+        and "CA:FALSE" in out,
+        f"the certificate names every pod ({headless}), the admin Service and 127.0.0.1, for server and client use",
+    )
+    rc_cert, cert_mod = openssl_text(cert, "x509", "-noout", "-pubkey")
+    rc_key, key_mod = openssl_text(key, "pkey", "-pubout")
+    check(rc_cert == 0 and rc_key == 0 and cert_mod == key_mod, "tls.key is the certificate's key")
+    rc, out = openssl_text(cert, "x509", "-noout", "-checkend", str(9 * 365 * 86400))
+    check(rc == 0, "the generated certificate is valid for years (ten)")
+
+
+def plain_render():
+    print("== tls.peers, tls.http and admin.token off")
+    m = Manifests(render("--set", "tls.peers.enabled=false,tls.http.enabled=false,admin.token.enabled=false"))
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    configs, _ = node_configs(m, sts)
+    check(
+        all("tls" not in c["cluster"] and c.get("admin") == {"allow_insecure_http": True} for c in configs.values()),
+        "off: no [cluster.tls], and admin.allow_insecure_http (the nodes bind 0.0.0.0 without a token)",
+    )
+    check(not m.maybe("Secret", f"{name}-tls") and not m.maybe("Secret", f"{name}-admin-token"), "off: nothing generated")
+    check(all(container[p]["httpGet"].get("scheme", "HTTP") == "HTTP" for p in ("startupProbe", "livenessProbe", "readinessProbe")), "off: probes use HTTP")
+    m = Manifests(render("--set", "tls.peers.enabled=false"))
+    configs, _ = node_configs(m, m.one("StatefulSet"))
+    check(
+        all("tls" not in c["cluster"] and c["admin"].get("token_file") and "allow_insecure_http" not in c["admin"] for c in configs.values()),
+        "tls.peers off alone: the token stays, no insecure flag",
+    )
+    check(m.maybe("Secret", f"{name}-tls") is not None, "tls.http still generates its Secret")
+
+
+def generated_material_is_kept():
+    print("== generated TLS material and token: kept across upgrades (lookup), new without one")
+    first = Manifests(render())
+    name = first.one("StatefulSet")["metadata"]["name"]
+    tls, token = first.one("Secret", f"{name}-tls"), first.one("Secret", f"{name}-admin-token")
+    again = Manifests(render())
+    check(again.one("Secret", f"{name}-tls")["data"] != tls["data"], "helm template (no lookup): new material each render")
+    objects = {("v1", "Secret", NS, f"{name}-tls"): tls, ("v1", "Secret", NS, f"{name}-admin-token"): token}
+    with FakeApiServer(objects) as api:
+        cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, "--dry-run=server", "--is-upgrade", "--disable-openapi-validation"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **api.env})
+    if not check(out.returncode == 0, "upgrade against an API server holding the generated Secrets renders"):
+        print(f"     stderr: {out.stderr.strip()[:400]}")
+        return
+    upgraded = Manifests([d for d in yaml.safe_load_all(out.stdout) if d])
+    check(upgraded.one("Secret", f"{name}-tls")["data"] == tls["data"], "upgrade: the CA, certificate and key are kept")
+    check(upgraded.one("Secret", f"{name}-admin-token")["data"] == token["data"], "upgrade: the admin token is kept")
+    check(f"/api/v1/namespaces/{NS}/secrets/{name}-tls" in api.requests, "looked up the installed Secret")
+
+
 def scale_render(default_checksum, default_configs):
     print("== scale up: replicas 5, bootstrapReplicas 3")
     m = Manifests(render("--set", "replicas=5"))
@@ -355,13 +452,20 @@ def scale_render(default_checksum, default_configs):
         f"replicas 5: its rollback hook removes ids above 5 only (a rollback to this revision keeps 4 and 5): {[removed_ids(h) for h in hooks]}",
     )
     headless = sts["spec"]["serviceName"]
-    admin = f"http://{name}.{NS}.svc.{DOMAIN}:7480"
+    admin = f"https://{name}.{NS}.svc.{DOMAIN}:7480"
     adds = [c["args"] for c in job["spec"]["template"]["spec"]["initContainers"]]
+    opts = ["--ca", "/etc/statestore/tls/http/ca.crt", "--token-file", "/etc/statestore/admin/token"]
     want = [
-        ["cluster", "--endpoint", admin, "add-node", "--id", str(i + 1), "--raft", f"{name}-{i}.{headless}.{NS}.svc.{DOMAIN}:7481"]
+        ["cluster", "--endpoint", admin, *opts, "add-node", "--id", str(i + 1), "--raft", f"{name}-{i}.{headless}.{NS}.svc.{DOMAIN}:7481"]
         for i in (3, 4)
     ]
-    check(adds == want, "join Job: add-node 4 and 5 at their peer addresses, through the admin Service")
+    check(adds == want, "join Job: add-node 4 and 5 at their peer addresses, through the admin Service over HTTPS with the CA and the token")
+    jvolumes = {v["name"]: v["secret"] for v in job["spec"]["template"]["spec"]["volumes"]}
+    check(
+        jvolumes.get("http-ca", {}).get("secretName") == f"{name}-tls"
+        and jvolumes["http-ca"].get("items") == [{"key": "ca.crt", "path": "ca.crt"}],
+        "join Job: only ca.crt of the generated Secret",
+    )
     check("helm.sh/hook" not in job["metadata"].get("annotations", {}), "join Job is not a hook (helm --wait would wait on the joiners forever)")
     check(str(job["metadata"]["name"]).endswith("-r1"), "join Job is named after the revision")
     labels = job["spec"]["template"]["metadata"]["labels"]
@@ -391,6 +495,14 @@ def monitoring_render():
     check(len(svcs) == 1 and svcs[0]["spec"].get("publishNotReadyAddresses") is True, "ServiceMonitor selects the headless Service only")
     ports = {p["name"] for p in svcs[0]["spec"]["ports"]}
     check(all(e["port"] in ports and e["path"] == "/metrics" for e in sm["spec"]["endpoints"]), "ServiceMonitor scrapes /metrics on the http port")
+    name = m.one("StatefulSet")["metadata"]["name"]
+    (ep,) = sm["spec"]["endpoints"]
+    check(
+        ep.get("scheme") == "https"
+        and ep.get("tlsConfig", {}).get("ca", {}).get("secret") == {"name": f"{name}-tls", "key": "ca.crt"}
+        and ep["tlsConfig"].get("serverName") == f"{name}.{NS}.svc.{DOMAIN}",
+        "ServiceMonitor (defaults): https, the generated CA, server name = the admin Service (which the certificate names)",
+    )
     jobs = [r["replacement"] for e in sm["spec"]["endpoints"] for r in e.get("relabelings", []) if r.get("targetLabel") == "job"]
     check(len(jobs) == 1 and "statestore" in jobs[0], f"scrape job {jobs} matches the alerts' job=~\".*statestore.*\"")
     rule = m.one("PrometheusRule")
@@ -477,6 +589,7 @@ def tls_render():
         provides(path, mounts, volumes, tls["http"]["secretName"], key)
     token = m.one("Secret", f"{name}-admin-token")
     check(len(token["data"].get("token", "")) >= 24, "generated admin token Secret (key token, 16+ characters)")
+    check(m.maybe("Secret", f"{name}-tls") is None, "given Secrets: no TLS material generated")
     provides(c["admin"]["token_file"], mounts, volumes, token["metadata"]["name"], "token")
     check(f["--broker"] == values["broker"]["address"], "--broker = broker.address (TLS from [mqtt.tls])")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
@@ -624,6 +737,18 @@ def upgrade_lookups():
     out, _ = against_cluster(None, "--set", "persistence.size=20Gi")
     check(out.returncode == 0, "no StatefulSet yet (install): nothing to compare")
 
+    # Peer TLS cannot be switched by a rolling update: refused unless said explicitly.
+    plain = Manifests(render("--set", "tls.peers.enabled=false")).one("StatefulSet")
+    out, _ = against_cluster(plain)
+    message = "tls.peers.enabled is true, but the running StatefulSet demo-statestore has peer TLS off"
+    check(out.returncode != 0 and message in out.stderr and "switchRunningRelease=true" in out.stderr, "upgrading a plain-text release to the TLS default: refused, naming the way out")
+    out, _ = against_cluster(plain, "--set", "tls.peers.switchRunningRelease=true")
+    check(out.returncode == 0, "... and rendered with tls.peers.switchRunningRelease")
+    out, _ = against_cluster(plain, "--set", "tls.peers.enabled=false")
+    check(out.returncode == 0, "... or kept plain with tls.peers.enabled=false")
+    out, _ = against_cluster(sts, "--set", "tls.peers.enabled=false")
+    check(out.returncode != 0 and "tls.peers.enabled is false, but the running StatefulSet demo-statestore has peer TLS on" in out.stderr, "switching peer TLS off under a running release: refused too")
+
     # The remove hook finds the current size with the same lookup.
     for replicas, events in ((5, {"pre-upgrade", "pre-rollback"}), (3, {"pre-rollback"})):
         out, _ = against_cluster(variant(replicas=replicas))
@@ -654,12 +779,11 @@ def failing_renders():
         (["--set", "metrics.serviceMonitor.enabled=true", "--set", "fullnameOverride=kv"], 'the scrape job name "kv" must contain "statestore"'),
         (["--set", "replica=3"], "additional properties 'replica' not allowed"),
         (["--set", "tls.broker.enabled=true"], "tls.broker needs an external broker (mqtt.enabled=false"),
-        (["--set", "tls.peers.enabled=true"], "tls.peers.enabled needs tls.peers.secretName"),
-        (["--set", "tls.http.enabled=true"], "tls.http.enabled needs tls.http.secretName"),
         (["--set", "tls.broker.clientCert=true"], "tls.broker.clientCert needs tls.broker.secretName"),
         (["--set", "admin.token.key=a/b"], "at '/admin/token/key'"),
         (["--set", "config.admin.token_file=/x"], "additional properties 'admin' not allowed"),
         (["--set", "config.cluster.tls.ca_file=/x"], "additional properties 'tls' not allowed"),
+        (["--set", "config.cluster.max_snapshot_mb=0"], "at '/config/cluster/max_snapshot_mb': minimum"),
         (["--set-string", "resources.requests.memory=512MB"], "at '/resources/requests/memory': 'anyOf' failed"),
         (["--set", "resources.limits.cpu=-1"], "at '/resources/limits/cpu': 'anyOf' failed"),
         (["--set", "resources.limits.cpu=true"], "at '/resources/limits/cpu': 'anyOf' failed"),
@@ -720,6 +844,8 @@ def schema_covers_values():
 
 def main():
     _, checksum, configs = default_render()
+    plain_render()
+    generated_material_is_kept()
     scale_render(checksum, configs)
     monitoring_render()
     external_render()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A rehearsal of what the chart's StatefulSet does, without Kubernetes.
 
-    rehearse.py HELM REPO_ROOT STATESTORE_BIN [--tls]
+    rehearse.py HELM REPO_ROOT STATESTORE_BIN [--tls | --plain]
 
 It renders the chart with helm and plays its pods as local processes: the real `statestore`
 binary with exactly the container args of the StatefulSet (the kubelet's $(VAR) expansion
@@ -26,13 +26,17 @@ failure under restartPolicy OnFailure. Then:
      with replicas 3) removes 5 and 4, then pods 4 and 3 stop; every key is there
   9. the `helm test` pod's commands (statestore kv set/get/del) when the binary has `kv`
 
-With --tls the same runs with tls.peers, tls.http (one Secret for both, made here with
-openssl: a CA and a certificate for the headless wildcard, the admin Service and 127.0.0.1,
-where the rewritten names point) and a generated admin token: the members form the cluster
-over mutual TLS, probes and the rehearsal's status reads use HTTPS (unverified, as the
-kubelet's), the Job and hook commands check the certificate with --ca and send --token-file,
-and an add-node without the token must be refused. tls.broker is not rehearsed (it needs an
-external broker; the bundled Mosquitto is plain text).
+By default the chart's defaults: tls.peers, tls.http and admin.token on, with the CA,
+certificate and token the chart generated (the certificate names 127.0.0.1, where the
+rewritten names point): the members form the cluster over mutual TLS (each accepting only
+certificates that name a member), probes and the rehearsal's status reads use HTTPS
+(unverified, as the kubelet's), the Job and hook commands check the certificate with --ca and
+send --token-file, and an add-node without the token must be refused. With --tls the same
+with a Secret of the user's (made here with openssl: a CA and a certificate for the headless
+wildcard, the admin Service and 127.0.0.1). With --plain all three are off: plain text, and
+the members start on 0.0.0.0 without a token only because the chart sets
+admin.allow_insecure_http. tls.broker is not rehearsed (it needs an external broker; the
+bundled Mosquitto is plain text).
 
 Exits 1 on the first failure, printing the logs' tails. Keeps its directory with KEEP=1.
 """
@@ -59,13 +63,18 @@ sys.dont_write_bytecode = True  # no __pycache__ next to mqtt5.py in the reposit
 import mqtt5  # noqa: E402
 
 HELM, ROOT, BIN = sys.argv[1], Path(sys.argv[2]).resolve(), str(Path(sys.argv[3]).resolve())
-TLS = sys.argv[4:] == ["--tls"]
+MODE = {(): "generated", ("--tls",): "given", ("--plain",): "plain"}[tuple(sys.argv[4:])]
+TLS = MODE == "given"
 TLS_SECRET = "rehearsal-tls"
-TLS_VALUES = [
-    "--set", f"tls.peers.enabled=true,tls.peers.secretName={TLS_SECRET}",
-    "--set", f"tls.http.enabled=true,tls.http.secretName={TLS_SECRET}",
-    "--set", "admin.token.enabled=true",
-] if TLS else []
+TLS_VALUES = {
+    "generated": [],
+    "given": [
+        "--set", f"tls.peers.enabled=true,tls.peers.secretName={TLS_SECRET}",
+        "--set", f"tls.http.enabled=true,tls.http.secretName={TLS_SECRET}",
+        "--set", "admin.token.enabled=true",
+    ],
+    "plain": ["--set", "tls.peers.enabled=false,tls.http.enabled=false,admin.token.enabled=false"],
+}[MODE]
 EXISTING = {}  # Secrets the release expects to exist (kind, name) -> manifest
 CHART = ROOT / "helm" / "statestore"
 RELEASE, NS = "demo", "store"
@@ -479,13 +488,32 @@ def make_tls_secret(work):
     return d
 
 
-def tls_checks(world, m, certs):
+def generated_ca(world, m, work):
+    """The CA of the Secret the chart generated, as a file."""
+    secret = m[("Secret", f"{world.name}-tls")]
+    path = work / "generated-ca.crt"
+    path.write_bytes(base64.b64decode(secret["data"]["ca.crt"]))
+    log(f"the chart generated Secret {world.name}-tls (CA, certificate) and {world.name}-admin-token")
+    return path
+
+
+def plain_checks(world, m):
+    """Plain HTTP, and the nodes started on 0.0.0.0 without a token only as told."""
+    pod = next(p for p in world.pods.values() if p.running())
+    code, _ = http_get(f"http://127.0.0.1:{pod.http_port()}/livez")
+    must(code == 200 and pod.scheme() == "http", f"{pod.name}: plain HTTP")
+    cfg = m[("ConfigMap", f"{world.name}-config")]["data"][f"{pod.name}.toml"]
+    must("allow_insecure_http = true" in cfg and "token_file" not in cfg, f"{pod.name}.toml: admin.allow_insecure_http, no token")
+    must(("Secret", f"{world.name}-tls") not in m, "no TLS material generated")
+
+
+def tls_checks(world, m, ca):
     """The members serve HTTPS only, and add-node without the chart's token is refused."""
     pod = next(p for p in world.pods.values() if p.running())
     port = pod.http_port()
     code, _ = http_get(f"http://127.0.0.1:{port}/livez")
     must(code is None and pod.scheme() == "https", f"{pod.name}: the HTTP port speaks HTTPS only (plain http: no answer)")
-    base = [BIN, "cluster", "--endpoint", f"https://127.0.0.1:{port}", "--ca", str(certs / "ca.crt")]
+    base = [BIN, "cluster", "--endpoint", f"https://127.0.0.1:{port}", "--ca", str(ca)]
     out = subprocess.run(base + ["status"], capture_output=True, text=True, timeout=60)
     must(out.returncode == 0, f"statestore cluster --ca status against {pod.name} over HTTPS ({out.stderr.strip()[:200]})")
     out = subprocess.run(base + ["add-node", "--id", "9", "--raft", "127.0.0.1:9"], capture_output=True, text=True, timeout=60,
@@ -536,8 +564,12 @@ def main():
         wait_ready(pods)
         client.set("rehearsal/k1", "v1")
         client.get("rehearsal/k1", "v1")
-        if TLS:
-            tls_checks(world, m3, certs)
+        if MODE == "given":
+            tls_checks(world, m3, certs / "ca.crt")
+        elif MODE == "generated":
+            tls_checks(world, m3, generated_ca(world, m3, work))
+        else:
+            plain_checks(world, m3)
 
         # 3. kill -9 the leader; the others keep serving; restart it with its data.
         lead = wait_for("a leader", lambda: leader(world), 30)
@@ -620,7 +652,8 @@ def main():
         else:
             log("SKIP helm test pod: this statestore binary has no `kv` subcommand yet")
 
-        log(f"rehearsal{' with TLS' if TLS else ''} passed ({client.n} MQTT requests)")
+        what = {"generated": "the chart's defaults (generated TLS and token)", "given": "given TLS Secrets", "plain": "TLS and the token off"}[MODE]
+        log(f"rehearsal with {what} passed ({client.n} MQTT requests)")
         return 0
     except (Failed, subprocess.TimeoutExpired) as e:
         print(f"FAIL {e}", flush=True)

@@ -67,6 +67,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "HOST:PORT")]
     pub advertise: Option<String>,
     /// Initial cluster member `id=host:port` (repeat for each member, this node included).
+    /// With --join: the existing members, whose peer certificates this node then accepts
+    /// before the cluster has reached it.
     #[arg(long = "peer", value_name = "ID=HOST:PORT")]
     pub peers: Vec<String>,
     /// Do not bootstrap: wait to be added to an existing cluster (`statestore cluster add-node`).
@@ -295,6 +297,10 @@ pub struct SecurityArgs {
     /// File whose first line is the bearer token POST /admin/members requires.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Start even though --http is not on loopback and there is no --admin-token-file (the
+    /// membership endpoint is then open to whoever reaches it).
+    #[arg(long)]
+    pub allow_insecure_http: bool,
 }
 
 impl SecurityArgs {
@@ -331,6 +337,9 @@ impl SecurityArgs {
         }
         if self.admin_token_file.is_some() {
             config.admin.token_file = self.admin_token_file;
+        }
+        if self.allow_insecure_http {
+            config.admin.allow_insecure_http = true;
         }
         Ok(())
     }
@@ -559,6 +568,22 @@ mod tests {
         };
         let config = parse(&["--admin-token-file", token.to_str().expect("utf8")]).expect("valid");
         assert_eq!(config.admin.token_file.as_deref(), Some(token.as_path()));
+        // Off loopback without a token: refused unless said explicitly.
+        let open = parse(&["--http", "0.0.0.0:7480"]).expect_err("no token off loopback");
+        assert!(
+            open.to_string().contains("admin.token_file")
+                && open.to_string().contains("--allow-insecure-http"),
+            "{open}"
+        );
+        let config = parse(&["--http", "0.0.0.0:7480", "--allow-insecure-http"]).expect("allowed");
+        assert!(config.admin.allow_insecure_http);
+        parse(&[
+            "--http",
+            "0.0.0.0:7480",
+            "--admin-token-file",
+            token.to_str().expect("utf8"),
+        ])
+        .expect("a token is enough");
         assert_eq!(config.cluster.tls, None, "peer TLS stays off");
         let partial = parse(&["--peer-tls-ca", "/ca.pem", "--peer-tls-cert", "/node.pem"])
             .expect_err("no key");

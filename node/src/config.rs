@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 
 use serde::{Deserialize, Serialize};
-use statestore_raft::{PeerTimeouts, RaftConfig};
+use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::Limits;
 
@@ -97,6 +97,9 @@ pub struct ClusterConfig {
     pub replication_timeout_ms: u64,
     /// Raft log payload kept in memory for replication and apply, MiB.
     pub log_cache_mb: u64,
+    /// Largest snapshot this node receives from a leader, MiB; a larger transfer is refused
+    /// and its partial file removed. Absent: [`Config::derived_max_snapshot_bytes`].
+    pub max_snapshot_mb: Option<u64>,
     /// Mutual TLS between peers (`[cluster.tls]`); absent: plain TCP.
     pub tls: Option<PeerTlsConfig>,
 }
@@ -520,6 +523,7 @@ impl Default for ClusterConfig {
             entries_kept_after_snapshot: raft.entries_kept_after_snapshot,
             replication_timeout_ms: as_ms(raft.peer_timeouts.replication),
             log_cache_mb: (raft.log_cache_bytes >> 20) as u64,
+            max_snapshot_mb: None,
             tls: None,
         }
     }
@@ -615,6 +619,9 @@ fn as_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The largest `cluster.max_snapshot_mb`: 16 TiB.
+const MAX_SNAPSHOT_MB: u64 = 16 << 20;
+
 fn invalid(message: impl Into<String>) -> NodeError {
     NodeError::Config(message.into())
 }
@@ -650,11 +657,8 @@ impl Config {
             .unwrap_or_else(|| self.listen.raft.to_string())
     }
 
-    /// Initial members: the configured peers, or this node alone.
-    pub fn initial_members(&self) -> Result<BTreeMap<u64, String>, NodeError> {
-        if self.cluster.peers.is_empty() {
-            return Ok(BTreeMap::from([(self.id, self.advertise_addr())]));
-        }
+    /// The configured peers (`[cluster.peers]`, `--peer`) by id.
+    fn peer_addrs(&self) -> Result<BTreeMap<u64, String>, NodeError> {
         let mut members = BTreeMap::new();
         for (id, addr) in &self.cluster.peers {
             let id: u64 = id
@@ -662,6 +666,15 @@ impl Config {
                 .map_err(|_| invalid(format!("peer id {id:?} is not a number")))?;
             members.insert(id, addr.clone());
         }
+        Ok(members)
+    }
+
+    /// Initial members: the configured peers, or this node alone.
+    pub fn initial_members(&self) -> Result<BTreeMap<u64, String>, NodeError> {
+        if self.cluster.peers.is_empty() {
+            return Ok(BTreeMap::from([(self.id, self.advertise_addr())]));
+        }
+        let members = self.peer_addrs()?;
         if !members.contains_key(&self.id) {
             return Err(invalid(format!(
                 "peers must include this node (id {})",
@@ -703,6 +716,13 @@ impl Config {
         }
         if c.log_cache_mb == 0 || c.log_cache_mb > 64 << 10 {
             return Err(invalid("cluster.log_cache_mb must be between 1 and 65536"));
+        }
+        if let Some(mb) = c.max_snapshot_mb
+            && !(1..=MAX_SNAPSHOT_MB).contains(&mb)
+        {
+            return Err(invalid(format!(
+                "cluster.max_snapshot_mb must be between 1 and {MAX_SNAPSHOT_MB} (got {mb})"
+            )));
         }
         let l = &self.limits;
         if l.max_key_bytes == 0
@@ -752,11 +772,12 @@ impl Config {
         }
         self.devicebound.validate()?;
         self.validate_security()?;
-        self.initial_members()?;
-        if c.join && !c.peers.is_empty() {
-            return Err(invalid(
-                "--join and --peer contradict each other: a joining node learns its peers from the cluster",
-            ));
+        if c.join {
+            // A joining node is not bootstrapped: its --peer list (if any) only names the
+            // members whose certificates it accepts before the cluster reaches it.
+            self.peer_addrs()?;
+        } else {
+            self.initial_members()?;
         }
         Ok(())
     }
@@ -790,8 +811,45 @@ impl Config {
                 ..PeerTimeouts::default()
             },
             log_cache_bytes: usize::try_from(c.log_cache_mb << 20).unwrap_or(usize::MAX),
+            known_peers: self
+                .cluster
+                .peers
+                .values()
+                .cloned()
+                .chain([self.advertise_addr()])
+                .collect(),
+            inbound: InboundLimits {
+                max_snapshot_bytes: self.max_snapshot_bytes(),
+                ..InboundLimits::default()
+            },
             ..RaftConfig::default()
         }
+    }
+
+    /// The largest snapshot this node receives: `cluster.max_snapshot_mb`, or
+    /// [`Config::derived_max_snapshot_bytes`].
+    pub fn max_snapshot_bytes(&self) -> u64 {
+        match self.cluster.max_snapshot_mb {
+            Some(mb) => mb.saturating_mul(1 << 20),
+            None => self.derived_max_snapshot_bytes(),
+        }
+    }
+
+    /// What the store's caps let it hold, twice over, and at least 4 GiB: key and value bytes
+    /// (`limits.max_bytes`), remembered replies (`limits.max_remembered_reply_bytes`) and
+    /// queued message bodies (`devicebound.max_messages` × `max_message_bytes`); the factor
+    /// covers what each record carries besides (versions, timestamps, properties, rows of
+    /// registrations and devices) and dead letters. A snapshot of a store within its caps
+    /// stays below it, so a follower is never refused a real one; an endless or bloated
+    /// transfer stops there instead of at a full disk.
+    pub fn derived_max_snapshot_bytes(&self) -> u64 {
+        let d = &self.devicebound;
+        let held = self
+            .limits
+            .max_bytes
+            .saturating_add(self.limits.max_remembered_reply_bytes)
+            .saturating_add(d.max_messages.saturating_mul(d.max_message_bytes));
+        held.saturating_mul(2).max(4 << 30)
     }
 
     /// Door limits.
@@ -947,8 +1005,12 @@ pub struct AdminConfig {
     /// Serve HTTPS instead of HTTP.
     pub tls: Option<HttpTlsConfig>,
     /// File whose first line is the bearer token that `POST /admin/members` requires
-    /// (at least 16 characters). Absent: the endpoint is open to whoever reaches it.
+    /// (at least 16 characters). Absent: the endpoint is open to whoever reaches it, which
+    /// off loopback needs `allow_insecure_http`.
     pub token_file: Option<PathBuf>,
+    /// Lets a node whose HTTP listener is not on loopback start without `token_file` (the
+    /// membership endpoint then open to whoever reaches it; a WARN says so).
+    pub allow_insecure_http: bool,
 }
 
 fn exposed(addr: &SocketAddr) -> bool {
@@ -989,11 +1051,21 @@ impl Config {
             .transpose()
     }
 
-    /// Refuses TLS files that do not load and a token file that is unreadable or too short.
+    /// Refuses TLS files that do not load, a token file that is unreadable or too short, and
+    /// an HTTP listener off loopback without a token unless `admin.allow_insecure_http`.
     fn validate_security(&self) -> Result<(), NodeError> {
         self.peer_tls()?;
         self.http_tls()?;
         self.admin_token()?;
+        let http = self.listen.http;
+        if exposed(&http) && self.admin.token_file.is_none() && !self.admin.allow_insecure_http {
+            return Err(invalid(format!(
+                "listen.http {http} is not a loopback address and admin.token_file is not set: \
+                 whoever reaches it could add and remove members. Set admin.token_file \
+                 (--admin-token-file), or admin.allow_insecure_http = true \
+                 (--allow-insecure-http) to serve it without a token anyway"
+            )));
+        }
         Ok(())
     }
 
@@ -1018,8 +1090,8 @@ impl Config {
         }
         if exposed(&http) && self.admin.token_file.is_none() {
             warnings.push(format!(
-                "POST /admin/members on {http} needs no token: whoever reaches it can add and \
-                 remove members (set admin.token_file)"
+                "POST /admin/members on {http} needs no token (admin.allow_insecure_http): \
+                 whoever reaches it can add and remove members (set admin.token_file)"
             ));
         }
         warnings
@@ -1034,6 +1106,9 @@ mod mqtt_tls_tests;
 
 #[cfg(test)]
 mod security_tests;
+
+#[cfg(test)]
+mod peers_tests;
 
 #[cfg(test)]
 mod tests {

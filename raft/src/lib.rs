@@ -27,6 +27,6 @@ pub mod types;
 
 pub use error::{Error, Result};
 pub use membership::MembershipChange;
-pub use network::{PeerTimeouts, PeerTls};
+pub use network::{InboundLimits, PeerNames, PeerTimeouts, PeerTls};
 pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};
 pub use state_machine::{DiscardEvents, EventSink, SnapshotTrigger, TracedEvent};

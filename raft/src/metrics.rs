@@ -145,14 +145,35 @@ impl RpcKind {
 
 /// RPCs the TCP peer network sent to other nodes. A heartbeat to each follower is one quorum
 /// round's cost on an idle leader, so `{kind="heartbeat"}` shows whether linearizable reads
-/// share rounds. Also the peer connections refused at the TLS handshake.
+/// share rounds. Also what the Raft listener refused: TLS handshakes, connections (over the
+/// cap, no hello in time, an oversized or wrong first frame) and inbound snapshots, and the
+/// inbound connections open.
 #[derive(Clone)]
 pub struct PeerRpcMetrics {
     /// `statestore_raft_rpcs_sent_total{kind}`
     sent: IntCounterVec,
     /// `statestore_raft_peer_tls_failures_total{side}`
     tls_failures: IntCounterVec,
+    /// `statestore_raft_peer_connections_refused_total{reason}`
+    connections_refused: IntCounterVec,
+    /// `statestore_raft_peer_connections_open`
+    connections_open: IntGauge,
+    /// `statestore_raft_snapshots_refused_total{reason}`
+    snapshots_refused: IntCounterVec,
 }
+
+/// The `reason` label of `statestore_raft_peer_connections_refused_total`: `limit` (the
+/// listener already had its cap of open peer connections), `timeout` (no hello within the
+/// connect deadline after the TCP accept or the TLS handshake), `oversized` (a first frame
+/// larger than a hello may be), `bad_hello` (a first frame that is no hello, or a hello of
+/// another protocol version). TLS handshake failures are counted in
+/// `statestore_raft_peer_tls_failures_total{side="server"}` instead.
+pub const CONNECTION_REFUSALS: [&str; 4] = ["limit", "timeout", "oversized", "bad_hello"];
+
+/// The `reason` label of `statestore_raft_snapshots_refused_total`: `too_large` (the transfer
+/// passed `cluster.max_snapshot_mb`; the partial file is removed), `busy` (another snapshot was
+/// still being received).
+pub const SNAPSHOT_REFUSALS: [&str; 2] = ["too_large", "busy"];
 
 /// The `side` label of `statestore_raft_peer_tls_failures_total`: `client` (this node dialled
 /// a peer and the handshake failed, e.g. the peer's certificate is not of the cluster CA or
@@ -186,7 +207,38 @@ impl Default for PeerRpcMetrics {
         for side in TLS_SIDES {
             tls_failures.with_label_values(&[side]).reset();
         }
-        PeerRpcMetrics { sent, tls_failures }
+        let connections_refused = IntCounterVec::new(
+            Opts::new(
+                "statestore_raft_peer_connections_refused_total",
+                "Inbound peer connections closed before their hello was accepted, by reason.",
+            ),
+            &["reason"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        for reason in CONNECTION_REFUSALS {
+            connections_refused.with_label_values(&[reason]).reset();
+        }
+        let snapshots_refused = IntCounterVec::new(
+            Opts::new(
+                "statestore_raft_snapshots_refused_total",
+                "Inbound snapshot transfers refused, by reason.",
+            ),
+            &["reason"],
+        )
+        .unwrap_or_else(|e| unreachable!("static metric: {e}"));
+        for reason in SNAPSHOT_REFUSALS {
+            snapshots_refused.with_label_values(&[reason]).reset();
+        }
+        PeerRpcMetrics {
+            sent,
+            tls_failures,
+            connections_refused,
+            connections_open: gauge(
+                "statestore_raft_peer_connections_open",
+                "Inbound peer connections open on the Raft listener (handshaking ones included).",
+            ),
+            snapshots_refused,
+        }
     }
 }
 
@@ -194,7 +246,10 @@ impl PeerRpcMetrics {
     /// Registers every metric into `registry`.
     pub fn register(&self, registry: &Registry) -> prometheus::Result<()> {
         registry.register(Box::new(self.sent.clone()))?;
-        registry.register(Box::new(self.tls_failures.clone()))
+        registry.register(Box::new(self.tls_failures.clone()))?;
+        registry.register(Box::new(self.connections_refused.clone()))?;
+        registry.register(Box::new(self.connections_open.clone()))?;
+        registry.register(Box::new(self.snapshots_refused.clone()))
     }
 
     /// The counter of RPCs of `kind`.
@@ -205,6 +260,22 @@ impl PeerRpcMetrics {
     /// The counter of failed TLS handshakes on `side` (one of [`TLS_SIDES`]).
     pub fn tls_failures(&self, side: &str) -> IntCounter {
         self.tls_failures.with_label_values(&[side])
+    }
+
+    /// The counter of inbound connections refused for `reason` (one of
+    /// [`CONNECTION_REFUSALS`]).
+    pub fn connections_refused(&self, reason: &str) -> IntCounter {
+        self.connections_refused.with_label_values(&[reason])
+    }
+
+    /// The gauge of open inbound peer connections.
+    pub fn connections_open(&self) -> &IntGauge {
+        &self.connections_open
+    }
+
+    /// The counter of inbound snapshots refused for `reason` (one of [`SNAPSHOT_REFUSALS`]).
+    pub fn snapshots_refused(&self, reason: &str) -> IntCounter {
+        self.snapshots_refused.with_label_values(&[reason])
     }
 }
 

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
-use crate::network::{NetworkFactory, PeerTimeouts, PeerTls, Transport};
+use crate::network::{InboundLimits, NetworkFactory, PeerNames, PeerTimeouts, PeerTls, Transport};
 use crate::read_barrier;
 use crate::snapshot::SnapshotData;
 use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
@@ -52,6 +52,12 @@ pub struct RaftConfig {
     pub log_cache_bytes: usize,
     /// Mutual TLS between peers; `None`: plain TCP.
     pub peer_tls: Option<PeerTls>,
+    /// Raft addresses (`host:port`) whose hosts a peer's TLS certificate may name besides the
+    /// current members': the configured peers and this node's own advertised address (a
+    /// joining node knows no members until the leader reaches it).
+    pub known_peers: Vec<String>,
+    /// Caps of the Raft listener: connections, snapshot size.
+    pub inbound: InboundLimits,
 }
 
 impl Default for RaftConfig {
@@ -71,6 +77,8 @@ impl Default for RaftConfig {
             snapshot_timeout: Duration::from_secs(60),
             log_cache_bytes: 64 << 20,
             peer_tls: None,
+            known_peers: Vec::new(),
+            inbound: InboundLimits::default(),
         }
     }
 }
@@ -152,6 +160,10 @@ pub struct RaftNode {
     log: LogStore,
     /// How this node accepts peers and forwards membership changes (plain or TLS).
     transport: Transport,
+    /// Hosts a peer's certificate may name (configured, members'), kept current.
+    peer_names: PeerNames,
+    /// Caps of the Raft listener.
+    inbound: InboundLimits,
     leadership: watch::Receiver<Leadership>,
     metrics: watch::Receiver<RaftMetrics>,
     /// Raft's fatal error, once it stopped on one.
@@ -175,8 +187,7 @@ impl RaftNode {
             .map_err(|e| Error::Config(format!("metrics: {e}")))?;
         let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs.clone())
             .with_tls(config.peer_tls.clone());
-        let transport = Transport::new(config.peer_tls.clone(), rpcs, config.peer_timeouts.connect);
-        Self::start_inner(config, store, sink, registry, network, transport).await
+        Self::start_inner(config, store, sink, registry, network, rpcs).await
     }
 
     /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
@@ -193,12 +204,15 @@ impl RaftNode {
     {
         // The TCP listener and membership forwarding, should a test use them (their
         // counters are not registered).
-        let transport = Transport::new(
-            config.peer_tls.clone(),
+        Self::start_inner(
+            config,
+            store,
+            sink,
+            registry,
+            network,
             PeerRpcMetrics::default(),
-            config.peer_timeouts.connect,
-        );
-        Self::start_inner(config, store, sink, registry, network, transport).await
+        )
+        .await
     }
 
     async fn start_inner<N>(
@@ -207,12 +221,22 @@ impl RaftNode {
         sink: Arc<dyn EventSink>,
         registry: &Registry,
         network: N,
-        transport: Transport,
+        rpcs: PeerRpcMetrics,
     ) -> Result<RaftNode>
     where
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: NetSnapshot<TypeConfig, SnapshotData = SnapshotData>,
     {
+        // This node's own set of peer names: the TLS acceptor checks client certificates
+        // against it, the metrics watch keeps the members' part current.
+        let peer_names = PeerNames::default();
+        peer_names.add_configured(config.known_peers.iter().map(String::as_str));
+        let server_tls = config
+            .peer_tls
+            .as_ref()
+            .map(|tls| tls.for_members(peer_names.clone()))
+            .transpose()?;
+        let transport = Transport::new(server_tls, rpcs, config.peer_timeouts.connect);
         let storage_metrics = Arc::new(RaftStorageMetrics::default());
         storage_metrics
             .register(registry)
@@ -251,7 +275,10 @@ impl RaftNode {
         .map_err(|e| Error::Stopped(e.to_string()))?;
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
-        let (metrics_tx, metrics) = watch::channel(raft.metrics().borrow_watched().clone());
+        let first = raft.metrics().borrow_watched().clone();
+        // Before the listener serves: a restarted node accepts its members at once.
+        peer_names.set_members(member_addrs(&first));
+        let (metrics_tx, metrics) = watch::channel(first);
         let (fatal_tx, fatal) = watch::channel(None);
         tokio::spawn(watch_metrics(
             raft.metrics(),
@@ -259,6 +286,7 @@ impl RaftNode {
                 leadership: leadership_tx,
                 mirror: metrics_tx,
                 fatal: fatal_tx,
+                peer_names: peer_names.clone(),
             },
             consensus_metrics,
         ));
@@ -270,6 +298,8 @@ impl RaftNode {
             state,
             log: log_store,
             transport,
+            peer_names,
+            inbound: config.inbound,
             leadership,
             metrics,
             fatal,
@@ -288,11 +318,12 @@ impl RaftNode {
     }
 
     /// Serves peers on `listener` until `stop` turns true (mutual TLS when the config had
-    /// [`RaftConfig::peer_tls`]).
+    /// [`RaftConfig::peer_tls`]), within [`RaftConfig::inbound`].
     pub async fn serve_peers(&self, listener: TcpListener, stop: watch::Receiver<bool>) {
         crate::network::serve(
             listener,
             self.transport.clone(),
+            self.inbound,
             self.raft.clone(),
             self.state.clone(),
             stop,
@@ -304,6 +335,9 @@ impl RaftNode {
     /// has state. Returns whether it initialised. Every member may call it with the same set:
     /// the ones that already joined ignore it.
     pub async fn bootstrap(&self, members: BTreeMap<NodeId, String>) -> Result<bool> {
+        // The members to be may dial this node before its own initialisation lands.
+        self.peer_names
+            .add_configured(members.values().map(String::as_str));
         if self
             .raft
             .is_initialized()
@@ -477,6 +511,17 @@ struct MetricsWatchers {
     mirror: watch::Sender<RaftMetrics>,
     /// Set once, when Raft stops on a fatal error.
     fatal: watch::Sender<Option<String>>,
+    /// The members' Raft addresses, for the peer certificate check.
+    peer_names: PeerNames,
+}
+
+/// The Raft addresses of every node in `metrics`' membership (voters and learners).
+fn member_addrs(metrics: &RaftMetrics) -> impl Iterator<Item = &str> {
+    metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(_, node)| node.addr.as_str())
 }
 
 async fn watch_metrics(
@@ -484,9 +529,15 @@ async fn watch_metrics(
     watchers: MetricsWatchers,
     gauges: Arc<ConsensusMetrics>,
 ) {
+    let mut membership = None;
     loop {
         let snapshot = metrics.borrow_and_update().clone();
         gauges.observe(&snapshot);
+        let log_id = *snapshot.membership_config.log_id();
+        if membership.as_ref() != Some(&log_id) {
+            watchers.peer_names.set_members(member_addrs(&snapshot));
+            membership = Some(log_id);
+        }
         let now = Leadership {
             leader: snapshot.current_leader,
             is_leader: snapshot.state == ServerState::Leader

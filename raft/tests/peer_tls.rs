@@ -1,7 +1,8 @@
 //! Mutual TLS between peers, in one process over the real TCP peer network (loopback
 //! listeners): a cluster whose nodes hold certificates of one CA elects a leader and
 //! replicates; a node whose certificate comes from another CA gets nowhere, in either
-//! direction, and every refusal is counted in `statestore_raft_peer_tls_failures_total{side}`.
+//! direction, nor does one whose certificate of the cluster CA names no member, and every
+//! refusal is counted in `statestore_raft_peer_tls_failures_total{side}`.
 //!
 //! Certificates are made with the `openssl` command (EC P-256, valid two days) by the test
 //! harness's [`Pki`].
@@ -26,21 +27,23 @@ struct Member {
     _dir: tempfile::TempDir,
 }
 
-/// Starts a node with `tls` on a loopback port, serving peers until `stop`.
+/// Starts a node with `tls` on a loopback port, serving peers until `stop`. Its own address
+/// is its one configured peer name (as the node crate configures its advertised address).
 async fn start(id: u64, tls: &PeerTls, stop: &watch::Receiver<bool>) -> Member {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local address").to_string();
     let config = RaftConfig {
         id,
         peer_tls: Some(tls.clone()),
+        known_peers: vec![addr.clone()],
         ..RaftConfig::default()
     };
     let registry = Registry::new();
     let node = RaftNode::start(&config, store, Arc::new(DiscardEvents), &registry)
         .await
         .expect("start");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local address").to_string();
     {
         let node = node.clone();
         let stop = stop.clone();
@@ -230,6 +233,104 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
 
     let _ = stop.send(true);
     for m in members.iter().chain([&rogue, &outsider]) {
+        let _ = m.node.shutdown().await;
+    }
+}
+
+/// Waits for a leader whose followers hold its whole log; returns its index in `members`.
+async fn replicated_leader(members: &[Member]) -> usize {
+    let replicated = eventually(Duration::from_secs(20), || {
+        members.iter().any(|m| {
+            let metrics = m.node.metrics().borrow().clone();
+            let last = metrics.last_log_index;
+            m.node.leadership().borrow().is_leader
+                && last.is_some()
+                && metrics.replication.as_ref().is_some_and(|r| {
+                    r.len() == members.len()
+                        && r.values().all(|l| l.as_ref().map(|l| l.index) == last)
+                })
+        })
+    })
+    .await;
+    assert!(replicated, "no leader with every follower caught up");
+    members
+        .iter()
+        .position(|m| m.node.leadership().borrow().is_leader)
+        .expect("leader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_of_the_cluster_ca_that_names_no_member_is_refused() {
+    let pki = Pki::new();
+    let dir = pki.dir();
+    pki.ca("cluster-ca");
+    let CertFiles { cert, key } = pki.leaf("cluster-ca", "node", "IP:127.0.0.1");
+    // Issued by the same CA for something else, e.g. a broker client.
+    let CertFiles {
+        cert: other_cert,
+        key: other_key,
+    } = pki.leaf("cluster-ca", "broker-client", "DNS:broker-client.test");
+    let ca = dir.join("cluster-ca.pem");
+    let tls = PeerTls::from_files(&ca, &cert, &key).expect("peer TLS");
+    let other_tls = PeerTls::from_files(&ca, &other_cert, &other_key).expect("other TLS");
+
+    let (stop, stopped) = watch::channel(false);
+    let mut members = Vec::new();
+    for id in 1..=3 {
+        members.push(start(id, &tls, &stopped).await);
+    }
+    let addrs: BTreeMap<u64, String> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i as u64 + 1, m.addr.clone()))
+        .collect();
+    for member in &members {
+        member
+            .node
+            .bootstrap(addrs.clone())
+            .await
+            .expect("bootstrap");
+    }
+    let leader = replicated_leader(&members).await;
+    let term = members[leader].node.leadership().borrow().term;
+
+    // It believes it is a member and campaigns: its chain is good, its name is no member's,
+    // so every listener refuses the handshake.
+    let intruder = start(4, &other_tls, &stopped).await;
+    let mut intruder_members = addrs.clone();
+    intruder_members.insert(4, intruder.addr.clone());
+    intruder
+        .node
+        .bootstrap(intruder_members)
+        .await
+        .expect("intruder bootstrap");
+    let refused = eventually(Duration::from_secs(20), || {
+        members
+            .iter()
+            .all(|m| tls_failures(&m.registry, "server") >= 1)
+    })
+    .await;
+    assert!(refused, "every member refused the intruder's certificate");
+    assert_eq!(
+        intruder.node.leadership().borrow().leader,
+        None,
+        "the intruder found no quorum"
+    );
+    let now = *members[leader].node.leadership().borrow();
+    assert!(
+        now.is_leader && now.term == term,
+        "the cluster kept its leader and term: {now:?}"
+    );
+    for m in &members {
+        assert_eq!(
+            tls_failures(&m.registry, "client"),
+            0,
+            "the members refused nothing they dialled"
+        );
+    }
+
+    let _ = stop.send(true);
+    for m in members.iter().chain([&intruder]) {
         let _ = m.node.shutdown().await;
     }
 }

@@ -6,8 +6,9 @@
 //! trusting the CA, and to nobody else; `POST /admin/members` answers 401 without the token and
 //! works with it (through `statestore cluster --ca --token-file`, as the chart's Jobs call it).
 //! Nodes holding a certificate of another CA get nowhere: the leader will not replicate to one
-//! it added, and the cluster's listeners refuse one that campaigns; both are counted in
-//! `statestore_raft_peer_tls_failures_total{side}`.
+//! it added, and the cluster's listeners refuse one that campaigns; nor does one holding a
+//! certificate of the cluster's CA that names no member (issued for a broker client); all
+//! are counted in `statestore_raft_peer_tls_failures_total{side}`.
 
 use std::path::Path;
 use std::process::Command;
@@ -333,5 +334,64 @@ async fn peer_tls_https_and_the_admin_token() {
     assert_eq!(now["state"], "Leader", "the cluster kept its leader: {now}");
     assert_eq!(now["term"], term, "and its term: {now}");
     drop(campaigner);
+
+    // The same with a certificate of the cluster's own CA that was issued for something else
+    // (a broker client): its chain is good, but it names no member, so the listeners refuse it
+    // just the same.
+    let client_cert = pki.leaf("cluster-ca", "broker-client", "DNS:broker-client.test");
+    let mut peers: Vec<(u64, String)> = cluster.nodes[..3]
+        .iter()
+        .map(|n| (n.id, format!("127.0.0.1:{}", n.raft_port)))
+        .collect();
+    let intruder_port = free_port();
+    peers.push((7, format!("127.0.0.1:{intruder_port}")));
+    let before: f64 = {
+        let mut sum = 0.0;
+        for node in &cluster.nodes[..3] {
+            sum += tls_failures(node, "server").await;
+        }
+        sum
+    };
+    let intruder = start_rogue(
+        &cluster,
+        7,
+        intruder_port,
+        peers,
+        &peer_tls_args(&ca, &client_cert),
+    );
+    let refused = wait_for(Duration::from_secs(30), || async {
+        let mut sum = 0.0;
+        for node in &nodes[..3] {
+            sum += tls_failures(node, "server").await;
+        }
+        (sum >= before + 3.0).then_some(sum)
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "the cluster's listeners refuse a certificate of their CA that names no member"
+    );
+    // For that reason, named in their WARN with the names the certificate carries.
+    let named = wait_for(Duration::from_secs(10), || async {
+        nodes[..3]
+            .iter()
+            .all(|n| {
+                n.log()
+                    .contains(r#"DnsName("broker-client.test")], none of them a member's host"#)
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(
+        named.is_some(),
+        "every listener logged the refused names: {}",
+        nodes[0].log_tail(20)
+    );
+    let status = intruder.status().await.expect("intruder status");
+    assert_eq!(status["leader"], serde_json::Value::Null, "{status}");
+    let now = cluster.nodes[leader].status().await.expect("status");
+    assert_eq!(now["state"], "Leader", "the cluster kept its leader: {now}");
+    assert_eq!(now["term"], term, "and its term: {now}");
+    drop(intruder);
     sdk.shutdown().await;
 }

@@ -218,6 +218,9 @@ tolerations:
 {{- end -}}
 {{- if $root.Values.admin.token.enabled -}}
 {{- $_ := set $admin "token_file" "/etc/statestore/admin/token" -}}
+{{- else -}}
+{{- /* The HTTP listener binds 0.0.0.0: without a token the node starts only when told so. */ -}}
+{{- $_ := set $admin "allow_insecure_http" true -}}
 {{- end -}}
 {{- if $admin -}}
 {{- $_ := set $cfg "admin" $admin -}}
@@ -247,12 +250,6 @@ tolerations:
 {{- end -}}
 {{- if and .Values.tls.broker.clientCert (not .Values.tls.broker.secretName) -}}
 {{- fail "tls.broker.clientCert needs tls.broker.secretName: the Secret holding tls.crt and tls.key" -}}
-{{- end -}}
-{{- if and .Values.tls.peers.enabled (not .Values.tls.peers.secretName) -}}
-{{- fail "tls.peers.enabled needs tls.peers.secretName: a Secret with ca.crt, tls.crt and tls.key (a certificate naming every pod, e.g. *.<fullname>-headless.<namespace>.svc.<domain>)" -}}
-{{- end -}}
-{{- if and .Values.tls.http.enabled (not .Values.tls.http.secretName) -}}
-{{- fail "tls.http.enabled needs tls.http.secretName: a Secret with tls.crt, tls.key and ca.crt" -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (contains "statestore" (include "statestore.jobName" .))) -}}
 {{- fail (printf "the scrape job name %q must contain \"statestore\": the alerts and dashboards select job=~\".*statestore.*\" (set metrics.serviceMonitor.jobName)" (include "statestore.jobName" .)) -}}
@@ -300,8 +297,50 @@ under helm template, --dry-run=client and on install, so this checks only agains
 {{- end -}}
 {{- end -}}
 
+{{/*
+Refuses an upgrade that would switch peer TLS on or off under a running release (one installed
+by a chart whose default was plain text, or with tls.peers flipped): the rolling update
+restarts one member at a time, and a member speaking the other protocol reaches no peer, so
+the rollout stalls with the first restarted pod. .existing is the release's StatefulSet from
+lookup (empty under helm template and on install).
+*/}}
+{{- define "statestore.checkPeerTlsSwitch" -}}
+{{- $podSpec := dig "spec" "template" "spec" dict (.existing | default dict) -}}
+{{- if and $podSpec (not .root.Values.tls.peers.switchRunningRelease) -}}
+{{- $had := false -}}
+{{- range $v := get $podSpec "volumes" | default list -}}
+{{- if eq (get $v "name") "tls-peers" -}}{{- $had = true -}}{{- end -}}
+{{- end -}}
+{{- $want := .root.Values.tls.peers.enabled -}}
+{{- if ne $had $want -}}
+{{- $name := include "statestore.fullname" .root -}}
+{{- fail (printf "tls.peers.enabled is %t, but the running StatefulSet %s has peer TLS %s: a rolling update would restart one member at a time speaking the other protocol, unable to reach its peers (the rollout stalls). Keep it with --set tls.peers.enabled=%t, or switch every member at once: upgrade with --set tls.peers.switchRunningRelease=true, then kubectl -n %s delete pod -l app.kubernetes.io/instance=%s,app.kubernetes.io/name=%s (the data volumes are kept; README \"Deploy on Kubernetes\")" $want $name (ternary "on" "off" $had) $had .root.Release.Namespace .root.Release.Name (include "statestore.name" .root)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "statestore.jobName" -}}
 {{- .Values.metrics.serviceMonitor.jobName | default (include "statestore.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret the chart generates (a CA and one certificate for the pods and the admin
+Service) when tls.peers or tls.http is on without a secretName. */}}
+{{- define "statestore.generatedTlsSecret" -}}
+{{- printf "%s-tls" (include "statestore.fullname" .) -}}
+{{- end -}}
+
+{{- define "statestore.generatesTls" -}}
+{{- if or (and .Values.tls.peers.enabled (not .Values.tls.peers.secretName)) (and .Values.tls.http.enabled (not .Values.tls.http.secretName)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the peers' ca.crt, tls.crt and tls.key. */}}
+{{- define "statestore.peersTlsSecret" -}}
+{{- .Values.tls.peers.secretName | default (include "statestore.generatedTlsSecret" .) -}}
+{{- end -}}
+
+{{/* The Secret holding the HTTP listener's tls.crt, tls.key and ca.crt. */}}
+{{- define "statestore.httpTlsSecret" -}}
+{{- .Values.tls.http.secretName | default (include "statestore.generatedTlsSecret" .) -}}
 {{- end -}}
 
 {{/* The admin Service's DNS name (what the HTTPS certificate must name). */}}
@@ -352,7 +391,7 @@ under helm template, --dry-run=client and on install, so this checks only agains
 {{- if .Values.tls.http.enabled }}
 - name: http-ca
   secret:
-    secretName: {{ .Values.tls.http.secretName }}
+    secretName: {{ include "statestore.httpTlsSecret" . }}
     defaultMode: 0440
     items:
       - key: ca.crt

@@ -103,6 +103,7 @@ fn files_that_do_not_load_are_refused_naming_the_setting() {
                         key_file: garbage.clone(),
                     }),
                     token_file: None,
+                    allow_insecure_http: false,
                 },
                 ..Config::default()
             },
@@ -116,6 +117,7 @@ fn files_that_do_not_load_are_refused_naming_the_setting() {
                         key_file: garbage.clone(),
                     }),
                     token_file: None,
+                    allow_insecure_http: false,
                 },
                 ..Config::default()
             },
@@ -126,6 +128,7 @@ fn files_that_do_not_load_are_refused_naming_the_setting() {
                 admin: AdminConfig {
                     tls: None,
                     token_file: Some(missing.clone()),
+                    allow_insecure_http: false,
                 },
                 ..Config::default()
             },
@@ -136,6 +139,7 @@ fn files_that_do_not_load_are_refused_naming_the_setting() {
                 admin: AdminConfig {
                     tls: None,
                     token_file: Some(write(dir.path(), "short", "secret\n")),
+                    allow_insecure_http: false,
                 },
                 ..Config::default()
             },
@@ -149,6 +153,7 @@ fn files_that_do_not_load_are_refused_naming_the_setting() {
         admin: AdminConfig {
             tls: None,
             token_file: Some(write(dir.path(), "token", "0123456789abcdef0123\n")),
+            allow_insecure_http: false,
         },
         ..Config::default()
     };
@@ -193,6 +198,7 @@ fn exposure_is_warned_about_only_off_loopback_and_unprotected() {
             key_file: "key".into(),
         }),
         token_file: Some("token".into()),
+        allow_insecure_http: false,
     };
     assert!(protected.exposure_warnings().is_empty());
     protected.admin.token_file = None;
@@ -201,4 +207,44 @@ fn exposure_is_warned_about_only_off_loopback_and_unprotected() {
         1,
         "HTTPS alone still leaves the membership endpoint open"
     );
+}
+
+#[test]
+fn an_http_listener_off_loopback_needs_a_token_or_the_insecure_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = write(dir.path(), "token", "0123456789abcdef0123\n");
+    let with_http = |addr: &str| Config {
+        listen: ListenConfig {
+            http: addr.parse().expect("addr"),
+            ..ListenConfig::default()
+        },
+        ..Config::default()
+    };
+    for loopback in ["127.0.0.1:7480", "[::1]:7480", "127.0.0.2:7480"] {
+        with_http(loopback).validate().expect(loopback);
+    }
+    for open in ["0.0.0.0:7480", "10.1.2.3:7480", "[::]:7480"] {
+        let err = with_http(open).validate().expect_err(open).to_string();
+        assert!(
+            err.contains(&format!("listen.http {}", with_http(open).listen.http))
+                && err.contains("admin.token_file")
+                && err.contains("admin.allow_insecure_http"),
+            "{open}: {err}"
+        );
+        let mut allowed = with_http(open);
+        allowed.admin.allow_insecure_http = true;
+        allowed.validate().expect("said explicitly");
+        assert!(
+            allowed
+                .exposure_warnings()
+                .iter()
+                .any(|w| w.contains("needs no token")),
+            "and warned about"
+        );
+        let mut guarded = with_http(open);
+        guarded.admin.token_file = Some(token.clone());
+        guarded.validate().expect("a token");
+    }
+    let parsed: Config = toml::from_str("[admin]\nallow_insecure_http = true\n").expect("parses");
+    assert!(parsed.admin.allow_insecure_http);
 }

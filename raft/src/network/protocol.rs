@@ -15,7 +15,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 use statestore_storage::codec;
-use tokio_util::codec::LengthDelimitedCodec;
+use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
 
 use crate::membership::MembershipChange;
 use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
@@ -29,9 +29,14 @@ use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 /// delivery state, snapshots hold no queue index tables, and a SEND can be refused at the
 /// store-wide message cap).
 pub const PROTOCOL_VERSION: u32 = 4;
-/// Largest frame accepted: a full AppendEntries of proposal batches (the batcher keeps a batch
-/// near 4 MiB plus one value of at most 4 MiB; openraft sends at most `max_payload_entries`).
+/// Largest frame accepted once the hello was: a full AppendEntries of proposal batches (the
+/// batcher keeps a batch near 4 MiB plus one value of at most 4 MiB; openraft sends at most
+/// `max_payload_entries`).
 pub const MAX_FRAME_BYTES: usize = 128 << 20;
+/// Largest frame a server accepts before the hello: a hello is a few bytes. A length header
+/// claiming more is refused as it is read, so a connection that has not said hello can make
+/// the server reserve no more than this.
+pub const HELLO_FRAME_BYTES: usize = 4 << 10;
 /// Bytes of snapshot data per chunk frame.
 pub const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 
@@ -92,11 +97,30 @@ pub enum Response {
     Refused(String),
 }
 
-/// The frame codec both ends use.
+/// The frame codec both ends use (a server starts with [`framing_before_hello`]).
 pub fn framing() -> LengthDelimitedCodec {
     LengthDelimitedCodec::builder()
         .max_frame_length(MAX_FRAME_BYTES)
         .new_codec()
+}
+
+/// The codec of a server connection until its hello is accepted: frames of at most
+/// [`HELLO_FRAME_BYTES`]. Raise it with [`accept_after_hello`].
+pub fn framing_before_hello() -> LengthDelimitedCodec {
+    LengthDelimitedCodec::builder()
+        .max_frame_length(HELLO_FRAME_BYTES)
+        .new_codec()
+}
+
+/// Raises a server connection's codec to [`MAX_FRAME_BYTES`] once its hello was accepted.
+pub fn accept_after_hello(codec: &mut LengthDelimitedCodec) {
+    codec.set_max_frame_length(MAX_FRAME_BYTES);
+}
+
+/// True when `err` is the codec's refusal of a frame longer than its limit.
+pub fn is_oversized(err: &std::io::Error) -> bool {
+    err.get_ref()
+        .is_some_and(|inner| inner.is::<LengthDelimitedCodecError>())
 }
 
 /// Encodes a message into one frame body.
@@ -114,6 +138,8 @@ pub fn decode<T: serde::de::DeserializeOwned>(
 
 #[cfg(test)]
 mod tests {
+    use tokio_util::codec::Decoder;
+
     use super::*;
 
     #[test]
@@ -132,5 +158,57 @@ mod tests {
         ));
         let garbage = BytesMut::from(&[codec::FORMAT_VERSION, 0xee, 0xff][..]);
         assert!(decode::<Request>("request", &garbage).is_err());
+    }
+
+    /// A frame body behind a 4-byte big-endian length, as the codec writes it.
+    fn framed(len: u32, body: &[u8]) -> BytesMut {
+        let mut bytes = BytesMut::from(&len.to_be_bytes()[..]);
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    #[test]
+    fn before_the_hello_a_large_length_header_is_refused_without_reserving_it() {
+        let hello = encode(&Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            from: Some(u64::MAX),
+        });
+        assert!(
+            hello.len() * 16 < HELLO_FRAME_BYTES,
+            "a hello ({} bytes) fits the pre-hello limit many times over",
+            hello.len()
+        );
+
+        // A header claiming 100 MiB: refused as soon as the header is read, the buffer not
+        // grown towards it.
+        let mut codec = framing_before_hello();
+        let mut src = framed(100 << 20, b"x");
+        let err = codec.decode(&mut src).expect_err("oversized");
+        assert!(is_oversized(&err), "{err}");
+        assert!(src.capacity() < HELLO_FRAME_BYTES, "{}", src.capacity());
+        // The full codec would have reserved it.
+        let mut src = framed(100 << 20, b"x");
+        assert!(framing().decode(&mut src).expect("waits").is_none());
+        assert!(src.capacity() >= 100 << 20, "the old behaviour: reserved");
+
+        // A hello passes; after it the limit is the full one.
+        let mut codec = framing_before_hello();
+        let mut src = framed(hello.len() as u32, &hello);
+        let frame = codec.decode(&mut src).expect("decodes").expect("a frame");
+        assert!(matches!(
+            decode::<Request>("request", &frame).expect("hello"),
+            Request::Hello { .. }
+        ));
+        accept_after_hello(&mut codec);
+        let big = vec![7u8; 64 << 10];
+        let mut src = framed(big.len() as u32, &big);
+        let frame = codec.decode(&mut src).expect("decodes").expect("a frame");
+        assert_eq!(frame.len(), big.len());
+        let mut src = framed((MAX_FRAME_BYTES + 1) as u32, b"");
+        assert!(is_oversized(
+            &codec.decode(&mut src).expect_err("over the full limit")
+        ));
+        // Other errors are not mistaken for it.
+        assert!(!is_oversized(&std::io::Error::other("reset")));
     }
 }

@@ -1,12 +1,19 @@
 //! Inbound side: accepts peer connections and answers their requests in order.
 //!
+//! A connection is admitted only under the listener's cap ([`Inbound`]); it must then finish
+//! its TLS handshake (with TLS) and send its hello within the connect deadline, in a frame of
+//! at most [`protocol::HELLO_FRAME_BYTES`]: a silent connection, an oversized length header or
+//! a first frame that is no hello of this protocol closes it before anything is reserved for
+//! it. Only then is the frame limit raised to [`protocol::MAX_FRAME_BYTES`].
+//!
 //! Per connection, a reader decodes frames and starts the work of each request — AppendEntries
 //! go into one openraft `stream_append` pipeline, votes and membership changes run as tasks,
-//! snapshot chunks go into a file — and queues a handle to its answer; a writer sends the
-//! answers in request order. At most [`MAX_PENDING`] answers are outstanding per connection,
-//! which bounds what one peer can make this node hold. A frame that does not decode gets
-//! `Refused` and the connection is closed; it never reaches Raft. With TLS, a connection whose
-//! handshake fails (no client certificate of the cluster CA) is closed before its first frame.
+//! snapshot chunks go into a file (one snapshot at a time per node, at most
+//! `max_snapshot_bytes`) — and queues a handle to its answer; a writer sends the answers in
+//! request order. At most [`MAX_PENDING`] answers are outstanding per connection, which bounds
+//! what one peer can make this node hold. A frame that does not decode gets `Refused` and the
+//! connection is closed; it never reaches Raft. With TLS, a connection whose handshake fails
+//! (no client certificate of the cluster CA naming a peer) is closed before its first frame.
 
 use std::path::PathBuf;
 
@@ -17,11 +24,13 @@ use openraft::raft::StreamAppendResult;
 use statestore_storage::sled::StateTree;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_util::codec::Framed;
+use tokio::time::Instant;
+use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
 use crate::membership;
+use crate::network::inbound::{Inbound, InboundLimits, SnapshotBudget};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
 use crate::network::tls::{PeerStream, Transport};
 use crate::snapshot::SnapshotData;
@@ -30,14 +39,17 @@ use crate::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 /// Answers outstanding per connection (pipelined AppendEntries included).
 const MAX_PENDING: usize = 256;
 
-/// Serves peers on `listener` until `stop` turns true, over `transport` (plain or TLS).
+/// Serves peers on `listener` until `stop` turns true, over `transport` (plain or TLS), within
+/// `limits`.
 pub(crate) async fn serve(
     listener: TcpListener,
     transport: Transport,
+    limits: InboundLimits,
     raft: Raft,
     state: StateTree,
     mut stop: watch::Receiver<bool>,
 ) {
+    let inbound = Inbound::new(limits, transport.metrics().clone());
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -45,18 +57,27 @@ pub(crate) async fn serve(
         };
         match accepted {
             Ok((tcp, peer)) => {
+                let Some(slot) = inbound.admit() else {
+                    tracing::debug!(%peer, "refused a peer connection: at the connection cap");
+                    continue;
+                };
                 let connection = Connection {
                     raft: raft.clone(),
                     state: state.clone(),
+                    inbound: inbound.clone(),
                 };
                 let transport = transport.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
+                    // The handshake and the hello share one deadline from the accept: a
+                    // silent client holds its slot no longer than that.
+                    let hello_by = Instant::now() + transport.handshake_timeout();
                     // The handshake runs here, not in the accept loop: a slow or silent client
                     // holds up only its own connection.
                     let Some(stream) = transport.accept(tcp, peer).await else {
                         return;
                     };
-                    if let Err(reason) = connection.run(stream).await {
+                    if let Err(reason) = connection.run(stream, hello_by).await {
                         tracing::debug!(%peer, %reason, "peer connection closed");
                     }
                 });
@@ -87,6 +108,10 @@ struct Incoming {
     meta: SnapshotMeta,
     path: PathBuf,
     file: tokio::fs::File,
+    /// Bytes received against the cap.
+    budget: SnapshotBudget,
+    /// The node's one inbound snapshot, held until installed or dropped.
+    permit: OwnedSemaphorePermit,
 }
 
 /// Removes a partially received snapshot file unless it was handed to Raft.
@@ -103,11 +128,34 @@ impl Drop for PartialFile {
 struct Connection {
     raft: Raft,
     state: StateTree,
+    inbound: Inbound,
+}
+
+/// Why a connection's first frame was not an acceptable hello: the counter's reason (none for
+/// a connection closed before it sent anything), the refusal sent back, if any.
+struct NoHello {
+    reason: Option<&'static str>,
+    answer: Option<String>,
+    log: String,
 }
 
 impl Connection {
-    async fn run(self, stream: PeerStream) -> Result<(), String> {
-        let conn = Framed::new(stream, protocol::framing());
+    /// Reads the hello (by `hello_by`, in a small frame) and answers it; then serves requests.
+    async fn run(self, stream: PeerStream, hello_by: Instant) -> Result<(), String> {
+        let mut conn = Framed::new(stream, protocol::framing_before_hello());
+        if let Err(refused) = hello(&mut conn, hello_by).await {
+            if let Some(reason) = refused.reason {
+                self.inbound.refused(reason);
+            }
+            if let Some(answer) = refused.answer {
+                tracing::warn!(reason = %answer, "refusing a peer connection");
+                let refusal = protocol::encode(&Response::Refused(answer));
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(refusal))
+                    .await;
+            }
+            return Err(refused.log);
+        }
+        protocol::accept_after_hello(conn.codec_mut());
         let (mut sink, mut frames) = conn.split();
         let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
 
@@ -148,7 +196,6 @@ impl Connection {
     ) -> Result<(), String> {
         let mut appends: Option<mpsc::Sender<_>> = None;
         let mut incoming: Option<(Incoming, PartialFile)> = None;
-        let mut greeted = false;
         while let Some(frame) = frames.next().await {
             let frame = frame.map_err(|e| format!("reading: {e}"))?;
             let request: Request = match protocol::decode("peer request", &frame) {
@@ -160,26 +207,6 @@ impl Connection {
                 }
             };
             let work = match request {
-                Request::Hello { protocol, from } if !greeted => {
-                    greeted = true;
-                    if protocol != PROTOCOL_VERSION {
-                        let reason = format!(
-                            "peer protocol {protocol} from node {from:?}, this node speaks {PROTOCOL_VERSION}"
-                        );
-                        refuse(pending, &reason).await;
-                        return Err(reason);
-                    }
-                    Pending::Now {
-                        response: Response::Hello {
-                            protocol: PROTOCOL_VERSION,
-                        },
-                        close: false,
-                    }
-                }
-                _ if !greeted => {
-                    refuse(pending, "the first frame must be a hello").await;
-                    return Err("no hello".into());
-                }
                 Request::Hello { .. } => {
                     refuse(pending, "hello sent twice").await;
                     return Err("second hello".into());
@@ -239,6 +266,16 @@ impl Connection {
                     }))
                 }
                 Request::SnapshotBegin { vote, meta } => {
+                    // A new transfer replaces one this connection had not finished (its
+                    // partial file is removed, its permit returned).
+                    drop(incoming.take());
+                    let permit = match self.inbound.snapshot_permit().await {
+                        Ok(permit) => permit,
+                        Err(reason) => {
+                            refuse(pending, &reason).await;
+                            return Err(reason);
+                        }
+                    };
                     let path = self.state.incoming_snapshot_path();
                     let file = tokio::fs::File::create(&path)
                         .await
@@ -250,6 +287,8 @@ impl Connection {
                             meta,
                             path,
                             file,
+                            budget: self.inbound.snapshot_budget(),
+                            permit,
                         },
                         partial,
                     ));
@@ -260,6 +299,11 @@ impl Connection {
                         refuse(pending, "snapshot chunk without a snapshot").await;
                         return Err("stray snapshot chunk".into());
                     };
+                    if let Err(reason) = receiving.budget.take(bytes.len()) {
+                        // Dropping `incoming` on return removes the partial file.
+                        refuse(pending, &reason).await;
+                        return Err(reason);
+                    }
                     receiving
                         .file
                         .write_all(&bytes)
@@ -280,6 +324,71 @@ impl Connection {
             send(pending, work).await?;
         }
         Ok(())
+    }
+}
+
+/// Reads the first frame by `hello_by` and answers it when it is a hello of this protocol.
+async fn hello(
+    conn: &mut Framed<PeerStream, LengthDelimitedCodec>,
+    hello_by: Instant,
+) -> Result<(), NoHello> {
+    let refused = |reason, answer: Option<String>, log: String| NoHello {
+        reason: Some(reason),
+        answer,
+        log,
+    };
+    let frame = match tokio::time::timeout_at(hello_by, conn.next()).await {
+        Err(_) => {
+            return Err(refused("timeout", None, "no hello in time".into()));
+        }
+        Ok(None) => {
+            return Err(NoHello {
+                reason: None,
+                answer: None,
+                log: "closed before its hello".into(),
+            });
+        }
+        Ok(Some(Err(err))) if protocol::is_oversized(&err) => {
+            return Err(refused(
+                "oversized",
+                None,
+                format!("a first frame over {} bytes", protocol::HELLO_FRAME_BYTES),
+            ));
+        }
+        Ok(Some(Err(err))) => return Err(refused("bad_hello", None, format!("reading: {err}"))),
+        Ok(Some(Ok(frame))) => frame,
+    };
+    let answer = match protocol::decode::<Request>("peer request", &frame) {
+        Ok(Request::Hello { protocol, .. }) if protocol == PROTOCOL_VERSION => Response::Hello {
+            protocol: PROTOCOL_VERSION,
+        },
+        Ok(Request::Hello { protocol, from }) => {
+            let reason = format!(
+                "peer protocol {protocol} from node {from:?}, this node speaks {PROTOCOL_VERSION}"
+            );
+            return Err(refused("bad_hello", Some(reason.clone()), reason));
+        }
+        Ok(_) => {
+            let reason = "the first frame must be a hello".to_owned();
+            return Err(refused("bad_hello", Some(reason), "no hello".into()));
+        }
+        Err(err) => {
+            let reason = format!("undecodable request: {err}");
+            return Err(refused("bad_hello", Some(reason.clone()), reason));
+        }
+    };
+    match tokio::time::timeout_at(hello_by, conn.send(protocol::encode(&answer))).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => Err(refused(
+            "bad_hello",
+            None,
+            format!("answering the hello: {err}"),
+        )),
+        Err(_) => Err(refused(
+            "timeout",
+            None,
+            "the hello's answer not taken in time".into(),
+        )),
     }
 }
 
@@ -324,6 +433,8 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
         meta,
         path,
         mut file,
+        budget: _,
+        permit: _permit,
     } = incoming;
     let prepared = async {
         file.flush().await?;

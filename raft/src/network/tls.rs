@@ -4,9 +4,10 @@
 //! before; the only cost on that path is one `match` per read and write.
 //!
 //! With [`PeerTls`], every node holds a certificate signed by the cluster's CA:
-//! - a server (the Raft listener) requires a client certificate that chains to the CA and
-//!   refuses the handshake otherwise — the connection is closed before its first frame is
-//!   read, so nothing from an unauthenticated peer reaches Raft;
+//! - a server (the Raft listener) requires a client certificate that chains to the CA and is
+//!   valid for the host of a configured peer or current member ([`PeerNames`]), and refuses
+//!   the handshake otherwise — the connection is closed before its first frame is read, so
+//!   nothing from an unauthenticated peer reaches Raft;
 //! - a client checks the server's certificate against the CA and against the host of the
 //!   peer's address (`host:port`; an IP address is checked against the certificate's IP
 //!   subjectAltNames, a name against its DNS names).
@@ -22,6 +23,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
@@ -31,13 +33,43 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::error::{Error, Result};
 use crate::metrics::PeerRpcMetrics;
+use crate::network::peer_names::{MemberCertVerifier, PeerNames};
 
 /// TLS settings of the peer network: the cluster CA and this node's certificate and key,
-/// ready for both directions.
+/// ready for both directions. The accepting side checks client certificates against a
+/// [`PeerNames`]: [`PeerTls::for_members`] binds it to a node's set (as built by
+/// [`PeerTls::from_pem`] it is empty, and every client is refused).
 #[derive(Clone)]
 pub struct PeerTls {
     connector: TlsConnector,
     acceptor: TlsAcceptor,
+    server: Arc<ServerParts>,
+}
+
+/// What a server configuration is built from.
+struct ServerParts {
+    provider: Arc<CryptoProvider>,
+    roots: Arc<RootCertStore>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+impl ServerParts {
+    /// A server configuration whose client certificates must chain to the CA and name one of
+    /// `names`.
+    fn config(&self, names: PeerNames) -> Result<rustls::ServerConfig> {
+        let ca =
+            WebPkiClientVerifier::builder_with_provider(self.roots.clone(), self.provider.clone())
+                .build()
+                .map_err(|e| config("client verifier", e))?;
+        let verifier = Arc::new(MemberCertVerifier { inner: ca, names });
+        rustls::ServerConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| config("server", e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| config("cert_file/key_file", e))
+    }
 }
 
 impl std::fmt::Debug for PeerTls {
@@ -86,24 +118,34 @@ impl PeerTls {
         let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| config("key_file", e))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-            .build()
-            .map_err(|e| config("client verifier", e))?;
-        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| config("server", e))?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(|e| config("cert_file/key_file", e))?;
-        let client = rustls::ClientConfig::builder_with_provider(provider)
+        let client = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| config("client", e))?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(chain, key)
+            .with_root_certificates(roots.clone())
+            .with_client_auth_cert(chain.clone(), key.clone_key())
             .map_err(|e| config("cert_file/key_file", e))?;
+        let server = ServerParts {
+            provider,
+            roots,
+            chain,
+            key,
+        };
+        let acceptor = TlsAcceptor::from(Arc::new(server.config(PeerNames::default())?));
         Ok(PeerTls {
             connector: TlsConnector::from(Arc::new(client)),
-            acceptor: TlsAcceptor::from(Arc::new(server)),
+            acceptor,
+            server: Arc::new(server),
+        })
+    }
+
+    /// The same settings, accepting client certificates valid for one of `names`' hosts (a
+    /// node's own set: clones of one `PeerTls` given to several nodes in one process must
+    /// each be bound to their node's names).
+    pub fn for_members(&self, names: PeerNames) -> Result<PeerTls> {
+        Ok(PeerTls {
+            connector: self.connector.clone(),
+            acceptor: TlsAcceptor::from(Arc::new(self.server.config(names)?)),
+            server: self.server.clone(),
         })
     }
 }
@@ -145,6 +187,17 @@ impl Transport {
         }
     }
 
+    /// How long an accepted connection has for its TLS handshake and its hello together (the
+    /// dialling side's connect deadline, which also covers both).
+    pub(crate) fn handshake_timeout(&self) -> Duration {
+        self.handshake_timeout
+    }
+
+    /// Where the peer network's counters are.
+    pub(crate) fn metrics(&self) -> &PeerRpcMetrics {
+        &self.metrics
+    }
+
     /// Opens a TCP connection to `addr` and, with TLS, does the handshake (the caller bounds
     /// the whole with its connect timeout).
     pub(crate) async fn connect(&self, addr: &str) -> std::result::Result<PeerStream, String> {
@@ -166,8 +219,8 @@ impl Transport {
     }
 
     /// Completes an accepted connection: with TLS, the handshake, which must present a client
-    /// certificate signed by the CA. A failure is counted and logged; the connection is
-    /// closed by dropping it.
+    /// certificate signed by the CA and naming a peer ([`PeerNames`]). A failure is counted
+    /// and logged; the connection is closed by dropping it.
     pub(crate) async fn accept(
         &self,
         tcp: TcpStream,
@@ -184,9 +237,23 @@ impl Transport {
         };
         match tokio::time::timeout(self.handshake_timeout, tls.acceptor.accept(tcp)).await {
             Ok(Ok(stream)) => Some(PeerStream::Tls(Box::new(stream.into()))),
-            Ok(Err(err)) => failed(err.to_string()),
+            Ok(Err(err)) => failed(handshake_failure(&err)),
             Err(_) => failed(format!("no handshake within {:?}", self.handshake_timeout)),
         }
+    }
+}
+
+/// Why a handshake failed, readable: rustls shows a custom certificate refusal (a certificate
+/// naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
+fn handshake_failure(err: &io::Error) -> String {
+    match err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) => {
+            format!("invalid peer certificate: {other}")
+        }
+        _ => err.to_string(),
     }
 }
 

@@ -1,0 +1,222 @@
+//! What the Raft listener admits, so that a peer (or whoever reaches the port) cannot make this
+//! node hold unbounded connections or disk:
+//! - at most [`InboundLimits::max_connections`] open connections; beyond it a new one is closed
+//!   at once (`statestore_raft_peer_connections_refused_total{reason="limit"}`), and the open
+//!   ones are a gauge (`statestore_raft_peer_connections_open`);
+//! - one inbound snapshot at a time (Raft sends a follower one); another waits up to
+//!   [`SNAPSHOT_PERMIT_WAIT`] for it, then is refused (`busy`);
+//! - a snapshot transfer of at most [`InboundLimits::max_snapshot_bytes`]; past it the transfer
+//!   is refused (`too_large`) and its partial file removed.
+//!
+//! The hello's frame limit and deadline are in [`super::server`] (they need the connection).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::IntGauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::metrics::PeerRpcMetrics;
+
+/// How long a snapshot transfer waits for another one to finish before it is refused (a leader
+/// that reconnects starts its new transfer while the old connection is being torn down).
+pub(crate) const SNAPSHOT_PERMIT_WAIT: Duration = Duration::from_secs(2);
+
+/// Caps of the Raft listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboundLimits {
+    /// Open inbound peer connections at most. A node keeps about four to each peer
+    /// (replication, heartbeats, votes, a forwarded membership change), so 64 serves a
+    /// cluster of nine with room for reconnects.
+    pub max_connections: usize,
+    /// Bytes of one inbound snapshot at most.
+    pub max_snapshot_bytes: u64,
+}
+
+impl Default for InboundLimits {
+    fn default() -> Self {
+        InboundLimits {
+            max_connections: 64,
+            max_snapshot_bytes: u64::MAX,
+        }
+    }
+}
+
+/// The listener's shared admission state.
+#[derive(Clone)]
+pub(crate) struct Inbound {
+    connections: Arc<Semaphore>,
+    snapshots: Arc<Semaphore>,
+    max_snapshot_bytes: u64,
+    metrics: PeerRpcMetrics,
+}
+
+impl Inbound {
+    pub(crate) fn new(limits: InboundLimits, metrics: PeerRpcMetrics) -> Inbound {
+        Inbound {
+            connections: Arc::new(Semaphore::new(limits.max_connections)),
+            snapshots: Arc::new(Semaphore::new(1)),
+            max_snapshot_bytes: limits.max_snapshot_bytes,
+            metrics,
+        }
+    }
+
+    /// A slot for a just-accepted connection, held for its life; `None` (counted) at the cap.
+    pub(crate) fn admit(&self) -> Option<ConnectionSlot> {
+        match self.connections.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let open = self.metrics.connections_open().clone();
+                open.inc();
+                Some(ConnectionSlot {
+                    _permit: permit,
+                    open,
+                })
+            }
+            Err(_) => {
+                self.metrics.connections_refused("limit").inc();
+                None
+            }
+        }
+    }
+
+    /// Counts a connection refused before its hello for `reason`.
+    pub(crate) fn refused(&self, reason: &str) {
+        self.metrics.connections_refused(reason).inc();
+    }
+
+    /// The right to receive a snapshot, held until it is installed or dropped. Waits up to
+    /// [`SNAPSHOT_PERMIT_WAIT`] for a transfer in progress; then refuses (counted).
+    pub(crate) async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, String> {
+        match tokio::time::timeout(SNAPSHOT_PERMIT_WAIT, self.snapshots.clone().acquire_owned())
+            .await
+        {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => {
+                self.metrics.snapshots_refused("busy").inc();
+                Err("another snapshot is being received".to_owned())
+            }
+        }
+    }
+
+    /// A byte budget for one snapshot transfer.
+    pub(crate) fn snapshot_budget(&self) -> SnapshotBudget {
+        SnapshotBudget {
+            max: self.max_snapshot_bytes,
+            received: 0,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// An admitted connection; releases its slot and lowers the gauge when dropped.
+pub(crate) struct ConnectionSlot {
+    _permit: OwnedSemaphorePermit,
+    open: IntGauge,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// Bytes of one inbound snapshot so far, against the cap.
+pub(crate) struct SnapshotBudget {
+    max: u64,
+    received: u64,
+    metrics: PeerRpcMetrics,
+}
+
+impl SnapshotBudget {
+    /// Accounts for `bytes` more; an error (counted) once the transfer passes the cap.
+    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), String> {
+        self.received = self
+            .received
+            .saturating_add(u64::try_from(bytes).unwrap_or(u64::MAX));
+        if self.received > self.max {
+            self.metrics.snapshots_refused("too_large").inc();
+            return Err(format!(
+                "the snapshot is larger than this node accepts ({} bytes; cluster.max_snapshot_mb)",
+                self.max
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(metrics: &PeerRpcMetrics, reason: &str) -> u64 {
+        metrics.connections_refused(reason).get()
+    }
+
+    #[test]
+    fn connections_beyond_the_cap_are_refused_and_slots_come_back() {
+        let metrics = PeerRpcMetrics::default();
+        let inbound = Inbound::new(
+            InboundLimits {
+                max_connections: 2,
+                max_snapshot_bytes: 10,
+            },
+            metrics.clone(),
+        );
+        let first = inbound.admit().expect("first");
+        let second = inbound.admit().expect("second");
+        assert_eq!(metrics.connections_open().get(), 2);
+        assert!(inbound.admit().is_none(), "over the cap");
+        assert_eq!(refused(&metrics, "limit"), 1);
+        drop(first);
+        assert_eq!(metrics.connections_open().get(), 1);
+        let third = inbound
+            .admit()
+            .expect("a slot freed by a closed connection");
+        assert_eq!(metrics.connections_open().get(), 2);
+        drop((second, third));
+        assert_eq!(metrics.connections_open().get(), 0);
+        inbound.refused("timeout");
+        assert_eq!(refused(&metrics, "timeout"), 1);
+    }
+
+    #[test]
+    fn a_snapshot_past_the_cap_is_refused_naming_the_setting() {
+        let metrics = PeerRpcMetrics::default();
+        let inbound = Inbound::new(
+            InboundLimits {
+                max_connections: 1,
+                max_snapshot_bytes: 10,
+            },
+            metrics.clone(),
+        );
+        let mut budget = inbound.snapshot_budget();
+        budget.take(6).expect("6 of 10");
+        budget.take(4).expect("exactly 10");
+        let err = budget.take(1).expect_err("11 of 10");
+        assert!(err.contains("cluster.max_snapshot_mb"), "{err}");
+        assert_eq!(metrics.snapshots_refused("too_large").get(), 1);
+        // A new transfer starts from zero.
+        inbound.snapshot_budget().take(10).expect("a new budget");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_snapshot_at_a_time_a_second_waits_then_is_refused() {
+        let metrics = PeerRpcMetrics::default();
+        let inbound = Inbound::new(InboundLimits::default(), metrics.clone());
+        let first = inbound.snapshot_permit().await.expect("first");
+        let err = inbound.snapshot_permit().await.expect_err("busy");
+        assert!(err.contains("another snapshot"), "{err}");
+        assert_eq!(metrics.snapshots_refused("busy").get(), 1);
+        // Released while the next one waits: it gets the permit.
+        let waiting = {
+            let inbound = inbound.clone();
+            tokio::spawn(async move { inbound.snapshot_permit().await.is_ok() })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        assert!(
+            waiting.await.expect("task"),
+            "the waiting transfer proceeds"
+        );
+    }
+}
