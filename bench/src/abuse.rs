@@ -6,11 +6,11 @@
 //! attack to the median quiet p99 (the issue's goal: at most 2×), the nodes' CPU per
 //! well-behaved SET, and how the nodes' dropped-request and notification counters moved.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::abuse_attacks::{self, Attack, Context};
 use crate::abuse_report::{
-    AbuseReport, AbuseSettings, AttackRow, Window, fill_ratios, goal_checks,
+    AbuseReport, AbuseSettings, AttackRow, Window, fill_ratios, goal_checks, p99_with_timeouts,
 };
 use crate::cell::{self, CellSpec, Measured};
 use crate::cli::{AbuseArgs, AbusePlan};
@@ -72,18 +72,65 @@ impl Run<'_> {
         )
         .await;
         let after = node_counters::snapshot_of(&self.target.cluster, COUNTERS).await;
-        let window = window_of(label, result, node_counters::increase(&before, &after), self.plan.duration);
+        let window = window_of(
+            label,
+            result,
+            node_counters::increase(&before, &after),
+            self.plan.duration,
+            self.args.timeout,
+        );
         let to = log_offsets(&self.target.cluster);
-        self.logs
-            .extend(node_logs(&self.target.cluster, &self.log_from, Some(&to), &window.label));
+        self.logs.extend(node_logs(
+            &self.target.cluster,
+            &self.log_from,
+            Some(&to),
+            &window.label,
+        ));
         self.log_from = to;
         for i in 0..self.target.cluster.nodes.len() {
             if let Err(err) = self.target.cluster.check_alive(i) {
-                self.failures.push(format!("after {}: {err:#}", window.label));
+                self.failures
+                    .push(format!("after {}: {err:#}", window.label));
             }
         }
         window
     }
+}
+
+/// Longest wait after an attack for the nodes to finish the requests it left behind.
+const SETTLE_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits (at most [`SETTLE_WITHIN`]) until no node holds a request in flight
+/// (`statestore_server_requests_in_flight`), so the next quiet window is quiet; returns how
+/// long it took, `None` if the nodes never settled.
+async fn settle(cluster: &crate::processes::StatestoreCluster) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < SETTLE_WITHIN {
+        let mut in_flight = 0.0;
+        for i in 0..cluster.nodes.len() {
+            if let Ok(text) = cluster.metrics_text(i).await {
+                in_flight += in_flight_of(&text);
+            }
+        }
+        if in_flight == 0.0 {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// `statestore_server_requests_in_flight` in a node's metrics text (0 when absent).
+fn in_flight_of(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("statestore_server_requests_in_flight ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }
 
 /// The figures of one window.
@@ -92,6 +139,7 @@ fn window_of(
     result: anyhow::Result<Measured>,
     counters: Counters,
     duration: Duration,
+    timeout: Duration,
 ) -> Window {
     match result {
         Ok(Measured { stats, cpu, .. }) => {
@@ -117,6 +165,7 @@ fn window_of(
                 .unwrap_or_default();
             Window {
                 label,
+                p99_with_timeouts_ms: p99_with_timeouts(&summary, timeout.as_secs_f64() * 1000.0),
                 outcome: CellOutcome::Ran(summary),
                 nodes_us_per_set: cpu.as_ref().and_then(|c| c.store_us_per_op()),
                 per_node_us_per_set: per_node,
@@ -133,6 +182,7 @@ fn window_of(
                 nodes_us_per_set: None,
                 per_node_us_per_set: Vec::new(),
                 counters,
+                p99_with_timeouts_ms: None,
             }
         }
     }
@@ -198,7 +248,17 @@ async fn attack_row(run: &mut Run<'_>, attack: Attack) -> AttackRow {
     };
     eprintln!("== {}: under attack", attack.name());
     let under = run.window(attack.name().to_owned()).await;
-    let stats = running.finish().await;
+    let mut stats = running.finish().await;
+    match settle(&run.target.cluster).await {
+        Some(took) => stats.notes.push(format!(
+            "the nodes finished its requests {:.1} s after it stopped",
+            took.as_secs_f64()
+        )),
+        None => stats.notes.push(format!(
+            "the nodes still held requests {} s after it stopped",
+            SETTLE_WITHIN.as_secs()
+        )),
+    }
     eprintln!(
         "   {}: {} requests ({:.0}/s), {} answered ({} -ERR), {} received elsewhere, {} forged answers delivered{}",
         attack.name(),
@@ -239,8 +299,14 @@ pub async fn abuse(args: AbuseArgs) -> anyhow::Result<bool> {
     let mut node_args = abuse_attacks::node_args();
     node_args.extend(args.node_args.iter().cloned());
     eprintln!("== starting statestore-{} with its Mosquitto", args.nodes);
-    let (target, ready) =
-        start_statestore("abuse", args.nodes, &args.programs, args.keep_temp, &node_args).await?;
+    let (target, ready) = start_statestore(
+        "abuse",
+        args.nodes,
+        &args.programs,
+        args.keep_temp,
+        &node_args,
+    )
+    .await?;
     let broker = target.broker.broker();
     eprintln!(
         "== preparing: {} keys of 64 B for the SCANs, a 4 MiB value",
@@ -289,7 +355,9 @@ pub async fn abuse(args: AbuseArgs) -> anyhow::Result<bool> {
     let mut notes = Vec::new();
     let lost = mqtt_load::disconnects();
     if lost > 0 {
-        notes.push(format!("{lost} well-behaved MQTT connections lost and reconnected"));
+        notes.push(format!(
+            "{lost} well-behaved MQTT connections lost and reconnected"
+        ));
     }
     if args.keep_temp {
         eprintln!("   logs in {}", run.target.dir.path().display());
@@ -339,6 +407,15 @@ mod tests {
     use crate::stats::CellStats;
 
     #[test]
+    fn requests_in_flight_are_read() {
+        let text = "# TYPE statestore_server_requests_in_flight gauge\n\
+                    statestore_server_requests_in_flight 3\n\
+                    statestore_server_requests_in_flight_other 9\n";
+        assert_eq!(in_flight_of(text), 3.0);
+        assert_eq!(in_flight_of("nothing 1\n"), 0.0);
+    }
+
+    #[test]
     fn quiet_windows_fail_the_run_on_no_throughput_and_in_smoke_on_errors() {
         let mut stats = CellStats::new();
         stats.record_ok(Duration::from_millis(2), true, true);
@@ -357,6 +434,7 @@ mod tests {
             Ok(measured()),
             Counters::new(),
             Duration::from_secs(1),
+            Duration::from_secs(5),
         );
         assert!(quiet_failures(&window, false).is_empty());
         assert_eq!(quiet_failures(&window, true).len(), 1);
@@ -369,14 +447,22 @@ mod tests {
             }),
             Counters::new(),
             Duration::from_secs(1),
+            Duration::from_secs(5),
         );
-        assert_eq!(quiet_failures(&empty, false), vec!["quiet: zero throughput"]);
+        assert_eq!(
+            quiet_failures(&empty, false),
+            vec!["quiet: zero throughput"]
+        );
         let failed = window_of(
             "quiet".to_owned(),
             Err(anyhow::anyhow!("broker gone")),
             Counters::new(),
             Duration::from_secs(1),
+            Duration::from_secs(5),
         );
-        assert_eq!(quiet_failures(&failed, false), vec!["quiet: failed: broker gone"]);
+        assert_eq!(
+            quiet_failures(&failed, false),
+            vec!["quiet: failed: broker gone"]
+        );
     }
 }

@@ -175,8 +175,7 @@ impl Attacker {
     /// Connects as a fresh `abuse-<what>-…` id, subscribed to its `clients/<id>/#` and `extra`.
     async fn connect(broker: &Broker, what: &str, extra: &[&str]) -> anyhow::Result<Attacker> {
         let id = attacker_id(what);
-        let (client, mut eventloop) =
-            AsyncClient::new(mqtt_load::options(broker, &id, 256), 1024);
+        let (client, mut eventloop) = AsyncClient::new(mqtt_load::options(broker, &id, 256), 1024);
         let pending: Pending = Arc::default();
         let counts = Arc::new(Counts::default());
         let (subacks_tx, mut subacks) = tokio::sync::mpsc::unbounded_channel();
@@ -190,7 +189,10 @@ impl Attacker {
                         Ok(Event::Incoming(Packet::Publish(p))) => {
                             let topic = String::from_utf8_lossy(&p.topic);
                             let properties = p.properties.unwrap_or_default();
-                            let answer = properties.user_properties.iter().any(|(k, _)| k == "__stat");
+                            let answer = properties
+                                .user_properties
+                                .iter()
+                                .any(|(k, _)| k == "__stat");
                             let correlation = properties.correlation_data.unwrap_or_default();
                             if !topic.starts_with(&own) {
                                 counts.elsewhere.fetch_add(1, Ordering::Relaxed);
@@ -245,7 +247,12 @@ impl Attacker {
     }
 
     /// Well-formed request properties under the claimed `src_id`, answered on its own topic.
-    fn properties_as(&self, src_id: &str, correlation: Bytes, expiry_secs: u32) -> PublishProperties {
+    fn properties_as(
+        &self,
+        src_id: &str,
+        correlation: Bytes,
+        expiry_secs: u32,
+    ) -> PublishProperties {
         PublishProperties {
             response_topic: Some(format!("clients/{}/reply", self.id)),
             correlation_data: Some(correlation),
@@ -265,7 +272,12 @@ impl Attacker {
     }
 
     /// Publishes without waiting for a reply.
-    async fn fire(&self, topic: &str, payload: Vec<u8>, properties: PublishProperties) -> anyhow::Result<()> {
+    async fn fire(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        properties: PublishProperties,
+    ) -> anyhow::Result<()> {
         self.client
             .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
             .await
@@ -275,7 +287,12 @@ impl Attacker {
     }
 
     /// Publishes a request and waits (at most [`REPLY_WAIT`]) for its reply.
-    async fn request(&self, topic: &str, payload: Vec<u8>, properties: PublishProperties) -> Option<Bytes> {
+    async fn request(
+        &self,
+        topic: &str,
+        payload: Vec<u8>,
+        properties: PublishProperties,
+    ) -> Option<Bytes> {
         let correlation = properties.correlation_data.clone()?;
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(correlation.clone(), tx);
@@ -290,14 +307,29 @@ impl Attacker {
         reply
     }
 
-    /// Sends `requests` with at most `in_flight` unanswered; the replies in order.
-    async fn pipeline(&self, requests: Vec<(Vec<u8>, PublishProperties)>, in_flight: usize) -> Vec<Option<Bytes>> {
+    /// Sends `requests` with at most `in_flight` unanswered; one left unanswered (lost in a
+    /// leader change) is sent again as it was, twice at most (a retry takes effect once).
+    /// The replies in order.
+    async fn pipeline(
+        &self,
+        requests: Vec<(Vec<u8>, PublishProperties)>,
+        in_flight: usize,
+    ) -> Vec<Option<Bytes>> {
         let mut out = Vec::with_capacity(requests.len());
         for chunk in requests.chunks(in_flight.max(1)) {
             let calls = chunk
                 .iter()
                 .map(|(payload, p)| self.request(REQUEST_TOPIC, payload.clone(), p.clone()));
             out.extend(futures::future::join_all(calls).await);
+        }
+        for _ in 0..2 {
+            for (reply, (payload, p)) in out.iter_mut().zip(&requests) {
+                if reply.is_none() {
+                    *reply = self
+                        .request(REQUEST_TOPIC, payload.clone(), p.clone())
+                        .await;
+                }
+            }
         }
         out
     }
@@ -403,15 +435,12 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops it (waiting at most [`REPLY_WAIT`] for its loops) and returns what it did.
+    /// Stops it (its loops at once, whatever they wait for) and returns what it did.
     pub async fn finish(self) -> AttackStats {
         self.stop.store(true, Ordering::Relaxed);
         let secs = self.started.elapsed().as_secs_f64();
         for task in self.tasks {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(REPLY_WAIT, task).await.is_err() {
-                abort.abort();
-            }
+            task.abort();
         }
         let mut total = AttackStats {
             secs,
@@ -449,7 +478,9 @@ pub async fn start(attack: Attack, context: &Context) -> anyhow::Result<Running>
                 vec![many_classes(), unclosed_brackets()],
             ] {
                 let a = Arc::new(Attacker::connect(&context.broker, "scan", &[]).await?);
-                running.tasks.push(tokio::spawn(scan_loop(a.clone(), patterns, stop.clone())));
+                running
+                    .tasks
+                    .push(tokio::spawn(scan_loop(a.clone(), patterns, stop.clone())));
                 running.attackers.push(a);
             }
         }
@@ -463,54 +494,87 @@ pub async fn start(attack: Attack, context: &Context) -> anyhow::Result<Running>
                 })
                 .collect();
             let replies = a.pipeline(registrations, 32).await;
-            let ok = replies.iter().filter(|r| r.as_deref() == Some(b"+OK\r\n")).count();
+            let ok = replies
+                .iter()
+                .filter(|r| r.as_deref() == Some(b"+OK\r\n"))
+                .count();
             running.notes.push(format!(
                 "{ok} of {OBSERVERS} registrations of one key admitted"
             ));
             let value = vec![b'n'; HOT_VALUE_BYTES];
-            running.tasks.push(tokio::spawn(closed_loop(a.clone(), stop.clone(), move |a| {
-                (REQUEST_TOPIC, encode(&[b"SET", b"abuse-hot", &value]), a.properties())
-            })));
+            running.tasks.push(tokio::spawn(closed_loop(
+                a.clone(),
+                stop.clone(),
+                move |a| {
+                    (
+                        REQUEST_TOPIC,
+                        encode(&[b"SET", b"abuse-hot", &value]),
+                        a.properties(),
+                    )
+                },
+            )));
             running.attackers.push(a);
         }
         Attack::Getbig => {
             for _ in 0..GETTERS {
                 let a = Arc::new(Attacker::connect(&context.broker, "getbig", &[]).await?);
                 for _ in 0..GETS_IN_FLIGHT {
-                    running.tasks.push(tokio::spawn(closed_loop(a.clone(), stop.clone(), |a| {
-                        (REQUEST_TOPIC, encode(&[b"GET", b"abuse-big"]), a.properties())
-                    })));
+                    running
+                        .tasks
+                        .push(tokio::spawn(closed_loop(a.clone(), stop.clone(), |a| {
+                            (
+                                REQUEST_TOPIC,
+                                encode(&[b"GET", b"abuse-big"]),
+                                a.properties(),
+                            )
+                        })));
                 }
                 running.attackers.push(a);
             }
         }
         Attack::Props => {
             let a = Arc::new(Attacker::connect(&context.broker, "props", &[]).await?);
-            running.tasks.push(tokio::spawn(paced_loop(a.clone(), stop.clone(), PROPS_RATE, |a, _| {
-                let mut p = a.properties();
-                p.user_properties
-                    .extend(std::iter::repeat_n((String::new(), String::new()), FLOOD_USER_PROPERTIES));
-                (REQUEST_TOPIC, encode(&[b"GET", b"abuse-any"]), p)
-            })));
+            running.tasks.push(tokio::spawn(paced_loop(
+                a.clone(),
+                stop.clone(),
+                PROPS_RATE,
+                |a, _| {
+                    let mut p = a.properties();
+                    p.user_properties.extend(std::iter::repeat_n(
+                        (String::new(), String::new()),
+                        FLOOD_USER_PROPERTIES,
+                    ));
+                    (REQUEST_TOPIC, encode(&[b"GET", b"abuse-any"]), p)
+                },
+            )));
             running.attackers.push(a);
         }
         Attack::Forged => {
             let spy = Arc::new(
-                Attacker::connect(&context.broker, "spy", &["devices/#", "messages/servicebound/#"])
-                    .await?,
+                Attacker::connect(
+                    &context.broker,
+                    "spy",
+                    &["devices/#", "messages/servicebound/#"],
+                )
+                .await?,
             );
             running.attackers.push(spy);
             let a = Arc::new(Attacker::connect(&context.broker, "forger", &[]).await?);
             let topics = forged_topics();
-            running.tasks.push(tokio::spawn(paced_loop(a.clone(), stop.clone(), FORGED_RATE, move |a, n| {
-                let mut p = a.properties();
-                p.response_topic = Some(topics[n as usize % topics.len()].clone());
-                if n % 2 == 0 {
-                    (REQUEST_TOPIC, encode(&[b"GET", b"abuse-any"]), p)
-                } else {
-                    (DEVICEBOUND_TOPIC, encode(&[b"QUEUE", b"abuse-victim"]), p)
-                }
-            })));
+            running.tasks.push(tokio::spawn(paced_loop(
+                a.clone(),
+                stop.clone(),
+                FORGED_RATE,
+                move |a, n| {
+                    let mut p = a.properties();
+                    p.response_topic = Some(topics[n as usize % topics.len()].clone());
+                    if n % 2 == 0 {
+                        (REQUEST_TOPIC, encode(&[b"GET", b"abuse-any"]), p)
+                    } else {
+                        (DEVICEBOUND_TOPIC, encode(&[b"QUEUE", b"abuse-victim"]), p)
+                    }
+                },
+            )));
             running.attackers.push(a);
         }
         Attack::Poison => {
@@ -519,20 +583,35 @@ pub async fn start(attack: Attack, context: &Context) -> anyhow::Result<Running>
             }
             let a = Arc::new(Attacker::connect(&context.broker, "poison", &[]).await?);
             let per_victim = POISON_RATE / context.victims.len() as f64;
-            let stride = (context.victim_rate_per_client / per_victim).ceil().max(1.0) as u64;
+            let stride = (context.victim_rate_per_client / per_victim)
+                .ceil()
+                .max(1.0) as u64;
             let expiry = u32::try_from(context.window.as_secs() + 30).unwrap_or(u32::MAX);
             running.notes.push(format!(
                 "poisoning every {stride}th correlation of {} clients",
                 context.victims.len()
             ));
             let victims = context.victims.clone();
-            running.tasks.push(tokio::spawn(paced_loop(a.clone(), stop.clone(), POISON_RATE, move |a, n| {
-                let victim = &victims[n as usize % victims.len()];
-                let round = n / victims.len() as u64;
-                let correlation = u128::from(1 + round * stride);
-                let p = a.properties_as(victim, Bytes::copy_from_slice(&correlation.to_be_bytes()), expiry);
-                (REQUEST_TOPIC, encode(&[b"SET", POISON_KEY, b"poison", b"NX"]), p)
-            })));
+            running.tasks.push(tokio::spawn(paced_loop(
+                a.clone(),
+                stop.clone(),
+                POISON_RATE,
+                move |a, n| {
+                    let victim = &victims[n as usize % victims.len()];
+                    let round = n / victims.len() as u64;
+                    let correlation = u128::from(1 + round * stride);
+                    let p = a.properties_as(
+                        victim,
+                        Bytes::copy_from_slice(&correlation.to_be_bytes()),
+                        expiry,
+                    );
+                    (
+                        REQUEST_TOPIC,
+                        encode(&[b"SET", POISON_KEY, b"poison", b"NX"]),
+                        p,
+                    )
+                },
+            )));
             running.attackers.push(a);
         }
     }
@@ -679,7 +758,10 @@ mod tests {
             continuation(b"*2\r\n*1\r\n$1\r\na\r\n$3\r\ntok\r\n"),
             Some(b"tok".to_vec())
         );
-        assert_eq!(continuation(b"*2\r\n*0\r\n$2\r\nxy\r\n"), Some(b"xy".to_vec()));
+        assert_eq!(
+            continuation(b"*2\r\n*0\r\n$2\r\nxy\r\n"),
+            Some(b"xy".to_vec())
+        );
         assert_eq!(continuation(b"*2\r\n*1\r\n$1\r\na\r\n"), None);
     }
 

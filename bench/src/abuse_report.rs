@@ -11,6 +11,7 @@ use crate::abuse_attacks::{Attack, AttackStats};
 use crate::node_counters::Counters;
 use crate::report::{CellOutcome, Machine, ProcessMemory};
 use crate::stability::CheckResult;
+use crate::stats::Summary;
 use crate::sustained_report::NodeLogs;
 
 /// The goal: under every attack the well-behaved p99 stays within this factor of the
@@ -57,11 +58,28 @@ pub struct Window {
     pub per_node_us_per_set: Vec<(String, Option<f64>)>,
     /// How the nodes' dropped-request and notification counters moved.
     pub counters: Counters,
+    /// The p99 counting unanswered requests as taking the whole timeout
+    /// ([`p99_with_timeouts`]), ms: what the ratios use.
+    pub p99_with_timeouts_ms: Option<f64>,
 }
 
 impl Window {
     fn p99(&self) -> Option<f64> {
-        self.outcome.summary().map(|s| s.p99_ms)
+        self.p99_with_timeouts_ms
+    }
+}
+
+/// The p99 of a window in which some requests were never answered: they took at least the
+/// timeout, so when they are more than 1 % of the requests the p99 is (at least) the timeout.
+/// `None` without any request.
+pub fn p99_with_timeouts(summary: &Summary, timeout_ms: f64) -> Option<f64> {
+    let requests = summary.latency_samples + summary.timeouts;
+    if requests == 0 {
+        None
+    } else if summary.timeouts * 100 > requests {
+        Some(timeout_ms)
+    } else {
+        Some(summary.p99_ms)
     }
 }
 
@@ -157,15 +175,21 @@ pub fn fill_ratios(rows: &mut [AttackRow]) -> Option<f64> {
 pub fn goal_checks(rows: &[AttackRow]) -> Vec<CheckResult> {
     rows.iter()
         .map(|row| {
-            let name = format!("{}: well-behaved SET p99 ≤ {P99_GOAL_RATIO}× quiet", row.attack.name());
+            let name = format!(
+                "{}: well-behaved SET p99 ≤ {P99_GOAL_RATIO}× quiet",
+                row.attack.name()
+            );
             let summary = row.under.as_ref().and_then(|w| w.outcome.summary());
             match (summary, row.p99_ratio) {
                 (Some(s), Some(r)) => CheckResult {
                     name,
                     passed: r <= P99_GOAL_RATIO && s.errors == 0 && s.timeouts == 0 && s.ops > 0,
                     detail: format!(
-                        "{r:.2}× (p99 {:.2} ms), {} errors, {} timeouts",
-                        s.p99_ms, s.errors, s.timeouts
+                        "{r:.2}× (p99 {}), {} SETs, {} errors, {} timeouts",
+                        p99_text(row.under.as_ref()),
+                        s.ops,
+                        s.errors,
+                        s.timeouts
                     ),
                 },
                 _ => CheckResult {
@@ -195,6 +219,18 @@ fn ms(value: f64) -> String {
     }
 }
 
+/// The p99 of a window as text: `≥ 5000 ms` when the timeouts make it.
+fn p99_text(window: Option<&Window>) -> String {
+    let Some(window) = window else {
+        return "–".to_owned();
+    };
+    match (window.outcome.summary(), window.p99_with_timeouts_ms) {
+        (Some(s), Some(p99)) if s.timeouts > 0 && p99 != s.p99_ms => format!("≥ {} ms", ms(p99)),
+        (_, Some(p99)) => format!("{} ms", ms(p99)),
+        _ => "–".to_owned(),
+    }
+}
+
 /// One table row of a window.
 fn window_cells(window: &Window) -> String {
     match &window.outcome {
@@ -202,7 +238,7 @@ fn window_cells(window: &Window) -> String {
             "{} | {} | {} | {} | {} | {} | {}",
             s.ops,
             ms(s.p50_ms),
-            ms(s.p99_ms),
+            p99_text(Some(window)).trim_end_matches(" ms"),
             ms(s.max_ms),
             s.errors,
             s.timeouts,
@@ -224,7 +260,11 @@ fn attack_cells(stats: Option<&AttackStats>) -> String {
         let _ = write!(what, ", {} received elsewhere", s.received_elsewhere);
     }
     if s.forged_delivered > 0 {
-        let _ = write!(what, ", **{} forged answers delivered**", s.forged_delivered);
+        let _ = write!(
+            what,
+            ", **{} forged answers delivered**",
+            s.forged_delivered
+        );
     }
     format!("{:.0}/s | {what}", s.rate())
 }
@@ -291,7 +331,9 @@ impl AbuseReport {
                 }
             }
         }
-        out.push_str("\nnodes CPU µs per well-behaved SET, per node (quiet before → under attack):\n");
+        out.push_str(
+            "\nnodes CPU µs per well-behaved SET, per node (quiet before → under attack):\n",
+        );
         for row in &self.rows {
             let Some(under) = &row.under else { continue };
             let per_node: Vec<String> = row
@@ -317,13 +359,25 @@ impl AbuseReport {
                 .iter()
                 .map(|(series, n)| format!("{series} +{n:.0}"))
                 .collect();
-            let notes = row.stats.as_ref().map(|s| s.notes.join("; ")).unwrap_or_default();
+            let notes = row
+                .stats
+                .as_ref()
+                .map(|s| s.notes.join("; "))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "- {}: {}{}",
                 row.attack.name(),
-                if moved.is_empty() { "none".to_owned() } else { moved.join(", ") },
-                if notes.is_empty() { String::new() } else { format!(" ({notes})") }
+                if moved.is_empty() {
+                    "none".to_owned()
+                } else {
+                    moved.join(", ")
+                },
+                if notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({notes})")
+                }
             );
         }
         out.push_str("\nchecks:\n");
@@ -362,7 +416,26 @@ mod tests {
             nodes_us_per_set: Some(100.0),
             per_node_us_per_set: vec![("node 1".to_owned(), Some(50.0))],
             counters: Counters::new(),
+            p99_with_timeouts_ms: Some(p99),
         }
+    }
+
+    #[test]
+    fn timeouts_make_the_p99_when_more_than_one_percent() {
+        let mut s = match window("w", 3.0, 0).outcome {
+            CellOutcome::Ran(s) => s,
+            _ => unreachable!(),
+        };
+        assert_eq!(p99_with_timeouts(&s, 5000.0), Some(3.0));
+        s.timeouts = 1; // 1 of 101: under 1 %
+        assert_eq!(p99_with_timeouts(&s, 5000.0), Some(3.0));
+        s.timeouts = 2;
+        assert_eq!(p99_with_timeouts(&s, 5000.0), Some(5000.0));
+        s.latency_samples = 0;
+        s.timeouts = 0;
+        assert_eq!(p99_with_timeouts(&s, 5000.0), None);
+        s.timeouts = 8;
+        assert_eq!(p99_with_timeouts(&s, 5000.0), Some(5000.0));
     }
 
     fn row(attack: Attack, quiet: f64, under: f64, errors: u64) -> AttackRow {

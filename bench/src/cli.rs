@@ -580,11 +580,9 @@ impl AbuseArgs {
     /// Applies the defaults (smoke or full) and checks the flags.
     pub fn resolve(&self) -> anyhow::Result<AbusePlan> {
         let plan = AbusePlan {
-            duration: self.duration.unwrap_or(Duration::from_secs(if self.smoke {
-                3
-            } else {
-                20
-            })),
+            duration: self
+                .duration
+                .unwrap_or(Duration::from_secs(if self.smoke { 3 } else { 20 })),
             warmup: self.warmup.unwrap_or(if self.smoke {
                 Duration::from_millis(500)
             } else {
@@ -1033,19 +1031,26 @@ mod tests {
         };
         {
             use crate::abuse_attacks::Attack::*;
-            assert_eq!(args.attacks, vec![Scan, Keynotify, Getbig, Props, Forged, Poison]);
+            assert_eq!(
+                args.attacks,
+                vec![Scan, Keynotify, Getbig, Props, Forged, Poison]
+            );
         }
         assert_eq!((args.clients, args.in_flight), (4, 2));
         let plan = args.resolve()?;
         assert_eq!(plan.duration, Duration::from_secs(20));
-        let Command::Abuse(args) = parse(&["abuse", "--smoke", "--attacks", "scan,poison"])?.command
+        let Command::Abuse(args) =
+            parse(&["abuse", "--smoke", "--attacks", "scan,poison"])?.command
         else {
             panic!("abuse");
         };
         assert_eq!(args.resolve()?.duration, Duration::from_secs(3));
         assert_eq!(
             args.attacks,
-            vec![crate::abuse_attacks::Attack::Scan, crate::abuse_attacks::Attack::Poison]
+            vec![
+                crate::abuse_attacks::Attack::Scan,
+                crate::abuse_attacks::Attack::Poison
+            ]
         );
         let Command::Abuse(args) = parse(&["abuse", "--clients", "0"])?.command else {
             panic!("abuse");

@@ -508,8 +508,16 @@ mod tests {
         let predicted = next_unique_ids("predict", 2);
         // other tests take ids concurrently: the prediction holds for ids not yet taken
         let taken = unique_id("predict");
-        let n: u64 = taken.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
-        let first: u64 = predicted[0].rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+        let n: u64 = taken
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let first: u64 = predicted[0]
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
         assert!(n >= first, "{taken} {predicted:?}");
         assert_eq!(predicted.len(), 2);
     }

@@ -58,6 +58,8 @@ pub const MIN_TOKEN_CHARS: usize = 20;
 pub const LIVENESS: Duration = Duration::from_secs(5);
 /// Longest an attack phase runs while waiting for the well-behaved client to make progress.
 pub const ATTACK_CAP: Duration = Duration::from_secs(40);
+/// Shortest attack phase: the attack runs at least this long beside the well-behaved client.
+pub const ATTACK_MIN: Duration = Duration::from_secs(5);
 /// The first bytes of every correlation data an attacker sends: a reply the store publishes on
 /// an attacker's behalf carries it, wherever it lands.
 pub const ATTACK_MARK: &[u8] = b"ATTACK";
@@ -72,7 +74,9 @@ pub fn attack_correlation(n: u64) -> Bytes {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -162,6 +166,20 @@ impl WellBehaved {
             .is_some()
     }
 
+    /// The attack phase: waits until at least [`ATTACK_MIN`] passed, `more` requests beyond
+    /// those answered now were answered, and `attack_done()` holds (the attack did enough to
+    /// count), or [`ATTACK_CAP`] passed; returns whether all held.
+    pub async fn outlast(&self, more: u64, attack_done: impl Fn() -> bool) -> bool {
+        let started = Instant::now();
+        let target = self.answered() + more;
+        crate::wait_for(ATTACK_CAP, || async {
+            (started.elapsed() >= ATTACK_MIN && self.answered() >= target && attack_done())
+                .then_some(())
+        })
+        .await
+        .is_some()
+    }
+
     /// Stops the loop and returns what it saw.
     pub async fn finish(self) -> WellBehavedReport {
         self.stop.store(true, Ordering::Relaxed);
@@ -212,7 +230,7 @@ async fn well_behaved_loop(
             Err(_) => Err(format!("SET {n}: no answer within {LIVENESS:?}")),
         };
         let outcome = match outcome {
-            Ok(()) if n % 4 == 0 => {
+            Ok(()) if n.is_multiple_of(4) => {
                 match tokio::time::timeout(LIVENESS, sdk.client.get(key, LIVENESS)).await {
                     Ok(Ok(reply)) if reply.response.as_deref() == Some(&value[..]) => Ok(()),
                     Ok(Ok(reply)) => Err(format!("GET {n} returned {:?}", reply.response)),
@@ -445,10 +463,9 @@ impl Flooder {
                             if topic.starts_with(&reply_prefix) {
                                 if let Some(correlation) =
                                     p.properties.and_then(|pr| pr.correlation_data)
+                                    && p.payload.len() <= KEPT_REPLY_BYTES
                                 {
-                                    if p.payload.len() <= KEPT_REPLY_BYTES {
-                                        lock(&state.kept).insert(correlation, p.payload);
-                                    }
+                                    lock(&state.kept).insert(correlation, p.payload);
                                 }
                                 state.replies.fetch_add(1, Ordering::Relaxed);
                             } else {
@@ -581,28 +598,37 @@ impl Flooder {
         }
     }
 
-    /// Sends `payloads` with at most `in_flight` unanswered at a time, each waiting at most
-    /// `each` for its reply; returns the replies in order (`None`: not answered in time or
-    /// over 4 KiB).
+    /// Sends `requests` with at most `in_flight` unanswered at a time, each waiting at most
+    /// `each` for its reply; a request left unanswered (e.g. lost in a leader change on a
+    /// loaded machine) is sent again as it was, twice at most (a retry takes effect once,
+    /// protocol §6). Returns the replies in order (`None`: never answered, or over 4 KiB).
     pub async fn pipeline(
         &self,
-        payloads: Vec<(Vec<u8>, PublishProperties)>,
+        requests: Vec<(Vec<u8>, PublishProperties)>,
         in_flight: usize,
         each: Duration,
     ) -> Vec<Option<Bytes>> {
-        let mut correlations = Vec::with_capacity(payloads.len());
-        let mut replies = Vec::with_capacity(payloads.len());
+        let mut correlations = Vec::with_capacity(requests.len());
+        let mut replies = Vec::with_capacity(requests.len());
         let mut waited = 0;
-        for (payload, properties) in payloads {
+        for (payload, properties) in &requests {
             if correlations.len() - waited >= in_flight.max(1) {
                 let correlation: &Bytes = &correlations[waited];
                 replies.push(self.reply_to(correlation, each).await);
                 waited += 1;
             }
-            correlations.push(self.send(payload, properties).await);
+            correlations.push(self.send(payload.clone(), properties.clone()).await);
         }
         for correlation in &correlations[waited..] {
             replies.push(self.reply_to(correlation, each).await);
+        }
+        for _ in 0..2 {
+            for (i, (payload, properties)) in requests.iter().enumerate() {
+                if replies[i].is_none() {
+                    let correlation = self.send(payload.clone(), properties.clone()).await;
+                    replies[i] = self.reply_to(&correlation, each).await;
+                }
+            }
         }
         replies
     }

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use statestore_tests::abuse::*;
 use statestore_tests::cluster::Cluster;
 use statestore_tests::devicebound::{
-    DEVICEBOUND_TOPIC, FEEDBACK_TOPIC, dcall, dcall_with, device, lock_token, next_delivery,
-    queue, settle_as,
+    DEVICEBOUND_TOPIC, FEEDBACK_TOPIC, dcall, dcall_with, device, lock_token, next_delivery, queue,
+    settle_as,
 };
 use statestore_tests::node::statestore_bin;
 use statestore_tests::raw::{REQUEST_TOPIC, RawClient, resp};
@@ -43,7 +43,10 @@ fn forged_response_topics(victim: &str) -> Vec<String> {
         "messages/servicebound/other".to_owned(),
         REQUEST_TOPIC.to_owned(),
         DEVICEBOUND_TOPIC.to_owned(),
-        format!("{NOTIFY_PREFIX}/{}/command/notify/00", hex::encode_upper(victim)),
+        format!(
+            "{NOTIFY_PREFIX}/{}/command/notify/00",
+            hex::encode_upper(victim)
+        ),
         "factory/line-1/commands".to_owned(),
         "clients/+/reply".to_owned(),
         "clients/t89-attacker/#".to_owned(),
@@ -112,11 +115,7 @@ async fn forged_response_topics_are_answered_nowhere() {
     let device_control = p.correlation_data.clone().expect("correlation");
     p.response_topic = Some(attacker.response_topic());
     attacker
-        .publish(
-            DEVICEBOUND_TOPIC,
-            resp(&[b"QUEUE", b"t89-victim"]),
-            p,
-        )
+        .publish(DEVICEBOUND_TOPIC, resp(&[b"QUEUE", b"t89-victim"]), p)
         .await;
     settle_after(&mut cluster, &spy, &control, dropped_before + forged).await;
     assert!(spy.wait_answer(&device_control, REPLY_WAIT).await);
@@ -133,7 +132,8 @@ async fn forged_response_topics_are_answered_nowhere() {
         answered_elsewhere.iter().take(5).collect::<Vec<_>>()
     );
     assert!(
-        spy.under("devices/t89-victim/messages/devicebound").is_empty(),
+        spy.under("devices/t89-victim/messages/devicebound")
+            .is_empty(),
         "the victim device's delivery topic carried messages"
     );
     assert!(
@@ -151,7 +151,10 @@ async fn forged_response_topics_are_answered_nowhere() {
         counted, forged,
         "every forged request is counted as {DROP_FORBIDDEN_RESPONSE_TOPIC}"
     );
-    well_behaved.finish().await.assert_live("forged response topics", 10);
+    well_behaved
+        .finish()
+        .await
+        .assert_live("forged response topics", 10);
     let mut after = RawClient::connect(port, "t89-after-forged").await;
     assert_still_serving(&mut after, "after forged response topics").await;
 }
@@ -188,7 +191,12 @@ async fn forged_pull_replies_go_nowhere_and_lock_nothing() {
     let well_behaved = WellBehaved::start(port, "t89-pull-app").await;
     let mut backend = connect(&cluster.broker, "t89-pull-backend").await;
     assert_eq!(
-        dcall(&mut backend, "SEND", &[b"SEND", mallory.as_bytes(), b"m1", b"body"]).await,
+        dcall(
+            &mut backend,
+            "SEND",
+            &[b"SEND", mallory.as_bytes(), b"m1", b"body"]
+        )
+        .await,
         b"+OK\r\n"
     );
     let attacker = Flooder::connect(port, mallory, &[&format!("devices/{mallory}/inbox")]).await;
@@ -246,7 +254,10 @@ async fn forged_pull_replies_go_nowhere_and_lock_nothing() {
         1,
         "a pull answered under the device's own devices/{mallory}/ gets its (empty) reply"
     );
-    well_behaved.finish().await.assert_live("forged pull replies", 5);
+    well_behaved
+        .finish()
+        .await
+        .assert_live("forged pull replies", 5);
     let mut after = RawClient::connect(port, "t89-after-pull").await;
     assert_still_serving(&mut after, "after forged pulls").await;
 }
@@ -318,7 +329,10 @@ async fn a_poisoned_reply_memory_answers_only_the_same_request() {
         first.user_property("__ts"),
         "the retry got the remembered reply"
     );
-    well_behaved.finish().await.assert_live("reply-memory poisoning", 5);
+    well_behaved
+        .finish()
+        .await
+        .assert_live("reply-memory poisoning", 5);
 }
 
 /// `statestore kv` correlation data is 16 random bytes (issue 27): two invocations share no
@@ -403,7 +417,12 @@ async fn guessed_lock_tokens_settle_nothing() {
     for i in 0..8 {
         let id = format!("a{i}");
         assert_eq!(
-            dcall(&mut backend, "SEND", &[b"SEND", b"t89-thief", id.as_bytes(), b"x"]).await,
+            dcall(
+                &mut backend,
+                "SEND",
+                &[b"SEND", b"t89-thief", id.as_bytes(), b"x"]
+            )
+            .await,
             b"+OK\r\n"
         );
         let delivery = next_delivery(&mut attacker_device, REPLY_WAIT)
@@ -418,7 +437,12 @@ async fn guessed_lock_tokens_settle_nothing() {
     }
     // The victim's message, delivered and locked.
     assert_eq!(
-        dcall(&mut backend, "SEND", &[b"SEND", b"t89-owner", b"secret", b"x"]).await,
+        dcall(
+            &mut backend,
+            "SEND",
+            &[b"SEND", b"t89-owner", b"secret", b"x"]
+        )
+        .await,
         b"+OK\r\n"
     );
     let delivery = next_delivery(&mut victim, REPLY_WAIT)
@@ -441,8 +465,12 @@ async fn guessed_lock_tokens_settle_nothing() {
     let mut feedback_guesses = feedback_guesses(last_own);
     feedback_guesses.extend(altered(&real));
     for guess in &feedback_guesses {
-        let payload = dcall(&mut backend, "FEEDBACK", &[b"FEEDBACK", b"COMPLETE", guess.as_bytes()])
-            .await;
+        let payload = dcall(
+            &mut backend,
+            "FEEDBACK",
+            &[b"FEEDBACK", b"COMPLETE", guess.as_bytes()],
+        )
+        .await;
         assert_eq!(payload, b":0\r\n", "FEEDBACK COMPLETE {guess:?}");
     }
     let (enqueued, invisible, dead, _) = queue(&mut backend, "t89-owner").await;
@@ -475,7 +503,10 @@ async fn guessed_lock_tokens_settle_nothing() {
             pair[1]
         );
     }
-    well_behaved.finish().await.assert_live("guessed lock tokens", 5);
+    well_behaved
+        .finish()
+        .await
+        .assert_live("guessed lock tokens", 5);
 }
 
 /// Message lock tokens guessed from one of the attacker's own, for the counter format of data
