@@ -1,4 +1,4 @@
-//! The command line (`compare`, `run`, `sustained`, `scale`, `devicebound`) and how its flags
+//! The command line (`compare`, `run`, `sustained`, `scale`, `devicebound`, `abuse`) and how its flags
 //! turn into the workloads, timings, rounds and phases a run uses, smoke mode included.
 
 use std::fmt;
@@ -38,6 +38,10 @@ pub enum Command {
     /// throughput to online devices, open-loop send-to-delivery latency, and the drain of full
     /// queues when every offline device connects at once.
     Devicebound(DeviceboundArgs),
+    /// Hostile clients on one long-lived cluster: a well-behaved client's closed-loop SETs
+    /// measured in a quiet window, then under each attack in turn (a quiet window before each),
+    /// with the p99 under attack against the median quiet p99.
+    Abuse(AbuseArgs),
 }
 
 /// Flags shared by `compare` and `run`.
@@ -508,6 +512,96 @@ impl DeviceboundArgs {
     }
 }
 
+/// `abuse`.
+#[derive(Debug, Clone, Args)]
+pub struct AbuseArgs {
+    /// Nodes of the statestore cluster (started once, kept for every window).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// The attacks, in this order, each after a quiet window.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "scan,keynotify,getbig,props,forged,poison"
+    )]
+    pub attacks: Vec<crate::abuse_attacks::Attack>,
+    /// Window of every quiet and attack cell [default: 20s; smoke: 3s].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Warm-up before each window [default: 1s; smoke: 0.5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// Well-behaved MQTT connections.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// SETs outstanding per well-behaved connection.
+    #[arg(long, default_value_t = 2)]
+    pub in_flight: usize,
+    /// Keys the well-behaved SETs pick from.
+    #[arg(long, default_value_t = 1000)]
+    pub keys: u64,
+    /// Value size of the well-behaved SETs, bytes.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// A well-behaved request unanswered for this long counts as a timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub timeout: Duration,
+    /// Extra argument for every statestore node (repeatable), e.g.
+    /// `--node-arg=--max-observers-per-key=100`.
+    #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub node_args: Vec<String>,
+    /// Short run (3 s windows); fails on a quiet window with errors, timeouts or no
+    /// throughput, an attack that cannot start, or a node that dies. The goals (p99 under
+    /// attack ≤ 2× quiet) are reported, never fatal.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Also write the results as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Process locations.
+    #[command(flatten)]
+    pub programs: Programs,
+    /// Keep the temporary directory (configs, data, logs) and print where it is.
+    #[arg(long)]
+    pub keep_temp: bool,
+}
+
+/// What an `abuse` run does once defaults are applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AbusePlan {
+    /// Window of every cell.
+    pub duration: Duration,
+    /// Warm-up before each window.
+    pub warmup: Duration,
+}
+
+impl AbuseArgs {
+    /// Applies the defaults (smoke or full) and checks the flags.
+    pub fn resolve(&self) -> anyhow::Result<AbusePlan> {
+        let plan = AbusePlan {
+            duration: self
+                .duration
+                .unwrap_or(Duration::from_secs(if self.smoke { 3 } else { 20 })),
+            warmup: self.warmup.unwrap_or(if self.smoke {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(1)
+            }),
+        };
+        if self.nodes == 0 || self.clients == 0 || self.in_flight == 0 || self.keys == 0 {
+            bail!("--nodes, --clients, --in-flight and --keys must be at least 1");
+        }
+        if self.attacks.is_empty() {
+            bail!("--attacks: name at least one");
+        }
+        if plan.duration < Duration::from_secs(1) {
+            bail!("--duration must be at least 1 s");
+        }
+        Ok(plan)
+    }
+}
+
 /// `scale`.
 #[derive(Debug, Clone, Args)]
 pub struct ScaleArgs {
@@ -645,7 +739,10 @@ mod tests {
         match cli.command {
             Command::Compare(c) => c.load,
             Command::Run(r) => r.load,
-            Command::Scale(_) | Command::Sustained(_) | Command::Devicebound(_) => {
+            Command::Scale(_)
+            | Command::Sustained(_)
+            | Command::Devicebound(_)
+            | Command::Abuse(_) => {
                 panic!("no load args")
             }
         }
@@ -924,6 +1021,42 @@ mod tests {
         assert!("=4242".parse::<NamedPid>().is_err());
         assert!("node=x".parse::<NamedPid>().is_err());
         assert!(parse(&["run", "--broker", "h:1", "--pid", "n=-1"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn abuse_defaults_and_smoke() -> anyhow::Result<()> {
+        let Command::Abuse(args) = parse(&["abuse"])?.command else {
+            panic!("abuse");
+        };
+        {
+            use crate::abuse_attacks::Attack::*;
+            assert_eq!(
+                args.attacks,
+                vec![Scan, Keynotify, Getbig, Props, Forged, Poison]
+            );
+        }
+        assert_eq!((args.clients, args.in_flight), (4, 2));
+        let plan = args.resolve()?;
+        assert_eq!(plan.duration, Duration::from_secs(20));
+        let Command::Abuse(args) =
+            parse(&["abuse", "--smoke", "--attacks", "scan,poison"])?.command
+        else {
+            panic!("abuse");
+        };
+        assert_eq!(args.resolve()?.duration, Duration::from_secs(3));
+        assert_eq!(
+            args.attacks,
+            vec![
+                crate::abuse_attacks::Attack::Scan,
+                crate::abuse_attacks::Attack::Poison
+            ]
+        );
+        let Command::Abuse(args) = parse(&["abuse", "--clients", "0"])?.command else {
+            panic!("abuse");
+        };
+        assert!(args.resolve().is_err());
+        assert!(parse(&["abuse", "--attacks", "nonsense"]).is_err());
         Ok(())
     }
 }

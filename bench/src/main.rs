@@ -8,6 +8,9 @@
 //! against SET, send-to-delivery latency, the drain of full queues). Every process started is
 //! stopped on exit, error or Ctrl-C.
 
+mod abuse;
+mod abuse_attacks;
+mod abuse_report;
 mod cell;
 mod cli;
 mod compare;
@@ -52,6 +55,7 @@ async fn main() -> ExitCode {
             Command::Sustained(args) => sustained::sustained(args).await,
             Command::Scale(args) => scale::scale(args).await,
             Command::Devicebound(args) => devicebound::devicebound(args).await,
+            Command::Abuse(args) => abuse::abuse(args).await,
         }
     };
     // Cancelling `work` drops every process guard inside it, which kills the processes.

@@ -84,14 +84,25 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
+/// The number the next [`unique_id`] takes.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A client id unique to this process: `<prefix>-<pid>-<n>`.
 pub fn unique_id(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
     format!(
         "{prefix}-{}-{}",
         std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// The ids the next `count` calls of [`unique_id`] with `prefix` will return, taking none of
+/// them (the `abuse` bench's poisoning attack predicts its victims this way).
+pub fn next_unique_ids(prefix: &str, count: usize) -> Vec<String> {
+    let next = NEXT_ID.load(Ordering::Relaxed);
+    (0..count as u64)
+        .map(|i| format!("{prefix}-{}-{}", std::process::id(), next + i))
+        .collect()
 }
 
 /// Whether a SUBACK granted every filter (the error names the reason codes).
@@ -491,6 +502,25 @@ pub async fn run_with<R: Requester>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_ids_are_predicted() {
+        let predicted = next_unique_ids("predict", 2);
+        // other tests take ids concurrently: the prediction holds for ids not yet taken
+        let taken = unique_id("predict");
+        let n: u64 = taken
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let first: u64 = predicted[0]
+            .rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        assert!(n >= first, "{taken} {predicted:?}");
+        assert_eq!(predicted.len(), 2);
+    }
 
     #[test]
     fn hlc_is_padded() {

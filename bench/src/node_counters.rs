@@ -62,10 +62,15 @@ pub fn increase(before: &Counters, after: &Counters) -> Counters {
 
 /// The watched counters summed over every node that answers.
 pub async fn snapshot(cluster: &StatestoreCluster) -> Counters {
+    snapshot_of(cluster, WATCHED).await
+}
+
+/// The counter families `names` summed over every node that answers.
+pub async fn snapshot_of(cluster: &StatestoreCluster, names: &[&str]) -> Counters {
     let mut total = Counters::new();
     for i in 0..cluster.nodes.len() {
         if let Ok(text) = cluster.metrics_text(i).await {
-            for (series, value) in parse(&text, WATCHED) {
+            for (series, value) in parse(&text, names) {
                 *total.entry(series).or_default() += value;
             }
         }

@@ -4,6 +4,7 @@
 //! processes are observed through MQTT, their HTTP admin API, their exit status and (for
 //! durability) the syscalls `strace` sees them make.
 
+pub mod abuse;
 pub mod devicebound;
 pub mod history;
 pub mod linearizability;
