@@ -946,8 +946,9 @@ pub struct HttpTlsConfig {
 pub struct AdminConfig {
     /// Serve HTTPS instead of HTTP.
     pub tls: Option<HttpTlsConfig>,
-    /// File whose first line is the bearer token that `POST /admin/members` requires
-    /// (at least 16 characters). Absent: the endpoint is open to whoever reaches it.
+    /// File whose first line is the bearer token that `POST /admin/members` and
+    /// `GET /admin/digest` require (at least 16 characters). Absent: the endpoints are open to
+    /// whoever reaches them.
     pub token_file: Option<PathBuf>,
 }
 
@@ -1018,8 +1019,9 @@ impl Config {
         }
         if exposed(&http) && self.admin.token_file.is_none() {
             warnings.push(format!(
-                "POST /admin/members on {http} needs no token: whoever reaches it can add and \
-                 remove members (set admin.token_file)"
+                "POST /admin/members and GET /admin/digest on {http} need no token: whoever \
+                 reaches them can add and remove members and make the node hash its whole \
+                 keyspace (set admin.token_file)"
             ));
         }
         warnings
