@@ -30,8 +30,7 @@ struct Listener {
 impl Listener {
     async fn start(token: Option<&str>) -> Listener {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store =
-            Store::open(&StoreConfig::new(&dir.path().join("db"), 16 << 20)).expect("store");
+        let store = Store::open(&StoreConfig::new(dir.path().join("db"), 16 << 20)).expect("store");
         let metrics = Arc::new(NodeMetrics::new().expect("metrics"));
         let config = RaftConfig {
             id: 1,
