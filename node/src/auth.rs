@@ -1,7 +1,8 @@
-//! The admin API's bearer token (`admin.token_file`): the endpoints that change the cluster
-//! (`POST /admin/members`) answer 401 unless the request carries `Authorization: Bearer
-//! <token>`; the read-only ones (`/metrics`, `/livez`, `/readyz`, `/admin/status`,
-//! `/admin/digest`) stay open. Without a token file nothing is checked, as before.
+//! The admin API's bearer token (`admin.token_file`): the endpoint that changes the cluster
+//! (`POST /admin/members`) and the one that costs a pass over the whole keyspace
+//! (`GET /admin/digest`, issue 27) answer 401 unless the request carries `Authorization: Bearer
+//! <token>`; the cheap read-only ones (`/metrics`, `/livez`, `/readyz`, `/admin/status`) stay
+//! open. Without a token file nothing is checked, as before.
 //!
 //! The comparison takes the same time whatever the bytes (`subtle`); only a length mismatch
 //! shows sooner. Refusals are logged and counted in
@@ -73,8 +74,8 @@ impl AdminToken {
     }
 }
 
-/// What guards the mutating endpoints: the token, if one is configured, and the refusal
-/// counter.
+/// What guards the mutating and costly endpoints: the token, if one is configured, and the
+/// refusal counter.
 #[derive(Clone)]
 pub struct AdminAuth {
     token: Option<AdminToken>,
@@ -87,7 +88,7 @@ impl AdminAuth {
     pub fn new(token: Option<AdminToken>, registry: &Registry) -> prometheus::Result<AdminAuth> {
         let unauthorized = IntCounter::new(
             "statestore_http_admin_unauthorized_total",
-            "Requests to a mutating admin endpoint refused for a missing or wrong bearer token.",
+            "Requests to a guarded admin endpoint (POST /admin/members, GET /admin/digest) refused for a missing or wrong bearer token.",
         )?;
         registry.register(Box::new(unauthorized.clone()))?;
         Ok(AdminAuth {
@@ -118,7 +119,7 @@ impl AdminAuth {
     }
 }
 
-/// Middleware of the mutating routes: 401 without the right bearer token.
+/// Middleware of the guarded routes: 401 without the right bearer token.
 pub async fn require_token(
     State(auth): State<AdminAuth>,
     request: Request,

@@ -294,7 +294,8 @@ pub struct SecurityArgs {
     /// The private key (PEM) of --http-tls-cert.
     #[arg(long, value_name = "FILE")]
     pub http_tls_key: Option<PathBuf>,
-    /// File whose first line is the bearer token POST /admin/members requires.
+    /// File whose first line is the bearer token POST /admin/members and GET /admin/digest
+    /// require.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Start even though --http is not on loopback and there is no --admin-token-file (the

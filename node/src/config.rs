@@ -1004,9 +1004,9 @@ pub struct HttpTlsConfig {
 pub struct AdminConfig {
     /// Serve HTTPS instead of HTTP.
     pub tls: Option<HttpTlsConfig>,
-    /// File whose first line is the bearer token that `POST /admin/members` requires
-    /// (at least 16 characters). Absent: the endpoint is open to whoever reaches it, which
-    /// off loopback needs `allow_insecure_http`.
+    /// File whose first line is the bearer token that `POST /admin/members` and
+    /// `GET /admin/digest` require (at least 16 characters). Absent: the endpoints are open to
+    /// whoever reaches them, which off loopback needs `allow_insecure_http`.
     pub token_file: Option<PathBuf>,
     /// Lets a node whose HTTP listener is not on loopback start without `token_file` (the
     /// membership endpoint then open to whoever reaches it; a WARN says so).
@@ -1090,8 +1090,9 @@ impl Config {
         }
         if exposed(&http) && self.admin.token_file.is_none() {
             warnings.push(format!(
-                "POST /admin/members on {http} needs no token (admin.allow_insecure_http): \
-                 whoever reaches it can add and remove members (set admin.token_file)"
+                "POST /admin/members and GET /admin/digest on {http} need no token \
+                 (admin.allow_insecure_http): whoever reaches them can add and remove members \
+                 and make the node hash its whole keyspace (set admin.token_file)"
             ));
         }
         warnings

@@ -1,11 +1,14 @@
 //! The HTTP listener: `/metrics` (Prometheus text), `/livez`, `/readyz`, and the admin API
 //! (`/admin/status`, `/admin/digest`, `/admin/members`) that `statestore cluster` and the
-//! black-box tests use. Plain HTTP, or HTTPS with `[admin.tls]` ([`crate::https`]); the one
-//! mutating endpoint, `POST /admin/members`, requires the bearer token of `admin.token_file`
-//! when one is set ([`crate::auth`]).
+//! black-box tests use. Plain HTTP, or HTTPS with `[admin.tls]` ([`crate::https`]). The
+//! mutating endpoint, `POST /admin/members`, and the costly one, `GET /admin/digest` (it hashes
+//! the whole keyspace), require the bearer token of `admin.token_file` when one is set
+//! ([`crate::auth`]). The digest is hashed on the blocking pool, one at a time
+//! ([`DigestGate`]): a request while another is hashing gets 429 Too Many Requests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -34,8 +37,43 @@ pub struct HttpState {
     pub serving: Arc<AtomicBool>,
     /// Node name.
     pub name: String,
-    /// Guards the mutating admin endpoints.
+    /// Guards the mutating and costly admin endpoints.
     pub admin_auth: AdminAuth,
+    /// Lets one `GET /admin/digest` hash at a time.
+    pub digest_gate: DigestGate,
+}
+
+/// One keyspace digest at a time (issue 27): hashing reads every record, so a second request
+/// while one is hashing is refused (429 with `Retry-After: 1`) rather than queued: callers
+/// (`wait_converged` in the tests, monitoring) poll anyway, and a refused request holds nothing.
+#[derive(Debug, Clone, Default)]
+pub struct DigestGate {
+    busy: Arc<AtomicBool>,
+}
+
+/// The right to hash, held until dropped (by the blocking task, so a client that disconnects
+/// does not free the gate while its hash still runs).
+#[derive(Debug)]
+pub struct DigestRun {
+    busy: Arc<AtomicBool>,
+}
+
+impl DigestGate {
+    /// The run, unless one is under way.
+    pub fn try_start(&self) -> Option<DigestRun> {
+        self.busy
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            .then(|| DigestRun {
+                busy: self.busy.clone(),
+            })
+    }
+}
+
+impl Drop for DigestRun {
+    fn drop(&mut self) {
+        self.busy.store(false, Ordering::Release);
+    }
 }
 
 impl HttpState {
@@ -61,8 +99,9 @@ impl HttpState {
 
 /// The router.
 pub fn router(state: Arc<HttpState>) -> Router {
-    let mutating = Router::new()
+    let guarded = Router::new()
         .route("/admin/members", post(change_members))
+        .route("/admin/digest", get(digest))
         .route_layer(middleware::from_fn_with_state(
             state.admin_auth.clone(),
             auth::require_token,
@@ -72,8 +111,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/admin/status", get(status))
-        .route("/admin/digest", get(digest))
-        .merge(mutating)
+        .merge(guarded)
         .with_state(state)
 }
 
@@ -192,12 +230,38 @@ pub struct Digest {
     pub keys: u64,
 }
 
+/// How often the digest is taken again when entries were applied while hashing.
+const DIGEST_ATTEMPTS: usize = 20;
+
 async fn digest(State(state): State<Arc<HttpState>>) -> Response {
+    let Some(mut run) = state.digest_gate.try_start() else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            "a digest is being computed; retry\n",
+        )
+            .into_response();
+    };
     // Retry until no entry was applied while hashing, so index and digest belong together.
-    for _ in 0..20 {
+    for _ in 0..DIGEST_ATTEMPTS {
         let before = state.raft.metrics().borrow().last_applied.map(|l| l.index);
         let view = state.raft.view();
-        let hashed = read::digest(&view).and_then(|d| read::meta(&view).map(|m| (d, m.keys)));
+        // Off the runtime; the run travels with the hash and comes back with it.
+        let hashing = tokio::task::spawn_blocking(move || {
+            let hashed = read::digest(&view).and_then(|d| read::meta(&view).map(|m| (d, m.keys)));
+            (hashed, run)
+        });
+        let hashed;
+        (hashed, run) = match hashing.await {
+            Ok(done) => done,
+            Err(failed) => {
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("digest task: {failed}\n"),
+                )
+                    .into_response();
+            }
+        };
         let after = state.raft.metrics().borrow().last_applied.map(|l| l.index);
         match hashed {
             Ok((digest, keys)) if before == after => {
@@ -209,12 +273,13 @@ async fn digest(State(state): State<Arc<HttpState>>) -> Response {
                 })
                 .into_response();
             }
-            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(err) => {
                 return (StatusCode::INTERNAL_SERVER_ERROR, err.to_string()).into_response();
             }
         }
     }
+    drop(run);
     (
         StatusCode::SERVICE_UNAVAILABLE,
         "keyspace kept changing while hashing\n",

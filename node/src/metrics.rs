@@ -81,6 +81,14 @@ pub struct ServiceMetrics {
     pub leader_releases_total: IntCounterVec,
     /// `statestore_leader_quorum_ack_age_seconds`
     pub leader_quorum_ack_age_seconds: prometheus::Gauge,
+    /// `statestore_scan_page_duration_seconds`
+    pub scan_page_duration_seconds: Histogram,
+    /// `statestore_scan_pages_total{end}`
+    pub scan_pages_total: IntCounterVec,
+    /// `statestore_scan_pages_in_flight`
+    pub scan_pages_in_flight: IntGauge,
+    /// `statestore_scan_pages_waiting`
+    pub scan_pages_waiting: IntGauge,
 }
 
 impl ServiceMetrics {
@@ -129,6 +137,16 @@ impl ServiceMetrics {
         for reason in RELEASE_REASONS {
             leader_releases_total.with_label_values(&[reason]);
         }
+        let scan_pages_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_scan_pages_total",
+                "SCAN pages built, by why they ended: complete (no key left), or the limit that cut them (keys, reply_bytes, examined, examined_bytes, comparisons, deadline)."
+            ),
+            &["end"]
+        ));
+        for end in crate::protocol::scan::PageEnd::ALL {
+            scan_pages_total.with_label_values(&[end.label()]);
+        }
         ServiceMetrics {
             requests_total,
             request_duration_seconds,
@@ -161,6 +179,22 @@ impl ServiceMetrics {
             leader_quorum_ack_age_seconds: metric!(prometheus::Gauge::new(
                 "statestore_leader_quorum_ack_age_seconds",
                 "On the serving leader: time since a quorum last acknowledged it (0 elsewhere)."
+            )),
+            scan_page_duration_seconds: metric!(Histogram::with_opts(
+                HistogramOpts::new(
+                    "statestore_scan_page_duration_seconds",
+                    "Time one SCAN page took on the blocking pool (store iteration and matching)."
+                )
+                .buckets(latency_buckets())
+            )),
+            scan_pages_total,
+            scan_pages_in_flight: metric!(IntGauge::new(
+                "statestore_scan_pages_in_flight",
+                "SCAN pages being built on the blocking pool (at most the service's SCAN slots)."
+            )),
+            scan_pages_waiting: metric!(IntGauge::new(
+                "statestore_scan_pages_waiting",
+                "SCAN requests waiting for a free SCAN slot."
             )),
         }
     }
@@ -537,6 +571,10 @@ impl NodeMetrics {
         register(&registry, &service.leader_takeovers_total)?;
         register(&registry, &service.leader_releases_total)?;
         register(&registry, &service.leader_quorum_ack_age_seconds)?;
+        register(&registry, &service.scan_page_duration_seconds)?;
+        register(&registry, &service.scan_pages_total)?;
+        register(&registry, &service.scan_pages_in_flight)?;
+        register(&registry, &service.scan_pages_waiting)?;
         register(&registry, &store.keys)?;
         register(&registry, &store.size_bytes)?;
         register(&registry, &store.quota_limit_keys)?;

@@ -112,6 +112,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         serving: serving.clone(),
         name: config.node_name(),
         admin_auth,
+        digest_gate: http::DigestGate::default(),
     });
     let router = http::router(http_state);
     match http_tls {

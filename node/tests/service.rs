@@ -673,9 +673,12 @@ async fn scan_pages_through_the_live_matching_keys() {
 
     // Hostile input: answered, never fatal.
     let stars = vec![b'*'; 10_000];
+    // One range over the 256 a class may list (issue 27).
+    let wide_class = format!("[{}]", "a-z".repeat(257)).into_bytes();
     // (pattern, token, how the reply starts)
     type HostileCase<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
-    let cases: [HostileCase; 5] = [
+    let cases: [HostileCase; 6] = [
+        (&wide_class, None, b"-ERR syntax error\r\n"),
         (b"[", None, b"*2\r\n*0\r\n"),
         (b"[!]", None, b"*2\r\n*0\r\n"),
         (b"\xff*", None, b"*2\r\n*0\r\n"),
@@ -698,6 +701,128 @@ async fn scan_pages_through_the_live_matching_keys() {
         &h.send(&resp(&[b"GET", b"zz"])).await[0].payload[..],
         b"$1\r\nv\r\n"
     );
+}
+
+/// Follows a SCAN of `pattern` to its end; returns the keys and the pages it took.
+async fn scan_all(h: &mut Harness, pattern: &[u8]) -> (Vec<Vec<u8>>, usize) {
+    let mut found = Vec::new();
+    let mut token: Option<Vec<u8>> = None;
+    let mut pages = 0;
+    loop {
+        let mut request: Vec<&[u8]> = vec![b"SCAN", pattern];
+        request.extend(token.as_deref());
+        let replies = h.send(&resp(&request)).await;
+        assert_eq!(replies.len(), 1, "every page is answered");
+        let (keys, next) = scan_page(&replies[0].payload);
+        found.extend(keys);
+        pages += 1;
+        match next {
+            Some(next) => token = Some(next),
+            None => return (found, pages),
+        }
+        assert!(pages < 1000, "the scan ends");
+    }
+}
+
+fn scan_pages_ended_by(h: &Harness, end: &str) -> u64 {
+    h.metrics
+        .service
+        .scan_pages_total
+        .with_label_values(&[end])
+        .get()
+}
+
+/// A page past its `max_duration` ends after the key it is at (issue 27): with no time at all
+/// every page looks at exactly one key, and the scan still returns every match once.
+#[tokio::test]
+async fn scan_pages_past_their_deadline_end_early_and_the_scan_still_completes() {
+    let mut h = Harness::start_with(Setup {
+        scan_page: PageLimits {
+            max_duration: Duration::ZERO,
+            ..PageLimits::default()
+        },
+        ..Setup::new(Duration::from_secs(10))
+    })
+    .await;
+    let keys = ["d1", "d2", "d3", "x4", "d5", "d6", "x7"];
+    for key in keys {
+        let replies = h.send(&resp(&[b"SET", key.as_bytes(), b"v"])).await;
+        assert_eq!(&replies[0].payload[..], b"+OK\r\n", "{key}");
+    }
+    let (found, pages) = scan_all(&mut h, b"d*").await;
+    assert_eq!(
+        found,
+        [&b"d1"[..], b"d2", b"d3", b"d5", b"d6"],
+        "every match once, in order"
+    );
+    assert_eq!(pages, keys.len(), "one key per page");
+    assert_eq!(scan_pages_ended_by(&h, "deadline"), keys.len() as u64 - 1);
+    assert_eq!(scan_pages_ended_by(&h, "complete"), 1);
+    assert_eq!(
+        h.metrics
+            .service
+            .scan_page_duration_seconds
+            .get_sample_count(),
+        keys.len() as u64
+    );
+    assert_eq!(h.metrics.service.scan_pages_in_flight.get(), 0);
+}
+
+/// SCAN pages run on the blocking pool, at most `SCAN_SLOTS` at once (issue 27): more SCANs
+/// wait for a slot and are all answered.
+#[tokio::test]
+async fn scans_beyond_the_slots_wait_for_one_and_are_all_answered() {
+    use statestore_node::service::SCAN_SLOTS;
+    let mut h = Harness::start_with(Setup {
+        scan_page: PageLimits {
+            max_duration: Duration::from_secs(60),
+            ..PageLimits::default()
+        },
+        ..Setup::new(Duration::from_secs(60))
+    })
+    .await;
+    // Costly keys for a costly pattern: each key fails a 256-range class at every position.
+    for i in 0..200 {
+        let key = format!("{i:03}{}", "a".repeat(1000));
+        let replies = h.send(&resp(&[b"SET", key.as_bytes(), b"v"])).await;
+        assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    }
+    let members: String = (0..256u32)
+        .map(|i| char::from_u32(0x100 + 2 * i).expect("a character"))
+        .collect();
+    let pattern = format!("*[{members}]*");
+    let scans = 4 * SCAN_SLOTS;
+    let mut running = Vec::new();
+    for _ in 0..scans {
+        let message = h.request(&resp(&[b"SCAN", pattern.as_bytes()]), Some(60));
+        running.push(tokio::spawn(h.service.clone().handle(message)));
+    }
+    let (mut most_in_flight, mut most_waiting) = (0, 0);
+    while !running.iter().all(|task| task.is_finished()) {
+        most_in_flight = most_in_flight.max(h.metrics.service.scan_pages_in_flight.get());
+        most_waiting = most_waiting.max(h.metrics.service.scan_pages_waiting.get());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for task in running {
+        task.await.expect("handled");
+    }
+    let replies = h.outbox.take();
+    assert_eq!(replies.len(), scans, "every SCAN answered");
+    for reply in &replies {
+        assert_eq!(
+            &reply.payload[..],
+            b"*1\r\n*0\r\n",
+            "one complete, empty page"
+        );
+    }
+    assert!(
+        most_in_flight as usize <= SCAN_SLOTS,
+        "{most_in_flight} pages at once"
+    );
+    assert!(most_waiting >= 1, "SCANs waited for a slot");
+    assert_eq!(scan_pages_ended_by(&h, "complete"), scans as u64);
+    assert_eq!(h.metrics.service.scan_pages_in_flight.get(), 0);
+    assert_eq!(h.metrics.service.scan_pages_waiting.get(), 0);
 }
 
 /// Keys up to the 64 KiB default round-trip, one byte more is `syntax error`; KEYNOTIFY on a

@@ -453,7 +453,9 @@ async fn s2_bad_px_is_syntax_error() {
 
 /// Issue 12: hostile SCAN patterns and tokens over the wire (an unclosed `[`, `[!]`, 10,000
 /// stars, a pattern that is not UTF-8, a token this store never issued, wrong arity) get their
-/// exact replies, and the node keeps serving.
+/// exact replies, and the node keeps serving. Issue 27: a class over the range cap (the
+/// measured attack: one class of ~20,000 ranges in 64 KiB) is `syntax error`, and so is 64 KiB
+/// of unclosed `[` (compiled in linear time).
 #[tokio::test]
 async fn scan_hostile_patterns_are_answered_and_node_keeps_serving() {
     let (broker, node) = start_single(&[]).await;
@@ -463,9 +465,21 @@ async fn scan_hostile_patterns_are_answered_and_node_keeps_serving() {
         assert_payload("SET", &ok, b"+OK\r\n");
     }
     let stars = vec![b'*'; 10_000];
+    let wide_class = [&b"["[..], &b"a-b".repeat(21_000), b"]"].concat();
+    let brackets = vec![b'['; 64 * 1024];
     // (what, request elements, exact reply)
     type ScanCase<'a> = (&'a str, Vec<&'a [u8]>, &'a [u8]);
-    let cases: [ScanCase; 7] = [
+    let cases: [ScanCase; 9] = [
+        (
+            "a class of 21,000 ranges",
+            vec![b"SCAN", &wide_class],
+            b"-ERR syntax error\r\n",
+        ),
+        (
+            "64 KiB of unclosed [",
+            vec![b"SCAN", &brackets],
+            b"-ERR syntax error\r\n",
+        ),
         (
             "unclosed [ is a literal",
             vec![b"SCAN", b"["],

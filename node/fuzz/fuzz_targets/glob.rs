@@ -1,11 +1,13 @@
-//! Fuzz target for SCAN's glob patterns (`Glob::compile`, `Glob::matches`): never panics, the
-//! work per key stays within elements × characters, `*` matches every UTF-8 key, and a key's
-//! own text (with `*`, `?` and `[` written as one-character classes) matches that key.
+//! Fuzz target for SCAN's glob patterns (`Glob::compile`, `Glob::matches`): never panics,
+//! compiling looks at most twice at each pattern character, the comparisons charged for a key
+//! stay within its characters × the pattern's `cost_per_character` (itself at most
+//! `MAX_COST_PER_CHARACTER`), `*` matches every UTF-8 key, and a key's own text (with `*`, `?`
+//! and `[` written as one-character classes) matches that key.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use statestore_node_fuzz::protocol::glob::{Glob, MAX_PATTERN_ELEMENTS};
+use statestore_node_fuzz::protocol::glob::{Glob, MAX_COST_PER_CHARACTER, MAX_PATTERN_ELEMENTS};
 
 fuzz_target!(|input: &[u8]| {
     // The first byte says where the pattern ends and the key begins.
@@ -13,10 +15,22 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let (pattern, key) = rest.split_at(usize::from(split).min(rest.len()));
-    if let Ok(glob) = Glob::compile(pattern) {
+    let mut steps = 0u64;
+    let compiled = Glob::compile_counting(pattern, &mut steps);
+    if let Ok(text) = std::str::from_utf8(pattern) {
+        let characters = text.chars().count() as u64;
+        assert!(steps <= 2 * characters, "{steps} steps for {characters}");
+    }
+    if let Ok(glob) = compiled {
+        assert!(glob.cost_per_character() <= MAX_COST_PER_CHARACTER);
         let result = glob.matches(key);
-        let bound = (MAX_PATTERN_ELEMENTS as u64) * (key.len() as u64 + 1);
-        assert!(result.comparisons <= bound);
+        let characters = std::str::from_utf8(key).map_or(0, |k| k.chars().count() as u64);
+        assert!(
+            result.comparisons <= glob.cost_per_character() * characters,
+            "{} comparisons over {} × {characters}",
+            result.comparisons,
+            glob.cost_per_character()
+        );
     }
     let Ok(text) = std::str::from_utf8(key) else {
         return;
@@ -39,7 +53,7 @@ fuzz_target!(|input: &[u8]| {
                 other => own.push(other),
             }
         }
-        let glob = Glob::compile(own.as_bytes()).expect("within the element limit");
+        let glob = Glob::compile(own.as_bytes()).expect("within the element and range limits");
         assert!(glob.matches(key).matched, "{own:?} must match {text:?}");
     }
 });

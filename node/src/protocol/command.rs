@@ -271,9 +271,10 @@ fn parse_key_notify<'a>(
     Ok(Command::KeyNotify { key, stop })
 }
 
-/// `SCAN pattern [token]` (spec §2, issue 12): the pattern is at most `max_key_bytes` long
-/// and at most [`super::glob::MAX_PATTERN_ELEMENTS`] elements; the token is one this store
-/// issued. Anything else is `syntax error`.
+/// `SCAN pattern [token]` (spec §2, issue 12): the pattern is at most `max_key_bytes` long,
+/// at most [`super::glob::MAX_PATTERN_ELEMENTS`] elements and within the range caps
+/// ([`super::glob::MAX_CLASS_RANGES`], [`super::glob::MAX_PATTERN_RANGES`]); the token is one
+/// this store issued. Anything else is `syntax error`.
 fn parse_scan<'a>(
     arguments: &[&'a [u8]],
     limits: &ProtocolLimits,

@@ -9,8 +9,11 @@
 //! Every page is bounded: at most [`PageLimits::max_keys`] keys and about
 //! [`PageLimits::max_reply_bytes`] of them, at most [`PageLimits::max_examined`] stored keys
 //! looked at, and at most [`PageLimits::max_comparisons`] pattern comparisons (one key may
-//! overrun it by its own cost, which [`super::glob`] bounds). A page that stops early carries a
-//! token, even when it holds no key.
+//! overrun it by its own cost, which [`super::glob`] bounds), and it ends when the caller's
+//! `should_stop` says so ([`page_until`]: the service stops a page at
+//! [`PageLimits::max_duration`]; this module reads no clock). A page that stops early carries a
+//! token, even when it holds no key, and every page examines at least one key: a scan always
+//! progresses.
 
 use super::ProtocolError;
 use super::glob::Glob;
@@ -32,6 +35,9 @@ pub struct PageLimits {
     pub max_examined_bytes: usize,
     /// Pattern comparisons.
     pub max_comparisons: u64,
+    /// Time one page may take (enforced by the caller through [`page_until`]'s `should_stop`,
+    /// which is asked before each key after the first).
+    pub max_duration: std::time::Duration,
 }
 
 impl Default for PageLimits {
@@ -42,6 +48,7 @@ impl Default for PageLimits {
             max_examined: 10_000,
             max_examined_bytes: 16 << 20,
             max_comparisons: 8_000_000,
+            max_duration: std::time::Duration::from_millis(50),
         }
     }
 }
@@ -101,13 +108,71 @@ fn token_after(key: &[u8]) -> Vec<u8> {
     token
 }
 
+/// Why a page ended: the scan was complete, or which limit cut it (a closed set: the label
+/// values of `statestore_scan_pages_total{end}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageEnd {
+    /// No key is left after this page.
+    Complete,
+    /// [`PageLimits::max_keys`].
+    Keys,
+    /// [`PageLimits::max_reply_bytes`].
+    ReplyBytes,
+    /// [`PageLimits::max_examined`].
+    Examined,
+    /// [`PageLimits::max_examined_bytes`].
+    ExaminedBytes,
+    /// [`PageLimits::max_comparisons`].
+    Comparisons,
+    /// The caller's `should_stop` ([`PageLimits::max_duration`]).
+    Deadline,
+}
+
+impl PageEnd {
+    /// Every value, in label order.
+    pub const ALL: [PageEnd; 7] = [
+        PageEnd::Complete,
+        PageEnd::Keys,
+        PageEnd::ReplyBytes,
+        PageEnd::Examined,
+        PageEnd::ExaminedBytes,
+        PageEnd::Comparisons,
+        PageEnd::Deadline,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PageEnd::Complete => "complete",
+            PageEnd::Keys => "keys",
+            PageEnd::ReplyBytes => "reply_bytes",
+            PageEnd::Examined => "examined",
+            PageEnd::ExaminedBytes => "examined_bytes",
+            PageEnd::Comparisons => "comparisons",
+            PageEnd::Deadline => "deadline",
+        }
+    }
+}
+
 /// Builds one page from `stored`: the keys after the token's key, ascending. Errors of the
-/// source end the page with that error.
+/// source end the page with that error. [`page_until`] that never stops early on its own.
 pub fn page<E>(
     pattern: &Glob,
     stored: impl IntoIterator<Item = Result<StoredKey, E>>,
     limits: &PageLimits,
 ) -> Result<Page, E> {
+    page_until(pattern, stored, limits, || false).map(|(page, _)| page)
+}
+
+/// [`page`], also ending (with a token) as soon as `should_stop` returns true; it is asked
+/// before each key but the first, after the other limits, so a page always examines at least
+/// one key. Returns the page and why it ended.
+pub fn page_until<E>(
+    pattern: &Glob,
+    stored: impl IntoIterator<Item = Result<StoredKey, E>>,
+    limits: &PageLimits,
+    mut should_stop: impl FnMut() -> bool,
+) -> Result<(Page, PageEnd), E> {
     let mut keys = Vec::new();
     let mut reply_bytes = 0usize;
     let mut comparisons = 0u64;
@@ -115,17 +180,26 @@ pub fn page<E>(
     let mut last_examined: Option<Vec<u8>> = None;
     for (examined, entry) in stored.into_iter().enumerate() {
         // Never before the first key: a page always makes progress.
-        let full = examined > 0
-            && (keys.len() >= limits.max_keys
-                || reply_bytes >= limits.max_reply_bytes
-                || examined >= limits.max_examined
-                || examined_bytes >= limits.max_examined_bytes
-                || comparisons >= limits.max_comparisons);
-        if full {
-            return Ok(Page {
-                keys,
-                next_token: last_examined.as_deref().map(token_after),
-            });
+        let cut = if examined == 0 {
+            None
+        } else if keys.len() >= limits.max_keys {
+            Some(PageEnd::Keys)
+        } else if reply_bytes >= limits.max_reply_bytes {
+            Some(PageEnd::ReplyBytes)
+        } else if examined >= limits.max_examined {
+            Some(PageEnd::Examined)
+        } else if examined_bytes >= limits.max_examined_bytes {
+            Some(PageEnd::ExaminedBytes)
+        } else if comparisons >= limits.max_comparisons {
+            Some(PageEnd::Comparisons)
+        } else if should_stop() {
+            Some(PageEnd::Deadline)
+        } else {
+            None
+        };
+        if let Some(end) = cut {
+            let next_token = last_examined.as_deref().map(token_after);
+            return Ok((Page { keys, next_token }, end));
         }
         let StoredKey {
             key,
@@ -139,10 +213,8 @@ pub fn page<E>(
             if result.matched {
                 if !keys.is_empty() && reply_bytes + key.len() > limits.max_reply_bytes {
                     // It does not fit: the next page starts with it.
-                    return Ok(Page {
-                        keys,
-                        next_token: last_examined.as_deref().map(token_after),
-                    });
+                    let next_token = last_examined.as_deref().map(token_after);
+                    return Ok((Page { keys, next_token }, PageEnd::ReplyBytes));
                 }
                 reply_bytes += key.len();
                 keys.push(key.clone());
@@ -150,10 +222,11 @@ pub fn page<E>(
         }
         last_examined = Some(key);
     }
-    Ok(Page {
+    let page = Page {
         keys,
         next_token: None,
-    })
+    };
+    Ok((page, PageEnd::Complete))
 }
 
 #[cfg(test)]

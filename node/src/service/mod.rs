@@ -39,6 +39,11 @@ use envelope::Envelope;
 /// Longest client id accepted for KEYNOTIFY registrations.
 pub const MAX_CLIENT_ID_BYTES: usize = 1024;
 
+/// SCAN pages built at once, each on a thread of Tokio's blocking pool (issue 27): more SCANs
+/// wait for a slot (up to their request deadline), so hostile SCANs can hold at most this many
+/// threads (and cores) for at most one page's `max_duration` (plus one key) each.
+pub const SCAN_SLOTS: usize = 2;
+
 /// Service settings.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -159,6 +164,8 @@ pub struct Service<O: Outbox> {
     /// Offline devices backing off (device push). SEND reads it too: a device backing off
     /// gets a plain `Send`, any other a `SendAndDeliver`.
     device_backoffs: std::sync::Mutex<device_push::Backoffs>,
+    /// [`SCAN_SLOTS`] permits: one per SCAN page being built.
+    scan_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl<O: Outbox> Service<O> {
@@ -209,6 +216,7 @@ impl<O: Outbox> Service<O> {
             device_backoffs: std::sync::Mutex::new(device_push::Backoffs::new(
                 device_push::MAX_BACKOFF_DEVICES,
             )),
+            scan_slots: Arc::new(tokio::sync::Semaphore::new(SCAN_SLOTS)),
         }
     }
 
@@ -333,7 +341,7 @@ impl<O: Outbox> Service<O> {
         let (mutation, request_ts) = match prepared {
             Err(refused) => return Ok(Answer::error(refused)),
             Ok(Prepared::Read { key }) => return self.get(key).await,
-            Ok(Prepared::Scan { pattern, after }) => return self.scan(&pattern, after).await,
+            Ok(Prepared::Scan { pattern, after }) => return self.scan(pattern, after).await,
             Ok(Prepared::Write {
                 mutation,
                 request_ts,
@@ -504,24 +512,61 @@ impl<O: Outbox> Service<O> {
     }
 
     /// SCAN: one page of the live keys matching `pattern` after `after`, read linearizably like
-    /// GET; the page's work is bounded by [`protocol::scan::PageLimits`].
+    /// GET; the page's work is bounded by [`protocol::scan::PageLimits`], its time by their
+    /// `max_duration`. The page is built off the runtime, on the blocking pool, in one of
+    /// [`SCAN_SLOTS`] slots; a SCAN without a free slot waits for one (its request deadline
+    /// still applies). The slot is held until the page is built, also when the request gave up
+    /// meanwhile, so the slots bound the threads SCANs occupy.
     #[tracing::instrument(level = "debug", name = "read", skip_all)]
     async fn scan(
         &self,
-        pattern: &protocol::glob::Glob,
+        pattern: protocol::glob::Glob,
         after: Option<&[u8]>,
     ) -> Result<Answer, Unavailable> {
+        let slot = {
+            let _waiting = GaugeGuard::new(&self.metrics.service.scan_pages_waiting);
+            self.scan_slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|closed| Unavailable::Internal(format!("SCAN slots: {closed}")))?
+        };
         self.raft.ensure_linearizable().await?;
         let view = self.raft.view();
         let time = self.read_time(&view)?;
-        let stored = read::keys_after(&view, after, time).map(|entry| {
-            entry.map(|(key, live, stored_bytes)| protocol::scan::StoredKey {
-                key,
-                live,
-                stored_bytes,
-            })
-        });
-        let page = protocol::scan::page(pattern, stored, &self.config.scan_page)?;
+        let after = after.map(<[u8]>::to_vec);
+        let limits = self.config.scan_page;
+        let metrics = self.metrics.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let service = &metrics.service;
+            let _in_flight = GaugeGuard::new(&service.scan_pages_in_flight);
+            let started = Instant::now();
+            let deadline = started + limits.max_duration;
+            let stored = read::keys_after(&view, after.as_deref(), time).map(|entry| {
+                entry.map(|(key, live, stored_bytes)| protocol::scan::StoredKey {
+                    key,
+                    live,
+                    stored_bytes,
+                })
+            });
+            let built = protocol::scan::page_until(&pattern, stored, &limits, || {
+                Instant::now() >= deadline
+            });
+            service
+                .scan_page_duration_seconds
+                .observe(started.elapsed().as_secs_f64());
+            if let Ok((_, end)) = &built {
+                service
+                    .scan_pages_total
+                    .with_label_values(&[end.label()])
+                    .inc();
+            }
+            built
+        })
+        .await
+        .map_err(|failed| Unavailable::Internal(format!("SCAN page task: {failed}")))?;
+        let (page, _end) = built?;
         Ok(Answer {
             reply: Reply::Keys(page),
             version: None,

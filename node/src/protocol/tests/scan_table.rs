@@ -85,62 +85,141 @@ fn expired_and_non_matching_keys_are_skipped_but_examined() {
     assert_eq!(page.next_token, None);
 }
 
+fn unwrap_paged(result: Result<(Page, PageEnd), Infallible>) -> (Page, PageEnd) {
+    match result {
+        Ok(paged) => paged,
+        Err(never) => match never {},
+    }
+}
+
 #[test]
 fn each_limit_ends_the_page_with_a_token_after_the_last_examined_key() {
     let keys: &[(&[u8], bool)] = &[(b"a", true), (b"b", true), (b"c", true), (b"d", true)];
     let unlimited = PageLimits::default();
+    // (limits, keys returned, token after, why the page ended)
     let cases = [
         (
-            "max_keys",
             PageLimits {
                 max_keys: 2,
                 ..unlimited
             },
             vec!["a", "b"],
             "b",
+            PageEnd::Keys,
         ),
         (
-            "max_examined",
             PageLimits {
                 max_examined: 3,
                 ..unlimited
             },
             vec!["a", "b", "c"],
             "c",
+            PageEnd::Examined,
         ),
         (
-            "max_reply_bytes",
             PageLimits {
                 max_reply_bytes: 2,
                 ..unlimited
             },
             vec!["a", "b"],
             "b",
+            PageEnd::ReplyBytes,
+        ),
+        (
+            PageLimits {
+                max_examined_bytes: 25,
+                ..unlimited
+            },
+            vec!["a", "b", "c"],
+            "c",
+            PageEnd::ExaminedBytes,
         ),
         // Each one-character key costs one comparison against `?`.
         (
-            "max_comparisons",
             PageLimits {
                 max_comparisons: 1,
                 ..unlimited
             },
             vec!["a"],
             "a",
+            PageEnd::Comparisons,
         ),
     ];
-    for (name, limits, expected_keys, after) in cases {
-        let page = unwrap_page(page(&glob(b"?"), stored(keys), &limits));
+    for (limits, expected_keys, after, expected_end) in cases {
+        let (page, end) = unwrap_paged(page_until(&glob(b"?"), stored(keys), &limits, || false));
         let expected: Vec<Vec<u8>> = expected_keys
             .iter()
             .map(|k| k.as_bytes().to_vec())
             .collect();
-        assert_eq!(page.keys, expected, "{name}");
+        assert_eq!(page.keys, expected, "{expected_end:?}");
         assert_eq!(
             page.next_token,
             Some(token_after(after.as_bytes())),
-            "{name}"
+            "{expected_end:?}"
         );
+        assert_eq!(end, expected_end);
     }
+    let (page, end) = unwrap_paged(page_until(&glob(b"?"), stored(keys), &unlimited, || false));
+    assert_eq!(
+        (page.keys.len(), page.next_token, end),
+        (4, None, PageEnd::Complete)
+    );
+}
+
+#[test]
+fn the_deadline_cuts_the_page_after_the_key_it_was_asked_before() {
+    let keys: &[(&[u8], bool)] = &[(b"a", true), (b"b", true), (b"c", true), (b"d", true)];
+    // `should_stop` is asked before each key but the first: stopping at the second question
+    // leaves two keys examined.
+    let mut asked = 0;
+    let (page, end) = unwrap_paged(page_until(
+        &glob(b"*"),
+        stored(keys),
+        &PageLimits::default(),
+        || {
+            asked += 1;
+            asked == 2
+        },
+    ));
+    assert_eq!(page.keys, vec![b"a".to_vec(), b"b".to_vec()]);
+    assert_eq!(page.next_token, Some(token_after(b"b")));
+    assert_eq!(end, PageEnd::Deadline);
+    assert_eq!(asked, 2);
+    // Past the deadline from the start: still one key of progress (here a non-matching one,
+    // so the page is empty but its token moves on).
+    let (page, end) = unwrap_paged(page_until(
+        &glob(b"b*"),
+        stored(keys),
+        &PageLimits::default(),
+        || true,
+    ));
+    assert!(page.keys.is_empty());
+    assert_eq!(page.next_token, Some(token_after(b"a")));
+    assert_eq!(end, PageEnd::Deadline);
+    // The other limits are judged first (the clock is not read when they end the page), and a
+    // one-key source never asks.
+    let limits = PageLimits {
+        max_keys: 1,
+        ..PageLimits::default()
+    };
+    let (_, end) = unwrap_paged(page_until(&glob(b"*"), stored(keys), &limits, || {
+        panic!("not asked once max_keys ended the page")
+    }));
+    assert_eq!(end, PageEnd::Keys);
+    let (page, end) = unwrap_paged(page_until(
+        &glob(b"*"),
+        stored(&[(b"z", true)]),
+        &PageLimits::default(),
+        || panic!("not asked before the first key"),
+    ));
+    assert_eq!((page.keys, end), (vec![b"z".to_vec()], PageEnd::Complete));
+}
+
+#[test]
+fn page_end_labels_are_distinct() {
+    let labels: std::collections::BTreeSet<&str> =
+        PageEnd::ALL.iter().map(|end| end.label()).collect();
+    assert_eq!(labels.len(), PageEnd::ALL.len());
 }
 
 #[test]
@@ -230,6 +309,7 @@ proptest! {
         max_keys in 1usize..5,
         max_examined in 1usize..7,
         retry_every in 1usize..4,
+        stop_at_question in 0usize..6,
     ) {
         let mut store: BTreeMap<Vec<u8>, ()> = initial.iter().map(|&n| (key_of(n), ())).collect();
         let mut ever_absent: std::collections::BTreeSet<Vec<u8>> =
@@ -246,11 +326,20 @@ proptest! {
                 .filter(|k| after.is_none_or(|a| k.as_slice() > a))
                 .map(|k| Ok(StoredKey { key: k.clone(), live: true, stored_bytes: 10 }))
                 .collect();
-            let result = unwrap_page(page(&pattern, source.clone(), &limits));
+            // A deadline that passes at the `stop_at_question`-th question (never when 0).
+            let run = |source: Vec<Result<StoredKey, Infallible>>| {
+                let mut asked = 0;
+                unwrap_paged(page_until(&pattern, source, &limits, || {
+                    asked += 1;
+                    asked == stop_at_question
+                }))
+                .0
+            };
+            let result = run(source.clone());
             pages += 1;
             if pages.is_multiple_of(retry_every) {
                 // A client retry with the same token gets the same page when nothing changed.
-                prop_assert_eq!(&unwrap_page(page(&pattern, source, &limits)), &result);
+                prop_assert_eq!(&run(source), &result);
             }
             seen.extend(result.keys.iter().cloned());
             if let Some(step) = changes.get(pages - 1) {
