@@ -14,7 +14,10 @@
 //!   frame (a damaged length: the values decode, and the checksum over the record rewritten with
 //!   those lengths matches, which a torn record's bytes cannot do), or a later Append record
 //!   with a matching checksum whose log index continues the log (the next index, or the one
-//!   after it when the damaged record was itself that Append).
+//!   after it when the damaged record was itself that Append);
+//! - a record near the end of the file that runs past it, when flipping one of its bits back
+//!   makes it whole with a matching checksum (a flipped type or option tag in a small last
+//!   record, a vote or a truncation, reads past the end like a torn write).
 //!
 //! The last rule does not accept *any* checksum-valid record after the damage: a torn record's
 //! own payload holds client data, which may embed bytes that form a valid record, and a crash
@@ -26,6 +29,11 @@ use std::fmt;
 use super::record::{
     Damage, Defect, Field, FrameKind, MAX_ID_FRAME_BYTES, Record, RecordType, parse, parse_with,
 };
+
+/// A damaged record with at most this many bytes from its start to the end of the chunk is
+/// also tried with each single bit flipped: a flipped type or option tag in a small last record
+/// (a vote, a truncation) makes it read past the end of the file like a torn write does.
+pub const BIT_FLIP_SEARCH_BYTES: usize = 1 << 10;
 
 /// At most this many candidate records after a damaged one get their checksum verified (each
 /// costs up to the rest of the chunk); candidates are only those whose log index is the next
@@ -148,6 +156,12 @@ pub enum Problem {
         /// The length of the value.
         actual: u32,
     },
+    /// The damaged record runs past the end of the file, yet with one bit of the byte at the
+    /// offset flipped back it is whole and its checksum matches.
+    BitFlipped {
+        /// The bit (0 is the least significant).
+        bit: u8,
+    },
     /// The damaged record runs past the end of the file, yet a whole record continuing the log
     /// follows it.
     RecordFollows {
@@ -180,6 +194,12 @@ impl fmt::Display for Problem {
                 f,
                 "the {field} length says {stored} bytes but the value takes {actual}, and with \
                  {actual} the record is whole and its checksum matches (a damaged length, not a \
+                 torn write)"
+            ),
+            Problem::BitFlipped { bit } => write!(
+                f,
+                "bit {bit} of this byte is flipped: the record runs past the end of the file, \
+                 but with the bit restored it is whole and its checksum matches (damage, not a \
                  torn write)"
             ),
             Problem::RecordFollows { follows_at, index } => write!(
@@ -235,6 +255,9 @@ pub fn judge_tail<C: FrameCodec>(
             if let Some(found) = recover_lengths(chunk, start, codec) {
                 return TailVerdict::Corrupt(found);
             }
+            if let Some(found) = recover_bit_flip(chunk, start) {
+                return TailVerdict::Corrupt(found);
+            }
             if let Some(found) = record_after(chunk, start, last, codec) {
                 return TailVerdict::Corrupt(found);
             }
@@ -275,6 +298,30 @@ fn recover_lengths<C: FrameCodec>(chunk: &[u8], start: usize, codec: &C) -> Opti
             actual,
         },
     })
+}
+
+/// The record at `start`, when it is near the end of the chunk, with one bit flipped back:
+/// whole with a matching checksum means a flipped bit (a torn record's bytes would need a
+/// checksum they do not hold).
+fn recover_bit_flip(chunk: &[u8], start: usize) -> Option<Corruption> {
+    let rest = chunk
+        .get(start..)
+        .filter(|rest| rest.len() <= BIT_FLIP_SEARCH_BYTES)?;
+    let mut trial = rest.to_vec();
+    for at in 0..trial.len() {
+        for bit in 0..8u8 {
+            trial[at] ^= 1 << bit;
+            let whole = parse(&trial, 0).is_ok();
+            trial[at] ^= 1 << bit;
+            if whole {
+                return Some(Corruption {
+                    at: start + at,
+                    problem: Problem::BitFlipped { bit },
+                });
+            }
+        }
+    }
+    None
 }
 
 /// A whole Append record after `start` whose log index is the next one the log expects (or the

@@ -219,3 +219,26 @@ fn the_search_verifies_a_bounded_number_of_candidates() {
         }))
     ));
 }
+
+#[test]
+fn every_flipped_bit_of_a_small_last_record_is_refused() {
+    use crate::wal_check::test_support::{frame, id, record};
+    let vote = record(0, &frame(&id(7)));
+    let truncate_none = record(3, &[0]);
+    let truncate_some = record(3, &[vec![1], frame(&id(2))].concat());
+    for last in [vote, truncate_none, truncate_some] {
+        let mut whole = chunk(1..4);
+        whole.extend(&last);
+        let start = whole.len() - last.len();
+        for at in start..whole.len() {
+            for bit in 0..8 {
+                let mut bytes = whole.clone();
+                bytes[at] ^= 1 << bit;
+                match verdict(&bytes) {
+                    Some(TailVerdict::Corrupt(_)) => {}
+                    other => panic!("bit {bit} of byte {at}: {other:?}"),
+                }
+            }
+        }
+    }
+}
