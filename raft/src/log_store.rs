@@ -50,15 +50,15 @@ pub struct WalTypes;
 
 /// A log id as the WAL stores it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WalLogId(LogId);
+pub struct WalLogId(pub LogId);
 
 /// A vote as the WAL stores it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd)]
-pub struct WalVote(Vote);
+pub struct WalVote(pub Vote);
 
 /// An entry payload as the WAL stores it (cloning shares the batch).
 #[derive(Debug, Clone)]
-pub struct WalPayload(EntryPayload);
+pub struct WalPayload(pub EntryPayload);
 
 impl raft_log::Types for WalTypes {
     type LogId = WalLogId;

@@ -174,7 +174,7 @@ async fn records_written_through_the_log_store_parse_back_with_the_check_framing
     let mut last = None;
     for path in &files {
         let bytes = std::fs::read(path).expect("read");
-        let walk = walk_chunk(&bytes, &LogFrames, last.clone());
+        let walk = walk_chunk(&bytes, &LogFrames, last);
         assert_eq!(walk.damage, None, "{}", path.display());
         assert_eq!(walk.end, bytes.len(), "{}", path.display());
         let mut at = 0;
