@@ -25,7 +25,7 @@ use statestore_raft::log_store::{WalLogId, WalPayload, WalVote};
 use statestore_raft::types::{EntryPayload, LogId, TypeConfig, Vote};
 use statestore_raft::wal_check::record::parse;
 use statestore_raft::wal_check::walk::Problem;
-use statestore_raft_fuzz::{Chunks, Choices, action, check, check_invariants, checkpoint};
+use statestore_raft_fuzz::{Choices, Chunks, action, check, check_invariants, checkpoint};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{Mutation, Proposal, SetCondition};
 
@@ -99,7 +99,10 @@ fn build(choices: &mut Choices) -> (Chunks, u64) {
                 0..=3 => {
                     let id = log_id::<TypeConfig>(term, 1, index);
                     last = Some(id);
-                    action(RaftLogAction::Append(WalLogId(id), WalPayload(payload(choices))))
+                    action(RaftLogAction::Append(
+                        WalLogId(id),
+                        WalPayload(payload(choices)),
+                    ))
                 }
                 4 => match last {
                     Some(id) => action(RaftLogAction::Commit(WalLogId(id))),
