@@ -32,6 +32,11 @@ pub enum Error {
     /// Network listener failure.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The Raft log on disk is damaged where it is not a torn last write: the node refuses to
+    /// start rather than drop acknowledged entries (the message names the file, the offset and
+    /// the way out).
+    #[error("{0}")]
+    WalCorrupt(Box<crate::wal_check::WalCorruption>),
 }
 
 /// Result alias for this crate.

@@ -24,6 +24,7 @@ pub mod snapshot;
 pub mod state_machine;
 pub mod trace;
 pub mod types;
+pub mod wal_check;
 
 pub use error::{Error, Result};
 pub use membership::MembershipChange;

@@ -12,7 +12,7 @@
 //! of 10–80 KB put most log nodes there. See raft/README.md for the measurements.
 
 use std::fmt::Debug;
-use std::io;
+use std::io::{self, Read};
 use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -24,9 +24,11 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use statestore_storage::codec;
 use tokio::sync::oneshot;
 
+use crate::error::Error;
 use crate::metrics::RaftStorageMetrics;
 use crate::trace;
 use crate::types::{Entry, EntryPayload, LogId, TypeConfig, Vote};
+use crate::wal_check::{self, record::MAX_ID_FRAME_BYTES, record::MAX_PAYLOAD_FRAME_BYTES};
 
 /// Bytes of entries returned by one `limited_get_log_entries` call (bounds replication reads).
 const MAX_READ_BYTES: usize = 16 << 20;
@@ -48,15 +50,15 @@ pub struct WalTypes;
 
 /// A log id as the WAL stores it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WalLogId(LogId);
+pub struct WalLogId(pub LogId);
 
 /// A vote as the WAL stores it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd)]
-pub struct WalVote(Vote);
+pub struct WalVote(pub Vote);
 
 /// An entry payload as the WAL stores it (cloning shares the batch).
 #[derive(Debug, Clone)]
-pub struct WalPayload(EntryPayload);
+pub struct WalPayload(pub EntryPayload);
 
 impl raft_log::Types for WalTypes {
     type LogId = WalLogId;
@@ -78,60 +80,89 @@ impl raft_log::Types for WalTypes {
     }
 }
 
-/// Writes `value` as a u32 length and its versioned encoding.
-fn encode_framed<T: serde::Serialize, W: io::Write>(value: &T, mut w: W) -> io::Result<usize> {
+/// Writes `value` as a u32 length and its versioned encoding, refusing a frame longer than
+/// `max` (the log check treats a longer length on disk as damage).
+fn encode_framed<T: serde::Serialize, W: io::Write>(
+    value: &T,
+    max: u32,
+    mut w: W,
+) -> io::Result<usize> {
     let bytes = codec::encode(value);
     let len = u32::try_from(bytes.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "log record over 4 GiB"))?;
+        .ok()
+        .filter(|len| *len <= max)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("log record frame of {} bytes, over {max}", bytes.len()),
+            )
+        })?;
     w.write_all(&len.to_be_bytes())?;
     w.write_all(&bytes)?;
     Ok(4 + bytes.len())
 }
 
+/// Reads a frame written by [`encode_framed`]. A length over `max` is damage; the buffer grows
+/// with the bytes actually read, so a damaged length cannot make it allocate more than the file
+/// holds.
 fn decode_framed<T: serde::de::DeserializeOwned, R: io::Read>(
     what: &'static str,
+    max: u32,
     mut r: R,
 ) -> io::Result<T> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
-    let mut bytes = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut bytes)?;
+    let len = u32::from_be_bytes(len);
+    if len > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{what} frame length {len} over {max}"),
+        ));
+    }
+    let mut bytes = Vec::with_capacity((len as usize).min(1 << 20));
+    r.take(u64::from(len)).read_to_end(&mut bytes)?;
+    if bytes.len() != len as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("{what} frame cut short"),
+        ));
+    }
     codec::decode(what, &bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 impl Encode for WalLogId {
     fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
-        encode_framed(&self.0, w)
+        encode_framed(&self.0, MAX_ID_FRAME_BYTES, w)
     }
 }
 
 impl Decode for WalLogId {
     fn decode<R: io::Read>(r: R) -> io::Result<Self> {
-        decode_framed("log id", r).map(WalLogId)
+        decode_framed("log id", MAX_ID_FRAME_BYTES, r).map(WalLogId)
     }
 }
 
 impl Encode for WalVote {
     fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
-        encode_framed(&self.0, w)
+        encode_framed(&self.0, MAX_ID_FRAME_BYTES, w)
     }
 }
 
 impl Decode for WalVote {
     fn decode<R: io::Read>(r: R) -> io::Result<Self> {
-        decode_framed("vote", r).map(WalVote)
+        decode_framed("vote", MAX_ID_FRAME_BYTES, r).map(WalVote)
     }
 }
 
 impl Encode for WalPayload {
     fn encode<W: io::Write>(&self, w: W) -> io::Result<usize> {
-        encode_framed(&self.0, w)
+        encode_framed(&self.0, MAX_PAYLOAD_FRAME_BYTES, w)
     }
 }
 
 impl Decode for WalPayload {
     fn decode<R: io::Read>(r: R) -> io::Result<Self> {
-        decode_framed("log entry payload", r).map(WalPayload)
+        decode_framed("log entry payload", MAX_PAYLOAD_FRAME_BYTES, r).map(WalPayload)
     }
 }
 
@@ -189,21 +220,28 @@ pub struct LogStore {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `config.dir`. Blocking: replays the WAL.
-    pub fn open(config: &LogConfig, metrics: Arc<RaftStorageMetrics>) -> io::Result<LogStore> {
+    /// Opens (or creates) the log in `config.dir`. Blocking: checks every chunk
+    /// ([`wal_check`]), then replays the WAL. Damage that is not a torn last write is
+    /// [`Error::WalCorrupt`].
+    pub fn open(config: &LogConfig, metrics: Arc<RaftStorageMetrics>) -> crate::Result<LogStore> {
         std::fs::create_dir_all(&config.dir)?;
         let dir = config
             .dir
             .to_str()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "log dir is not UTF-8"))?;
+        wal_check::check_dir(&config.dir)?;
         let mut wal_config = raft_log::Config::new(dir);
+        // What the check left for raft-log to trim is a torn last write (or an interrupted
+        // chunk rotation); without trimming, every crash during a write would stop the node from
+        // starting. Set explicitly: the check above is what makes trimming safe.
+        wal_config.wal.truncate_incomplete_record = Some(true);
         wal_config.log_cache_capacity = Some(config.cache_bytes);
         wal_config.log_cache_max_items = Some(1 << 20);
         wal_config.wal.chunk_max_size = Some(config.chunk_bytes);
         wal_config.wal.read_buffer_size = Some(4 << 20);
         // Group commit without waiting: while one fdatasync runs, the next batch gathers.
         wal_config.wal.flush_batch_wait = Some(Duration::ZERO);
-        let wal = Wal::open(Arc::new(wal_config))?;
+        let wal = Wal::open(Arc::new(wal_config)).map_err(Error::Io)?;
         Ok(LogStore {
             wal: Arc::new(Mutex::new(wal)),
             metrics,

@@ -256,7 +256,14 @@ impl RaftNode {
             tokio::task::spawn_blocking(move || LogStore::open(&log_config, log_metrics))
                 .await
                 .map_err(|e| Error::Stopped(format!("opening the log: {e}")))?
-                .map_err(Error::Io)?;
+                .map_err(|err| match err {
+                    Error::WalCorrupt(mut corruption) => {
+                        corruption.node = Some(config.id);
+                        tracing::error!("{corruption}");
+                        Error::WalCorrupt(corruption)
+                    }
+                    other => other,
+                })?;
         let trigger = SnapshotTrigger {
             after_proposals: config.snapshot_after_proposals,
             after_entries: config.snapshot_after_entries,

@@ -53,6 +53,30 @@ pub fn decode_borrowed<'a, T: Deserialize<'a>>(what: &'static str, bytes: &'a [u
     }
 }
 
+/// Decodes a record written by [`encode`] from the start of `bytes`, which may hold more after
+/// it, and returns it with the number of bytes its encoding took (postcard is self-delimiting).
+/// The Raft log check uses it to find where a value ends without trusting a stored length.
+pub fn decode_prefix<T: DeserializeOwned>(what: &'static str, bytes: &[u8]) -> Result<(T, usize)> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => match postcard::take_from_bytes(body) {
+            Ok((value, rest)) => Ok((value, bytes.len() - rest.len())),
+            Err(err) => Err(StorageError::Corrupt {
+                what,
+                reason: err.to_string(),
+            }),
+        },
+        Some((&found, _)) => Err(StorageError::FormatVersion {
+            what,
+            found,
+            supported: FORMAT_VERSION,
+        }),
+        None => Err(StorageError::Corrupt {
+            what,
+            reason: "empty record".into(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +101,21 @@ mod tests {
             decode::<(u64, String)>("pair", &[FORMAT_VERSION, 0xff]),
             Err(StorageError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn decode_prefix_reports_where_the_encoding_ends() {
+        let bytes = encode(&(7u64, "xyz".to_string()));
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(&[0xaa; 5]);
+        let (back, used): ((u64, String), usize) = decode_prefix("pair", &longer).expect("decodes");
+        assert_eq!(back, (7, "xyz".to_string()));
+        assert_eq!(used, bytes.len());
+        assert!(decode_prefix::<(u64, String)>("pair", &bytes[..bytes.len() - 1]).is_err());
+        assert!(matches!(
+            decode_prefix::<(u64, String)>("pair", &[9, 0]),
+            Err(StorageError::FormatVersion { found: 9, .. })
+        ));
+        assert!(decode_prefix::<(u64, String)>("pair", &[]).is_err());
     }
 }
