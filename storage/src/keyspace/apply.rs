@@ -28,9 +28,11 @@
 //!   A pruned reply expired at the pruning proposal's time, so no later proposal, whose time is
 //!   at least as late, and no leader read (its time is at least the store's) could still get it.
 //!   A per-transaction budget instead would make the pruned set depend on the grouping.
-//! - **Notifications (§7).** Each change looks up the key's observers with a prefix scan only if
-//!   the registration table is non-empty; whether it is, is looked up once per transaction (at
-//!   its first change) and set when a registration is added (never cleared inside the
+//! - **Notifications (§7).** A change yields one [`KeyEvent`] if its key has at least one
+//!   registration: one seek into the key's registrations, never a list of them (the notifier
+//!   reads the observers later, page by page, off this thread). The seek is skipped when the
+//!   registration table is empty; whether it is, is looked up once per transaction (at its
+//!   first change) and set when a registration is added (never cleared inside the
 //!   transaction, which is conservative). Same events either way; nothing persisted.
 //! - **Copies.** Stored records and replies are read through
 //!   [`crate::keyspace::OrderedRead::get_ref`] and decoded with borrowed values; records and
@@ -41,7 +43,13 @@
 //!   moves it past what it removed, so it reads the entries it evicts (plus, like a prune,
 //!   replaced entries hidden by the overlay) and takes no scan at all while the memory is
 //!   within its caps. The sizes it subtracts are in the index entries it reads anyway.
-//! - **Registration cap (§7, §9).** One comparison with a counter; nothing is counted by a scan.
+//! - **Registration caps (§7, §9).** The store-wide cap is one comparison with a counter; the
+//!   per-client and per-key caps count the client's (or the key's) registrations with a prefix
+//!   scan that stops at the cap, so a new registration reads at most
+//!   `max_registrations_per_client + max_observers_per_key` rows (registering a pair again
+//!   reads none). A per-key counter would make it one read, at the price of a counter row to
+//!   keep exact through STOP and client departures (one more read and write per registration
+//!   a departure drops); the scan keeps no state that could drift.
 //! - **Counters** (keys, bytes, versions, time floor, registrations, remembered replies and
 //!   their bytes, evictions) live in [`KeyspaceMeta`], read once at [`Keyspace::open`] and
 //!   written once at [`Keyspace::finish`]. They are kept exact by every change, never recounted.
@@ -55,8 +63,13 @@
 //!
 //! - **KEYNOTIFY registrations (§7, §9).** A new (client, key) registration is refused with
 //!   [`Rejection::QuotaExceeded`] once `registrations` has reached `max_registrations`, as
-//!   well as once its client holds `max_registrations_per_client`. Registering a pair again is
-//!   not a new registration and always succeeds; STOP and a client's departure free room.
+//!   well as once its client holds `max_registrations_per_client`, or its key has
+//!   `max_observers_per_key` observers (what one change fans out to; these refusals are counted
+//!   in `observer_cap_refusals`). Registering a pair again is not a new registration and always
+//!   succeeds; STOP and a client's departure free room.
+//! - **Registration floors (§7).** A registration row holds the store's `max_version` when it
+//!   was made: the notifier, reading registrations after the change, tells by it which came
+//!   before the change (floor below the change's version) and so are notified.
 //! - **Reply memory (§6).** A remembered reply counts as one entry and as its reply-table key
 //!   length plus its encoded value length (`remembered_replies`, `remembered_reply_bytes`).
 //!   Its reply-expiry index entry holds that size, so pruning and eviction subtract it without
@@ -506,7 +519,14 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if read::count_prefix(&*self.txn, &layout::observed_prefix(client), max)? >= max {
             return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
         }
-        self.txn.put(by_key, Vec::new());
+        let per_key = usize::try_from(self.meta.limits.max_observers_per_key).unwrap_or(usize::MAX);
+        if read::count_prefix(&*self.txn, &layout::observers_prefix(key), per_key)? >= per_key {
+            self.meta.observer_cap_refusals = self.meta.observer_cap_refusals.saturating_add(1);
+            self.meta_changed = true;
+            return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
+        }
+        let floor = record::encode_observer_floor(self.meta.max_version.as_ref());
+        self.txn.put(by_key, floor);
         self.txn.put(layout::observed_key(client, key), Vec::new());
         self.observers_exist = Some(true);
         self.meta.registrations = self.meta.registrations.saturating_add(1);
@@ -590,8 +610,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.meta_changed = true;
     }
 
-    /// Queues a notification for every client registered on `key` (none: no event).
-    /// `new_value` is the value a SET stored; `None` is a deletion.
+    /// Queues one event for the change of `key` if some client observes it (none: no event).
+    /// `new_value` is the value a SET stored; `None` is a deletion. Who observes it is left to
+    /// the notifier (see [`KeyEvent`]).
     fn notify(
         &mut self,
         key: &[u8],
@@ -605,18 +626,14 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 .observers_exist
                 .insert(read::any_observers(&*self.txn)?),
         };
-        if !observers_exist {
+        if !observers_exist || !read::observers_exist_for(&*self.txn, key)? {
             return Ok(());
         }
-        let observers = read::observers(&*self.txn, key)?;
-        if !observers.is_empty() {
-            events.push(KeyEvent {
-                key: key.to_vec(),
-                version,
-                change: new_value.map_or(Change::Delete, |value| Change::Set(value.to_vec())),
-                observers,
-            });
-        }
+        events.push(KeyEvent {
+            key: key.to_vec(),
+            version,
+            change: new_value.map_or(Change::Delete, |value| Change::Set(value.to_vec())),
+        });
         Ok(())
     }
 
