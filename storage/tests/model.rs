@@ -927,9 +927,24 @@ fn recount(view: &impl OrderedRead) -> Result<(u64, u64, u64), TestCaseError> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)
     };
-    let by_key = rows(layout::Table::ObserversByKey)?.len() as u64;
+    let registrations = rows(layout::Table::ObserversByKey)?;
+    let by_key = registrations.len() as u64;
     let by_client = rows(layout::Table::ObservedByClient)?.len() as u64;
     prop_assert_eq!(by_key, by_client, "registration tables disagree");
+    // Each key's registration count equals its rows (row: table byte, u32 key length, key,
+    // client).
+    let mut per_key: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for (row, _) in &registrations {
+        let len = u32::from_be_bytes(row[1..5].try_into().map_err(fail)?) as usize;
+        *per_key.entry(row[5..5 + len].to_vec()).or_default() += 1;
+    }
+    let mut counted: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for (row, value) in rows(layout::Table::ObserverCounts)? {
+        let count = layout::parse_observer_count_value(&value)
+            .ok_or_else(|| fail("registration count of the wrong size"))?;
+        counted.insert(row[1..].to_vec(), count);
+    }
+    prop_assert_eq!(counted, per_key, "registration counts against the rows");
     let replies: BTreeMap<Vec<u8>, Vec<u8>> = rows(layout::Table::Replies)?.into_iter().collect();
     let index = rows(layout::Table::ReplyExpiry)?;
     prop_assert_eq!(index.len(), replies.len(), "one index entry per reply");

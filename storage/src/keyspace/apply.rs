@@ -29,11 +29,12 @@
 //!   at least as late, and no leader read (its time is at least the store's) could still get it.
 //!   A per-transaction budget instead would make the pruned set depend on the grouping.
 //! - **Notifications (§7).** A change yields one [`KeyEvent`] if its key has at least one
-//!   registration: one seek into the key's registrations, never a list of them (the notifier
-//!   reads the observers later, page by page, off this thread). The seek is skipped when the
-//!   registration table is empty; whether it is, is looked up once per transaction (at its
-//!   first change) and set when a registration is added (never cleared inside the
-//!   transaction, which is conservative). Same events either way; nothing persisted.
+//!   registration: one point read of the key's registration count (none at all while the
+//!   store holds no registration, which the meta counts), never a scan or a list of the
+//!   registrations (the notifier reads the observers later, page by page, off this thread).
+//!   A scan would not do: the memtable in front of sled copies every row of a scanned range it
+//!   holds, so right after 1,000 clients registered a key, each write of it would copy 1,000
+//!   rows.
 //! - **Copies.** Stored records and replies are read through
 //!   [`crate::keyspace::OrderedRead::get_ref`] and decoded with borrowed values; records and
 //!   replies are encoded from borrowed parts, and a SET's value is copied once, into the
@@ -43,13 +44,12 @@
 //!   moves it past what it removed, so it reads the entries it evicts (plus, like a prune,
 //!   replaced entries hidden by the overlay) and takes no scan at all while the memory is
 //!   within its caps. The sizes it subtracts are in the index entries it reads anyway.
-//! - **Registration caps (§7, §9).** The store-wide cap is one comparison with a counter; the
-//!   per-client and per-key caps count the client's (or the key's) registrations with a prefix
-//!   scan that stops at the cap, so a new registration reads at most
-//!   `max_registrations_per_client + max_observers_per_key` rows (registering a pair again
-//!   reads none). A per-key counter would make it one read, at the price of a counter row to
-//!   keep exact through STOP and client departures (one more read and write per registration
-//!   a departure drops); the scan keeps no state that could drift.
+//! - **Registration caps (§7, §9).** The store-wide cap is one comparison with a counter, the
+//!   per-key cap one with the key's registration count ([`Table::ObserverCounts`], also what
+//!   notifications look up); the per-client cap counts the client's registrations with a
+//!   prefix scan that stops at the cap (registering a pair again reads none of them). The
+//!   per-key count costs one read and one write per registration, STOP, and registration a
+//!   departure drops; it is kept exact by each of them, never recounted.
 //! - **Counters** (keys, bytes, versions, time floor, registrations, remembered replies and
 //!   their bytes, evictions) live in [`KeyspaceMeta`], read once at [`Keyspace::open`] and
 //!   written once at [`Keyspace::finish`]. They are kept exact by every change, never recounted.
@@ -117,9 +117,6 @@ pub struct Keyspace<'t, T: Txn> {
     meta_changed: bool,
     /// No live [`Table::ReplyExpiry`] entry of the transaction sorts below this key.
     reply_cursor: Vec<u8>,
-    /// Whether [`Table::ObserversByKey`] may hold a registration (`None`: not looked yet).
-    /// `Some(false)` only if it is empty.
-    observers_exist: Option<bool>,
     /// The device-bound meta record, read at the transaction's first device-bound command and
     /// written back by [`Keyspace::finish`] (`None`: no such command yet).
     device_meta: Option<DeviceboundMeta>,
@@ -225,7 +222,6 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 .reply_cursor
                 .clone()
                 .unwrap_or_else(|| Table::ReplyExpiry.bounds().0),
-            observers_exist: None,
             device_meta: None,
             device_meta_changed: false,
             devices,
@@ -519,8 +515,8 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if read::count_prefix(&*self.txn, &layout::observed_prefix(client), max)? >= max {
             return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
         }
-        let per_key = usize::try_from(self.meta.limits.max_observers_per_key).unwrap_or(usize::MAX);
-        if read::count_prefix(&*self.txn, &layout::observers_prefix(key), per_key)? >= per_key {
+        let on_key = read::observer_count(&*self.txn, key)?;
+        if on_key >= u64::from(self.meta.limits.max_observers_per_key) {
             self.meta.observer_cap_refusals = self.meta.observer_cap_refusals.saturating_add(1);
             self.meta_changed = true;
             return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
@@ -528,7 +524,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         let floor = record::encode_observer_floor(self.meta.max_version.as_ref());
         self.txn.put(by_key, floor);
         self.txn.put(layout::observed_key(client, key), Vec::new());
-        self.observers_exist = Some(true);
+        self.set_observer_count(key, on_key.saturating_add(1));
         self.meta.registrations = self.meta.registrations.saturating_add(1);
         self.meta_changed = true;
         Ok(Outcome::Observing)
@@ -541,6 +537,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.txn.remove(by_key);
         self.txn.remove(layout::observed_key(client, key));
+        self.drop_observer_count(key)?;
         self.meta.registrations = self.meta.registrations.saturating_sub(1);
         self.meta_changed = true;
         Ok(Outcome::StoppedObserving)
@@ -580,6 +577,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             let key = observed.get(prefix.len()..).unwrap_or_default();
             self.txn.remove(layout::observer_key(key, client));
             self.txn.remove(observed.clone());
+            self.drop_observer_count(key)?;
         }
         if !keys.is_empty() {
             let removed = u64::try_from(keys.len()).unwrap_or(u64::MAX);
@@ -610,6 +608,23 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.meta_changed = true;
     }
 
+    /// Stores `key`'s registration count (a count of zero is no row).
+    fn set_observer_count(&mut self, key: &[u8], count: u64) {
+        let row = layout::observer_count_key(key);
+        if count == 0 {
+            self.txn.remove(row);
+        } else {
+            self.txn.put(row, layout::observer_count_value(count));
+        }
+    }
+
+    /// Takes one removed registration off `key`'s count.
+    fn drop_observer_count(&mut self, key: &[u8]) -> Result<()> {
+        let count = read::observer_count(&*self.txn, key)?;
+        self.set_observer_count(key, count.saturating_sub(1));
+        Ok(())
+    }
+
     /// Queues one event for the change of `key` if some client observes it (none: no event).
     /// `new_value` is the value a SET stored; `None` is a deletion. Who observes it is left to
     /// the notifier (see [`KeyEvent`]).
@@ -620,13 +635,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         new_value: Option<&[u8]>,
         events: &mut Vec<KeyEvent>,
     ) -> Result<()> {
-        let observers_exist = match self.observers_exist {
-            Some(known) => known,
-            None => *self
-                .observers_exist
-                .insert(read::any_observers(&*self.txn)?),
-        };
-        if !observers_exist || !read::observers_exist_for(&*self.txn, key)? {
+        if self.meta.registrations == 0 || read::observer_count(&*self.txn, key)? == 0 {
             return Ok(());
         }
         events.push(KeyEvent {

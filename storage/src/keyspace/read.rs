@@ -4,7 +4,7 @@
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
 use crate::keyspace::mutation::RequestId;
@@ -171,24 +171,18 @@ pub fn observers_page(
         .collect()
 }
 
-/// True if some client is registered for notifications on `key` (one seek).
-pub fn observers_exist_for(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<bool> {
-    let prefix = layout::observers_prefix(key);
-    let end = layout::prefix_end(&prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
-    view.range(&prefix, &end)
-        .next()
-        .transpose()
-        .map(|first| first.is_some())
-}
-
-/// True if any client is registered for notifications on any key: when false,
-/// [`observers_exist_for`] is false for every key.
-pub fn any_observers(view: &(impl OrderedRead + ?Sized)) -> Result<bool> {
-    let (start, end) = Table::ObserversByKey.bounds();
-    view.range(&start, &end)
-        .next()
-        .transpose()
-        .map(|first| first.is_some())
+/// How many clients are registered for notifications on `key` (one point read of its
+/// count, kept by apply with every registration, STOP and client departure).
+pub fn observer_count(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<u64> {
+    match view.get_ref(&layout::observer_count_key(key))? {
+        None => Ok(0),
+        Some(value) => {
+            layout::parse_observer_count_value(&value).ok_or_else(|| StorageError::Corrupt {
+                what: "registration count",
+                reason: format!("{} bytes, not eight", value.len()),
+            })
+        }
+    }
 }
 
 /// Up to `limit` full keys starting with `prefix`.

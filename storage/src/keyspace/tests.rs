@@ -1172,7 +1172,7 @@ fn section_6_nothing_newly_due_means_no_reply_index_scan() {
 }
 
 #[test]
-fn section_7_without_registrations_a_transaction_looks_for_observers_once() {
+fn section_7_apply_never_scans_registrations_and_reads_a_count_only_when_there_are_some() {
     let mut r = Replica::new();
     let batch: Vec<Proposal> = (0..100u32)
         .map(|i| r.proposal(set(&i.to_be_bytes(), b"v"), None))
@@ -1183,7 +1183,40 @@ fn section_7_without_registrations_a_transaction_looks_for_observers_once() {
     for proposal in &batch {
         assert!(keyspace.apply(proposal).expect("apply").events.is_empty());
     }
-    assert_eq!(base.scans_of(layout::Table::ObserversByKey), 1);
+    let counts = layout::Table::ObserverCounts.prefix();
+    assert_eq!(base.scans_of(layout::Table::ObserversByKey), 0);
+    assert_eq!(
+        base.gets_with_prefix(counts),
+        0,
+        "no registration: nothing read"
+    );
+    drop(keyspace);
+
+    for i in 0..50 {
+        r.apply(observe(&format!("c{i}"), b"observed"));
+    }
+    let mut batch: Vec<Proposal> = (0..100u32)
+        .map(|i| r.proposal(set(&i.to_be_bytes(), b"w"), None))
+        .collect();
+    batch.push(r.proposal(set(b"observed", b"w"), None));
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    let events: usize = batch
+        .iter()
+        .map(|p| keyspace.apply(p).expect("apply").events.len())
+        .sum();
+    assert_eq!(events, 1);
+    assert_eq!(
+        base.scans_of(layout::Table::ObserversByKey),
+        0,
+        "50 observers of one key are never listed by apply"
+    );
+    assert_eq!(
+        base.gets_with_prefix(counts),
+        101,
+        "one count read per change"
+    );
 }
 
 #[test]
@@ -1250,9 +1283,27 @@ fn table_rows(map: &BTreeMap<Vec<u8>, Vec<u8>>, table: layout::Table) -> Vec<(&[
 /// (every registration in both directions, every reply indexed once under its own expiry and
 /// counted size).
 fn recount(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Recount {
-    let by_key = table_rows(map, layout::Table::ObserversByKey).len();
+    let registrations = table_rows(map, layout::Table::ObserversByKey);
+    let by_key = registrations.len();
     let by_client = table_rows(map, layout::Table::ObservedByClient).len();
     assert_eq!(by_key, by_client, "both registration tables hold each pair");
+    let mut per_key: BTreeMap<&[u8], u64> = BTreeMap::new();
+    for (row, _) in &registrations {
+        // row: table byte, u32 key length, key, client
+        let len = u32::from_be_bytes(row[1..5].try_into().expect("len")) as usize;
+        *per_key.entry(&row[5..5 + len]).or_default() += 1;
+    }
+    let counted: BTreeMap<&[u8], u64> = table_rows(map, layout::Table::ObserverCounts)
+        .into_iter()
+        .map(|(row, value)| {
+            let count = layout::parse_observer_count_value(value).expect("a count");
+            (&row[1..], count)
+        })
+        .collect();
+    assert_eq!(
+        counted, per_key,
+        "each key's count equals its registrations"
+    );
     let replies = table_rows(map, layout::Table::Replies);
     let index = table_rows(map, layout::Table::ReplyExpiry);
     assert_eq!(replies.len(), index.len(), "one index entry per reply");
