@@ -23,8 +23,8 @@ const FORMAT_FILE: &str = "FORMAT";
 /// the device-bound queue tables and their meta record sit next to the keyspace, and log
 /// entries may carry `Mutation::Device`; a device row carries its queued messages' delivery
 /// state and message rows only their content (the queues' indexes live in memory); a
-/// KEYNOTIFY registration row holds the store's highest version when it was made, and the
-/// replicated limits carry the per-key observer cap.
+/// KEYNOTIFY registration row holds the store's highest version when it was made, each observed
+/// key has a registration count, and the replicated limits carry the per-key observer cap.
 /// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
 /// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here; format 3
 /// has no device-bound queues, and a build of format 3 cannot read the log or snapshots of this
