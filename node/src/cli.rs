@@ -116,6 +116,9 @@ pub struct RunArgs {
     /// KEYNOTIFY registrations of all clients together (default 1,000,000).
     #[arg(long, value_name = "N")]
     pub max_registrations: Option<u64>,
+    /// KEYNOTIFY registrations of one key, all clients together (default 1000, 1–1,000,000).
+    #[arg(long, value_name = "N")]
+    pub max_observers_per_key: Option<u32>,
     /// Replies remembered for retries (§6, default 1,000,000); over it the earliest-expiring
     /// are evicted.
     #[arg(long, value_name = "N")]
@@ -475,6 +478,10 @@ impl RunArgs {
         );
         set(&mut config.limits.max_registrations, self.max_registrations);
         set(
+            &mut config.limits.max_observers_per_key,
+            self.max_observers_per_key,
+        );
+        set(
             &mut config.limits.max_remembered_replies,
             self.max_remembered_replies,
         );
@@ -529,6 +536,8 @@ mod tests {
             "4=127.0.0.1:2",
             "--max-registrations",
             "7",
+            "--max-observers-per-key",
+            "6",
             "--max-remembered-replies",
             "8",
             "--max-remembered-reply-bytes",
@@ -546,10 +555,11 @@ mod tests {
         assert_eq!(
             (
                 quota.max_registrations,
+                u64::from(quota.max_observers_per_key),
                 quota.max_remembered_replies,
                 quota.max_remembered_reply_bytes
             ),
-            (7, 8, 9)
+            (7, 6, 8, 9)
         );
         assert_eq!(config.initial_members().expect("members").len(), 2);
     }

@@ -299,6 +299,8 @@ pub struct LimitsConfig {
     pub max_registrations_per_client: u32,
     /// KEYNOTIFY registrations of all clients together.
     pub max_registrations: u64,
+    /// KEYNOTIFY registrations of one key, all clients together (what one change fans out to).
+    pub max_observers_per_key: u32,
     /// Replies remembered for retried requests (§6); over it the earliest-expiring are evicted.
     pub max_remembered_replies: u64,
     /// Bytes of remembered replies (reply key plus encoded reply, each); over it the
@@ -571,6 +573,7 @@ impl Default for LimitsConfig {
             max_bytes: quota.max_bytes,
             max_registrations_per_client: quota.max_registrations_per_client,
             max_registrations: quota.max_registrations,
+            max_observers_per_key: quota.max_observers_per_key,
             max_remembered_replies: quota.max_remembered_replies,
             max_remembered_reply_bytes: quota.max_remembered_reply_bytes,
             request_budget_mb: 64,
@@ -734,6 +737,11 @@ impl Config {
             || l.max_remembered_reply_bytes == 0
         {
             return Err(invalid("limits must be positive"));
+        }
+        if !(1..=1_000_000).contains(&l.max_observers_per_key) {
+            return Err(invalid(
+                "limits.max_observers_per_key must be between 1 and 1000000",
+            ));
         }
         if l.request_budget_mb == 0 || l.request_timeout_ms == 0 {
             return Err(invalid(
@@ -899,6 +907,7 @@ impl Config {
             max_bytes: self.limits.max_bytes,
             max_registrations_per_client: self.limits.max_registrations_per_client,
             max_registrations: self.limits.max_registrations,
+            max_observers_per_key: self.limits.max_observers_per_key,
             max_remembered_replies: self.limits.max_remembered_replies,
             max_remembered_reply_bytes: self.limits.max_remembered_reply_bytes,
         }
@@ -1126,6 +1135,7 @@ mod tests {
         assert_eq!(config.limits.max_bytes, 1 << 30);
         assert_eq!(config.limits.max_registrations_per_client, 1_000);
         assert_eq!(config.limits.max_registrations, 1_000_000);
+        assert_eq!(config.limits.max_observers_per_key, 1_000);
         assert_eq!(config.limits.max_remembered_replies, 1_000_000);
         assert_eq!(config.limits.max_remembered_reply_bytes, 256 << 20);
         assert_eq!(
@@ -1154,6 +1164,7 @@ mod tests {
             [limits]
             max_keys = 10
             max_registrations = 20
+            max_observers_per_key = 25
             max_remembered_replies = 30
             max_remembered_reply_bytes = 40
             "#,
@@ -1166,10 +1177,11 @@ mod tests {
         assert_eq!(
             (
                 quota.max_registrations,
+                u64::from(quota.max_observers_per_key),
                 quota.max_remembered_replies,
                 quota.max_remembered_reply_bytes
             ),
-            (20, 30, 40),
+            (20, 25, 30, 40),
             "the caps reach the replicated limits"
         );
         assert_eq!(
@@ -1234,6 +1246,26 @@ mod tests {
                 Config {
                     limits: LimitsConfig {
                         max_remembered_reply_bytes: 0,
+                        ..LimitsConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "no observers per key",
+                Config {
+                    limits: LimitsConfig {
+                        max_observers_per_key: 0,
+                        ..LimitsConfig::default()
+                    },
+                    ..Config::default()
+                },
+            ),
+            (
+                "observers per key above a million",
+                Config {
+                    limits: LimitsConfig {
+                        max_observers_per_key: 1_000_001,
                         ..LimitsConfig::default()
                     },
                     ..Config::default()

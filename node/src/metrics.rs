@@ -249,6 +249,8 @@ pub struct StoreMetrics {
     pub reply_memory_counted_bytes: IntGauge,
     /// `statestore_reply_memory_evicted_total`
     pub reply_memory_evicted_total: IntCounter,
+    /// `statestore_keyspace_observer_cap_refusals_total`
+    pub observer_cap_refusals_total: IntCounter,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -261,6 +263,10 @@ pub struct StoreMetrics {
     pub notify_dropped_total: IntCounterVec,
     /// `statestore_notify_pending`
     pub notify_pending: IntGauge,
+    /// `statestore_notify_pending_bytes`
+    pub notify_pending_bytes: IntGauge,
+    /// `statestore_notify_observers_per_event`
+    pub notify_observers_per_event: Histogram,
     /// `statestore_notify_clients_forgotten_total`
     pub clients_forgotten_total: IntCounter,
 }
@@ -280,11 +286,14 @@ impl StoreMetrics {
         let notify_dropped_total = metric!(IntCounterVec::new(
             Opts::new(
                 "statestore_notify_dropped_total",
-                "Key notifications not published, by reason."
+                "Key notifications not published, by reason: queue_full counts key events \
+                 refused by the notifier's full queue, one per event (its observers are not \
+                 read yet); publish_failed one per notification the MQTT session refused; \
+                 read_failed one per event whose observers could not be read."
             ),
             &["reason"]
         ));
-        for reason in ["queue_full", "publish_failed"] {
+        for reason in ["queue_full", "publish_failed", "read_failed"] {
             notify_dropped_total.with_label_values(&[reason]);
         }
         StoreMetrics {
@@ -345,6 +354,10 @@ impl StoreMetrics {
                 "statestore_reply_memory_evicted_total",
                 "Remembered replies evicted to stay within the reply-memory caps (a retry of an evicted request runs again)."
             )),
+            observer_cap_refusals_total: metric!(IntCounter::new(
+                "statestore_keyspace_observer_cap_refusals_total",
+                "New KEYNOTIFY registrations refused because their key already had limits.max_observers_per_key observers (replicated; also in statestore_server_requests_total{command=\"KEYNOTIFY\",result=\"quota_exceeded\"})."
+            )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
                     "statestore_expiry_sweep_duration_seconds",
@@ -364,7 +377,29 @@ impl StoreMetrics {
             notify_dropped_total,
             notify_pending: metric!(IntGauge::new(
                 "statestore_notify_pending",
-                "Notifications queued for publishing."
+                "Key events queued for the notifier (at most 65,536)."
+            )),
+            notify_pending_bytes: metric!(IntGauge::new(
+                "statestore_notify_pending_bytes",
+                "Bytes of keys and values of the key events queued for the notifier (at most 64 MiB)."
+            )),
+            notify_observers_per_event: metric!(Histogram::with_opts(
+                HistogramOpts::new(
+                    "statestore_notify_observers_per_event",
+                    "Clients one key event was published to (registered before the change)."
+                )
+                .buckets(vec![
+                    0.0,
+                    1.0,
+                    2.0,
+                    5.0,
+                    10.0,
+                    100.0,
+                    1_000.0,
+                    10_000.0,
+                    100_000.0,
+                    1_000_000.0
+                ])
             )),
             clients_forgotten_total: metric!(IntCounter::new(
                 "statestore_notify_clients_forgotten_total",
@@ -406,6 +441,9 @@ impl StoreMetrics {
         let seen = self.reply_memory_evicted_total.get();
         self.reply_memory_evicted_total
             .inc_by(meta.replies_evicted.saturating_sub(seen));
+        let seen = self.observer_cap_refusals_total.get();
+        self.observer_cap_refusals_total
+            .inc_by(meta.observer_cap_refusals.saturating_sub(seen));
     }
 }
 
@@ -590,12 +628,15 @@ impl NodeMetrics {
         register(&registry, &store.reply_memory_entries)?;
         register(&registry, &store.reply_memory_counted_bytes)?;
         register(&registry, &store.reply_memory_evicted_total)?;
+        register(&registry, &store.observer_cap_refusals_total)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;
         register(&registry, &store.notify_sent_total)?;
         register(&registry, &store.notify_dropped_total)?;
         register(&registry, &store.notify_pending)?;
+        register(&registry, &store.notify_pending_bytes)?;
+        register(&registry, &store.notify_observers_per_event)?;
         register(&registry, &store.clients_forgotten_total)?;
         register(&registry, &mqtt.connection_state)?;
         register(&registry, &mqtt.connects_total)?;
@@ -686,6 +727,7 @@ mod tests {
             remembered_replies: 4,
             remembered_reply_bytes: 5,
             replies_evicted: 6,
+            observer_cap_refusals: 7,
             ..KeyspaceMeta::default()
         };
         metrics.store.record_keyspace(&meta);
@@ -696,6 +738,7 @@ mod tests {
             ("statestore_reply_memory_entries", "4"),
             ("statestore_reply_memory_bytes", "5"),
             ("statestore_reply_memory_evicted_total", "6"),
+            ("statestore_keyspace_observer_cap_refusals_total", "7"),
         ] {
             assert_eq!(
                 sample(&out, name).as_deref(),

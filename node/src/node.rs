@@ -24,6 +24,7 @@ use crate::mqtt::{MqttHandle, watch_tls_files};
 use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
+use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
 use crate::transport::{Admitted, DEVICE_TOPIC_PREFIX, DEVICEBOUND_REQUEST_TOPIC};
@@ -31,8 +32,6 @@ use crate::transport::{Admitted, DEVICE_TOPIC_PREFIX, DEVICEBOUND_REQUEST_TOPIC}
 /// Admitted requests queued between the MQTT session and the dispatcher (the request budget
 /// bounds them; this only sizes the channel).
 const REQUEST_QUEUE: usize = 4_096;
-/// Key events queued for the notifier; beyond this they are dropped (and counted).
-const NOTIFY_QUEUE: usize = 65_536;
 
 /// Runs a node until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> Result<(), NodeError> {
@@ -46,7 +45,14 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     tracing::info!(id = config.id, name = %config.node_name(), data_dir = %config.data_dir.display(), "storage opened");
 
     let serving = Arc::new(AtomicBool::new(false));
-    let (event_tx, event_rx) = mpsc::channel(NOTIFY_QUEUE);
+    // Key events queued for the notifier; beyond its bounds they are dropped (and counted).
+    let (event_tx, event_rx) = notify_queue::channel(
+        QueueBounds::default(),
+        QueueGauges {
+            pending: metrics.store.notify_pending.clone(),
+            pending_bytes: metrics.store.notify_pending_bytes.clone(),
+        },
+    );
     let sink = Arc::new(NotifySink::new(event_tx, serving.clone(), metrics.clone()));
     let mut raft_config = config.raft();
     raft_config.peer_tls = config.peer_tls()?;
@@ -142,7 +148,12 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         config.expiry.batch_size,
         stop.clone(),
     ));
-    tokio::spawn(notify::run_notifier(event_rx, service.clone()));
+    tokio::spawn(notify::run_notifier(
+        event_rx,
+        raft.view(),
+        Arc::new(mqtt.clone()),
+        metrics.clone(),
+    ));
     let push = DevicePush::new(service.clone());
     tokio::spawn(notify::run_forgetter(
         session_events.forget,

@@ -38,7 +38,7 @@ const MAX_PROPOSALS_PER_COMMIT: usize = 16_384;
 /// A committed key event and the trace context of the proposal that caused it (on the leader,
 /// when that proposal was sampled; see [`crate::trace`]).
 pub struct TracedEvent {
-    /// What changed, and who observes it.
+    /// What changed (the notifier reads who observes it).
     pub event: KeyEvent,
     /// The causing proposal's trace context.
     pub trace: Option<opentelemetry::Context>,

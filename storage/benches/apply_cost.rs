@@ -1,7 +1,8 @@
 //! Apply cost per proposal of the keyspace state machine, printed as a table.
 //!
 //! Workload: plain SETs (32-byte values over 10,000 keys, nobody observing unless the row says
-//! so), each with a request id, so every proposal remembers its reply (protocol §6). The store
+//! so: `observers` 1 registers one client on one of the keys, 1000 registers 1,000 clients on
+//! one key and every SET of the row writes that key), each with a request id, so every proposal remembers its reply (protocol §6). The store
 //! starts with `remembered` replies whose expiry instants are 1 ms apart; proposal `j` of the
 //! run is stamped 1 ms after proposal `j - 1` and is remembered for `remembered` ms, so exactly
 //! one remembered reply falls due per proposal and as many expire as arrive: the reply memory
@@ -181,14 +182,23 @@ fn check(outcome: Outcome) {
     );
 }
 
-/// The `i`-th SET of the workload, at `wall_ms`, remembered for `remember_ms`.
-fn set(i: u64, wall_ms: u64, remember_ms: u64, observed: bool) -> Proposal {
-    let key = format!("key-{:05}", i % KEYS).into_bytes();
+/// Observers of a hot key: in such a row every SET writes that one key.
+const HOT_OBSERVERS: u32 = 1_000;
+
+/// The `i`-th SET of the workload, at `wall_ms`, remembered for `remember_ms`; with `observers`
+/// the first ones register that many clients on `key-00000` instead (prefill), and with
+/// [`HOT_OBSERVERS`] every SET writes that key.
+fn set(i: u64, wall_ms: u64, remember_ms: u64, observers: u32) -> Proposal {
+    let key = if observers >= HOT_OBSERVERS {
+        b"key-00000".to_vec()
+    } else {
+        format!("key-{:05}", i % KEYS).into_bytes()
+    };
     let mut value = vec![b'v'; VALUE_LEN];
     value[..8].copy_from_slice(&i.to_be_bytes());
-    let mutation = if observed && i == 0 {
+    let mutation = if i < u64::from(observers) {
         Mutation::Observe {
-            client: "watcher".into(),
+            client: format!("watcher-{i}"),
             key: b"key-00000".to_vec(),
         }
     } else {
@@ -217,7 +227,7 @@ struct Row {
     backend: &'static str,
     remembered: usize,
     batch: usize,
-    observed: bool,
+    observers: u32,
     /// Proposals per timed round.
     proposals: usize,
     /// Time of each round, fastest first.
@@ -230,12 +240,12 @@ fn run(
     backend: &mut dyn Backend,
     remembered: usize,
     batch: usize,
-    observed: bool,
+    observers: u32,
     measured: usize,
 ) -> Result<Row> {
     let n = remembered as u64;
     // Prefill: proposal i at T0 + i, remembered for n ms -> expires at T0 + n + i.
-    let prefill: Vec<Proposal> = (0..n).map(|i| set(i, T0_MS + i, n, observed)).collect();
+    let prefill: Vec<Proposal> = (0..n).map(|i| set(i, T0_MS + i, n, observers)).collect();
     for chunk in prefill.chunks(PREFILL_BATCH) {
         backend.apply_batch(chunk)?;
     }
@@ -244,7 +254,7 @@ fn run(
     let measured = measured.div_ceil(batch) * batch;
     let total = (warmup + ROUNDS * measured) as u64;
     let run: Vec<Proposal> = (0..total)
-        .map(|j| set(n + j, T0_MS + n + j, n, false))
+        .map(|j| set(n + j, T0_MS + n + j, n, observers))
         .collect();
     let (warm, timed) = run.split_at(warmup);
     for chunk in warm.chunks(batch) {
@@ -263,7 +273,7 @@ fn run(
         backend: backend_name,
         remembered,
         batch,
-        observed,
+        observers,
         proposals: measured,
         rounds,
         remembered_after: backend.remembered()?,
@@ -450,7 +460,7 @@ fn print_row(row: &Row) {
         row.backend,
         row.remembered,
         row.batch,
-        u8::from(row.observed),
+        row.observers,
         median * 1e6,
         best * 1e6,
         1.0 / median,
@@ -469,35 +479,46 @@ fn main() -> Result<()> {
         std::env::var("APPLY_COST_WORKLOAD").unwrap_or_else(|_| "set,devicebound".to_owned());
 
     if workloads.contains("set") {
-        let cases: [(usize, usize, bool); 6] = [
-            (1_000, 1, false),
-            (1_000, 1024, false),
-            (200_000, 1, false),
-            (200_000, 1024, false),
-            (1_000, 1024, true),
-            (200_000, 1024, true),
+        let cases: [(usize, usize, u32); 7] = [
+            (1_000, 1, 0),
+            (1_000, 1024, 0),
+            (200_000, 1, 0),
+            (200_000, 1024, 0),
+            (1_000, 1024, 1),
+            (200_000, 1024, 1),
+            (1_000, 1024, HOT_OBSERVERS),
         ];
         println!(
             "apply cost, SET with request id, replies expiring as fast as they arrive; \
              {ROUNDS} rounds of {measured} proposals per row"
         );
-        println!("(observers 1: one registration on a written key exists, so notify looks it up)");
+        println!(
+            "(observers 1: one registration on a written key exists, so notify looks it up; \
+             observers {HOT_OBSERVERS}: every SET writes one key that {HOT_OBSERVERS} clients observe)"
+        );
         print_header();
         let only = std::env::var("APPLY_COST_ROWS").unwrap_or_default();
         for name in backends.split(',') {
-            for &(remembered, batch, observed) in &cases {
-                let label = format!("{remembered}/{batch}/{}", u8::from(observed));
+            for &(remembered, batch, observers) in &cases {
+                let label = format!("{remembered}/{batch}/{observers}");
                 if !label.contains(only.as_str()) {
                     continue;
                 }
                 let row = match name.trim() {
                     "btree" => {
                         let mut backend = BTree(BTreeMap::new());
-                        run("btree", &mut backend, remembered, batch, observed, measured)?
+                        run(
+                            "btree",
+                            &mut backend,
+                            remembered,
+                            batch,
+                            observers,
+                            measured,
+                        )?
                     }
                     "sled" => {
                         let mut backend = Sled::open()?;
-                        run("sled", &mut backend, remembered, batch, observed, measured)?
+                        run("sled", &mut backend, remembered, batch, observers, measured)?
                     }
                     other => {
                         eprintln!("unknown backend {other:?}");

@@ -6,7 +6,8 @@
 //!   in-memory model written from `shared/spec/protocol.md`: for every proposal the same
 //!   [`Outcome`] (§2 commands, §4 fencing, §6 retried requests, §9 quotas), the same versions
 //!   (§3: at least the proposal stamp, strictly greater than every version issued before), the
-//!   same notification events (§7: key, change, version, observers), the same GET results
+//!   same notification events (§7: key, change, version; and the observers the notifier reads
+//!   for each from the committed state, by their registration floors), the same GET results
 //!   including the version, and the same expiry behaviour (§8: invisible from the expiry
 //!   instant on, removal by sweep or by a later write notifies `DELETE`).
 //! - A BTreeMap replica applying proposals one transaction each and a sled replica applying
@@ -20,17 +21,19 @@
 //!   events as the full lookup.
 //! - A sled snapshot exported and installed into another store (even one that already held
 //!   other state) reproduces the digest and the store-wide counters.
-//! - The caps of the tables clients make grow (store-wide KEYNOTIFY registrations, reply memory
-//!   by count and bytes with earliest-expiry eviction) decide outcomes as the model does, and
-//!   the meta's counters (registrations, remembered replies and their bytes, evictions) equal
-//!   a recount of the tables after every step, also with caps hit inside large batches.
+//! - The caps of the tables clients make grow (store-wide and per-key KEYNOTIFY registrations,
+//!   reply memory by count and bytes with earliest-expiry eviction) decide outcomes as the
+//!   model does, and the meta's counters (registrations, remembered replies and their bytes,
+//!   evictions, per-key cap refusals) equal the model's (and, where they count rows, a recount
+//!   of the tables) after every step, also with caps hit inside large batches. Each
+//!   registration stores as its floor the highest version issued when it was made.
 //!
 //! The model deliberately does not call into the crate's apply logic: it uses the crate's
 //! plain data types (`Hlc`, `Outcome`, `KeyEvent`, `Mutation`, ...) only as a vocabulary and
 //! orders HLCs itself. The one thing it takes from the crate is the length of a remembered
 //! reply's encoding (`codec::encode` of the plain `RememberedReply`), which the byte cap counts.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -181,12 +184,13 @@ fn limits() -> impl Strategy<Value = Limits> {
             max_registrations_per_client: regs,
             ..Limits::default()
         }),
-        2 => (1..=4u64, 2..=16u64, 1..=3u32, caps()).prop_map(
-            |(max_keys, max_bytes, regs, (total, replies, reply_bytes))| Limits {
+        2 => (1..=4u64, 2..=16u64, 1..=3u32, caps(), 1..=3u32).prop_map(
+            |(max_keys, max_bytes, regs, (total, replies, reply_bytes), per_key)| Limits {
                 max_keys,
                 max_bytes,
                 max_registrations_per_client: regs,
                 max_registrations: total,
+                max_observers_per_key: per_key,
                 max_remembered_replies: replies,
                 max_remembered_reply_bytes: reply_bytes,
             }
@@ -444,8 +448,11 @@ struct Model {
     /// Stored keys, including expired ones nobody has removed yet (they still count against
     /// the quotas of §9 until a sweep or a write removes them).
     entries: HashMap<Vec<u8>, Entry>,
-    /// §7: key -> registered clients (sorted: notifications list observers in id order).
-    registrations: HashMap<Vec<u8>, BTreeSet<String>>,
+    /// §7: key -> registered clients (in id order, as the notifier pages them), each with the
+    /// last version issued when it registered (its floor).
+    registrations: HashMap<Vec<u8>, BTreeMap<String, Option<Hlc>>>,
+    /// Registrations refused because their key had `max_observers_per_key` observers.
+    cap_refusals: u64,
     /// §6: (client, correlation) -> (remembered until, reply). Holds expired replies until
     /// they are pruned (up to 32 per entry, earliest expiry first) or evicted: both count
     /// against the caps.
@@ -466,10 +473,12 @@ struct Model {
     max_registrations: u64,
     /// Store-wide caps: registrations of all clients, remembered replies and their bytes.
     max_registrations_total: u64,
+    /// Registrations of one key, all clients together.
+    max_observers_per_key: u64,
     max_replies: u64,
     max_reply_bytes: u64,
-    /// §7 events of the entry being applied, in order.
-    events: Vec<KeyEvent>,
+    /// §7 events of the entry being applied, in order, each with the clients to notify.
+    events: Vec<(KeyEvent, Vec<String>)>,
 }
 
 impl Model {
@@ -477,6 +486,7 @@ impl Model {
         Model {
             entries: HashMap::new(),
             registrations: HashMap::new(),
+            cap_refusals: 0,
             replies: HashMap::new(),
             evicted: 0,
             last_version: None,
@@ -486,6 +496,7 @@ impl Model {
             max_bytes: 1 << 30,
             max_registrations: 1_000,
             max_registrations_total: 1_000_000,
+            max_observers_per_key: 1_000,
             max_replies: 1_000_000,
             max_reply_bytes: 256 << 20,
             events: Vec::new(),
@@ -625,15 +636,23 @@ impl Model {
         version
     }
 
-    /// §7: one event per change of a key somebody observes.
+    /// §7: one event per change of a key somebody observes, told to every client registered
+    /// before the change (all registered now: registrations come before later changes).
     fn notify(&mut self, key: &[u8], version: Hlc, change: Change) {
         if let Some(clients) = self.registrations.get(key).filter(|c| !c.is_empty()) {
-            self.events.push(KeyEvent {
-                key: key.to_vec(),
-                version,
-                change,
-                observers: clients.iter().cloned().collect(),
-            });
+            let notified = clients
+                .iter()
+                .filter(|(_, floor)| floor.as_ref().is_none_or(|f| rank(f) < rank(&version)))
+                .map(|(client, _)| client.clone())
+                .collect();
+            self.events.push((
+                KeyEvent {
+                    key: key.to_vec(),
+                    version,
+                    change,
+                },
+                notified,
+            ));
         }
     }
 
@@ -660,7 +679,7 @@ impl Model {
         }
     }
 
-    fn apply(&mut self, p: &Proposal) -> (Outcome, Vec<KeyEvent>) {
+    fn apply(&mut self, p: &Proposal) -> (Outcome, Vec<(KeyEvent, Vec<String>)>) {
         self.now = capped_floor(self.now, p.wall_ms);
         self.prune_replies();
         let memory = p
@@ -701,29 +720,33 @@ impl Model {
                 let already = self
                     .registrations
                     .get(key)
-                    .is_some_and(|c| c.contains(client));
+                    .is_some_and(|c| c.contains_key(client));
                 let held = self
                     .registrations
                     .values()
-                    .filter(|c| c.contains(client))
+                    .filter(|c| c.contains_key(client))
                     .count() as u64;
+                let on_key = self.registrations.get(key).map_or(0, |c| c.len() as u64);
                 if already {
                     Outcome::Observing
                 } else if held >= self.max_registrations
                     || self.registration_count() >= self.max_registrations_total
                 {
                     Outcome::Rejected(Rejection::QuotaExceeded)
+                } else if on_key >= self.max_observers_per_key {
+                    self.cap_refusals += 1;
+                    Outcome::Rejected(Rejection::QuotaExceeded)
                 } else {
                     self.registrations
                         .entry(key.clone())
                         .or_default()
-                        .insert(client.clone());
+                        .insert(client.clone(), self.last_version.clone());
                     Outcome::Observing
                 }
             }
             Mutation::Unobserve { client, key } => {
                 match self.registrations.get_mut(key).map(|c| c.remove(client)) {
-                    Some(true) => Outcome::StoppedObserving,
+                    Some(Some(_)) => Outcome::StoppedObserving,
                     _ => Outcome::NotObserving,
                 }
             }
@@ -756,7 +779,7 @@ impl Model {
             Mutation::ForgetClient { client } => {
                 let mut dropped = 0;
                 for clients in self.registrations.values_mut() {
-                    if clients.remove(client) {
+                    if clients.remove(client).is_some() {
                         dropped += 1;
                     }
                 }
@@ -769,6 +792,7 @@ impl Model {
                 self.max_bytes = limits.max_bytes;
                 self.max_registrations = u64::from(limits.max_registrations_per_client);
                 self.max_registrations_total = limits.max_registrations;
+                self.max_observers_per_key = u64::from(limits.max_observers_per_key);
                 self.max_replies = limits.max_remembered_replies;
                 self.max_reply_bytes = limits.max_remembered_reply_bytes;
                 Outcome::LimitsSet
@@ -864,6 +888,26 @@ impl Model {
     }
 }
 
+/// The clients the notifier tells of `event`, reading the store's registrations a page of 2
+/// at a time (so paging is exercised) and keeping those registered before the change.
+fn notified_of(view: &impl OrderedRead, event: &KeyEvent) -> Result<Vec<String>, TestCaseError> {
+    let mut clients = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = read::observers_page(view, &event.key, after.as_deref(), 2).map_err(fail)?;
+        let full = page.len() == 2;
+        after = page.last().map(|observer| observer.client.clone());
+        clients.extend(
+            page.into_iter()
+                .filter(|observer| observer.is_notified_of(&event.version))
+                .map(|observer| observer.client),
+        );
+        if !full {
+            return Ok(clients);
+        }
+    }
+}
+
 /// Versions an applied entry issued (new ones only; a remembered reply issues nothing).
 fn issued_versions(applied: &Applied) -> Vec<Hlc> {
     let mut versions: Vec<Hlc> = applied.events.iter().map(|e| e.version.clone()).collect();
@@ -883,9 +927,24 @@ fn recount(view: &impl OrderedRead) -> Result<(u64, u64, u64), TestCaseError> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)
     };
-    let by_key = rows(layout::Table::ObserversByKey)?.len() as u64;
+    let registrations = rows(layout::Table::ObserversByKey)?;
+    let by_key = registrations.len() as u64;
     let by_client = rows(layout::Table::ObservedByClient)?.len() as u64;
     prop_assert_eq!(by_key, by_client, "registration tables disagree");
+    // Each key's registration count equals its rows (row: table byte, u32 key length, key,
+    // client).
+    let mut per_key: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for (row, _) in &registrations {
+        let len = u32::from_be_bytes(row[1..5].try_into().map_err(fail)?) as usize;
+        *per_key.entry(row[5..5 + len].to_vec()).or_default() += 1;
+    }
+    let mut counted: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for (row, value) in rows(layout::Table::ObserverCounts)? {
+        let count = layout::parse_observer_count_value(&value)
+            .ok_or_else(|| fail("registration count of the wrong size"))?;
+        counted.insert(row[1..].to_vec(), count);
+    }
+    prop_assert_eq!(counted, per_key, "registration counts against the rows");
     let replies: BTreeMap<Vec<u8>, Vec<u8>> = rows(layout::Table::Replies)?.into_iter().collect();
     let index = rows(layout::Table::ReplyExpiry)?;
     prop_assert_eq!(index.len(), replies.len(), "one index entry per reply");
@@ -959,6 +1018,7 @@ fn assert_same_state(
             m.remembered_replies,
             m.remembered_reply_bytes,
             m.replies_evicted,
+            m.observer_cap_refusals,
         )
     };
     prop_assert_eq!(
@@ -967,9 +1027,10 @@ fn assert_same_state(
             model.registration_count(),
             model.replies.len() as u64,
             model.reply_bytes(),
-            model.evicted
+            model.evicted,
+            model.cap_refusals
         ),
-        "step {}: registrations, replies, reply bytes, evictions",
+        "step {}: registrations, replies, reply bytes, evictions, per-key cap refusals",
         step
     );
     assert_counters_exact(map, &format!("at step {step}"))?;
@@ -984,13 +1045,24 @@ fn assert_same_state(
             step,
             key
         );
-        let observers = read::observers(map, key).map_err(fail)?;
-        let expected: Vec<String> = model
+        let observers: Vec<(String, Option<Hlc>)> =
+            read::observers_page(map, key, None, usize::MAX)
+                .map_err(fail)?
+                .into_iter()
+                .map(|observer| (observer.client, observer.floor))
+                .collect();
+        let expected: Vec<(String, Option<Hlc>)> = model
             .registrations
             .get(key)
-            .map(|c| c.iter().cloned().collect())
+            .map(|c| c.iter().map(|(c, f)| (c.clone(), f.clone())).collect())
             .unwrap_or_default();
-        prop_assert_eq!(observers, expected, "step {}: observers of {:?}", step, key);
+        prop_assert_eq!(
+            observers,
+            expected,
+            "step {}: observers of {:?} and their floors",
+            step,
+            key
+        );
     }
     // §6: the reply memory of the requests a retry may still pick.
     let now = read::read_time(&meta, leader.wall_ms);
@@ -1076,6 +1148,7 @@ fn check_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
                 op,
                 proposal
             );
+            let (events, notified): (Vec<KeyEvent>, Vec<Vec<String>>) = events.into_iter().unzip();
             prop_assert_eq!(
                 &applied.events,
                 &events,
@@ -1084,6 +1157,16 @@ fn check_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
                 op,
                 proposal
             );
+            // §7: whom the notifier tells, reading the committed state after the entry.
+            for (event, expected) in applied.events.iter().zip(&notified) {
+                prop_assert_eq!(
+                    &notified_of(&map, event)?,
+                    expected,
+                    "step {}: observers notified of {:?}",
+                    step,
+                    event
+                );
+            }
             // §3 directly on the crate's output, not only by agreement with the model.
             for version in issued_versions(&applied) {
                 if !replayed && highest.as_ref() != Some(&version) {
@@ -1328,6 +1411,7 @@ fn reply_caps() -> impl Strategy<Value = Limits> {
                 max_remembered_replies: replies,
                 max_remembered_reply_bytes: bytes,
                 max_registrations: registrations,
+                max_observers_per_key: u32::try_from(registrations).unwrap_or(u32::MAX),
                 ..Limits::default()
             }
         }),

@@ -189,6 +189,64 @@ async fn registration_quota_per_client() {
     b.shutdown().await;
 }
 
+/// KEYNOTIFY as the client `src_id` says it is (`__srcId` is whatever a request carries);
+/// returns the reply payload.
+async fn keynotify_as(raw: &mut RawClient, src_id: &str, key: &[u8], stop: bool) -> Vec<u8> {
+    let correlation = raw.correlation();
+    let mut properties = raw.request_properties(correlation);
+    for (name, value) in &mut properties.user_properties {
+        if name == "__srcId" {
+            *value = src_id.to_owned();
+        }
+    }
+    let request = if stop {
+        resp(&[b"KEYNOTIFY", key, b"STOP"])
+    } else {
+        resp(&[b"KEYNOTIFY", key])
+    };
+    raw.request_with(&request, properties, Duration::from_secs(10))
+        .await
+        .expect("KEYNOTIFY is answered")
+        .payload
+        .to_vec()
+}
+
+/// With `--max-observers-per-key 3` one caller registering a key under many client ids gets
+/// three registrations and then `-ERR the quota has been exceeded`; registering a pair again
+/// still succeeds, the cap is per key, and a STOP frees room (§9).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_cap_per_key() {
+    let (broker, _node) = setup(&["--max-observers-per-key", "3"]).await;
+    let mut raw = RawClient::connect(broker.port, "t40-fanout").await;
+    let ok = b"+OK\r\n".to_vec();
+    let refused = b"-ERR the quota has been exceeded\r\n".to_vec();
+    for id in ["id-0", "id-1", "id-2"] {
+        assert_eq!(keynotify_as(&mut raw, id, b"hot", false).await, ok, "{id}");
+    }
+    assert_eq!(
+        keynotify_as(&mut raw, "id-3", b"hot", false).await,
+        refused,
+        "a fourth identity on the key"
+    );
+    assert_eq!(
+        keynotify_as(&mut raw, "id-0", b"hot", false).await,
+        ok,
+        "registering a pair again"
+    );
+    assert_eq!(
+        keynotify_as(&mut raw, "id-3", b"cold", false).await,
+        ok,
+        "another key has room"
+    );
+    assert_eq!(
+        keynotify_as(&mut raw, "id-1", b"hot", true).await,
+        ok,
+        "STOP"
+    );
+    assert_eq!(keynotify_as(&mut raw, "id-3", b"hot", false).await, ok);
+    assert_eq!(keynotify_as(&mut raw, "id-4", b"hot", false).await, refused);
+}
+
 /// Reads every key in `keys` and returns value and version.
 async fn snapshot(
     sdk: &SdkClient,

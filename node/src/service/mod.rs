@@ -17,6 +17,7 @@ pub mod envelope;
 pub mod expiry;
 pub mod leader;
 pub mod notify;
+pub mod notify_queue;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,23 @@
-//! KEYNOTIFY fan-out (§7): committed key events arrive from apply (through [`NotifySink`])
-//! and the notifier publishes one message per registered client, in commit order, only while
-//! this node serves as leader. A PUBACK with reason 0x10 (no subscriber) makes the leader drop
-//! that client's registrations through the log.
+//! KEYNOTIFY fan-out (§7): committed key events arrive from apply (through [`NotifySink`], one
+//! event per change of an observed key, into a queue bounded in events and bytes) and the
+//! notifier publishes one message per registered client, in commit order, only while this node
+//! serves as leader. A PUBACK with reason 0x10 (no subscriber) makes the leader drop that
+//! client's registrations through the log.
+//!
+//! # Who is notified
+//!
+//! Apply does not list a key's observers (a key may have up to `limits.max_observers_per_key`
+//! of them, and apply runs on every replica for every write). The notifier reads them itself
+//! from the committed state, [`OBSERVERS_PAGE`] at a time and off the async workers (the read
+//! may wait for the disk), after the change was committed: so it sees every registration made
+//! before the change and not yet stopped, and possibly some made after it. Each registration
+//! stores the store's highest version when it was made (its floor); a change of version `v` is
+//! sent only to registrations whose floor is below `v`, which are exactly those made before
+//! the change (§7: changes before KEYNOTIFY are not notified).
+//!
+//! A registration stopped (KEYNOTIFY STOP, or dropped after PUBACK 0x10) after a change but
+//! before the notifier reads it is not told of that change. Like a notification lost in a
+//! failover, that is within "at most once": the client asked to stop, or is gone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +26,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_raft::{EventSink, TracedEvent};
-use statestore_storage::keyspace::{Change, KeyEvent, Mutation};
+use statestore_storage::keyspace::read::{self, Observer};
+use statestore_storage::keyspace::{Change, KeyEvent, Mutation, OrderedRead};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -20,11 +37,15 @@ use crate::mqtt::SessionEvent;
 use crate::protocol::{NOTIFY_DELETE_PAYLOAD, notify_set_payload};
 use crate::service::Service;
 use crate::service::envelope::{CONTENT_TYPE, PROTOCOL_VERSION};
+use crate::service::notify_queue::{EventQueueReceiver, EventQueueSender};
 use crate::transport::{NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage, Outbox};
+
+/// Registrations the notifier reads at a time.
+pub const OBSERVERS_PAGE: usize = 256;
 
 /// Hands committed events to the notifier while this node serves as leader.
 pub struct NotifySink {
-    events: mpsc::Sender<TracedEvent>,
+    events: EventQueueSender,
     serving: Arc<AtomicBool>,
     metrics: Arc<NodeMetrics>,
 }
@@ -32,7 +53,7 @@ pub struct NotifySink {
 impl NotifySink {
     /// A sink feeding `events`, gated by `serving`.
     pub fn new(
-        events: mpsc::Sender<TracedEvent>,
+        events: EventQueueSender,
         serving: Arc<AtomicBool>,
         metrics: Arc<NodeMetrics>,
     ) -> Self {
@@ -50,16 +71,13 @@ impl EventSink for NotifySink {
             return; // followers (and a leader still taking over) never notify
         }
         for event in events {
-            let observers = event.event.observers.len() as u64;
-            match self.events.try_send(event) {
-                Ok(()) => self.metrics.store.notify_pending.inc(),
-                Err(_) => {
-                    self.metrics
-                        .store
-                        .notify_dropped_total
-                        .with_label_values(&["queue_full"])
-                        .inc_by(observers);
-                }
+            // Its observers are not known yet (the notifier reads them): one event, one drop.
+            if self.events.try_push(event).is_err() {
+                self.metrics
+                    .store
+                    .notify_dropped_total
+                    .with_label_values(&["queue_full"])
+                    .inc();
             }
         }
     }
@@ -92,70 +110,147 @@ pub fn notify_topic(client_id: &str, key: &[u8]) -> String {
     )
 }
 
-/// The messages announcing `event`, one per observer.
-pub fn notifications(event: KeyEvent) -> Vec<OutboundMessage> {
-    let payload = match &event.change {
-        Change::Set(value) => Bytes::from(notify_set_payload(value)),
-        Change::Delete => Bytes::from_static(NOTIFY_DELETE_PAYLOAD),
-    };
-    let version = event.version.to_string();
-    event
-        .observers
-        .into_iter()
-        .map(|client_id| OutboundMessage {
-            topic: notify_topic(&client_id, &event.key),
-            payload: payload.clone(),
+/// What every notification of one change carries: its payload and version.
+pub struct Announcement {
+    payload: Bytes,
+    version: String,
+}
+
+impl Announcement {
+    /// The payload and version of `event`'s notifications.
+    pub fn of(event: &KeyEvent) -> Self {
+        let payload = match &event.change {
+            Change::Set(value) => Bytes::from(notify_set_payload(value)),
+            Change::Delete => Bytes::from_static(NOTIFY_DELETE_PAYLOAD),
+        };
+        Announcement {
+            payload,
+            version: event.version.to_string(),
+        }
+    }
+
+    /// The message telling `client_id` of the change of `key`.
+    pub fn to(&self, client_id: &str, key: &[u8]) -> OutboundMessage {
+        OutboundMessage {
+            topic: notify_topic(client_id, key),
+            payload: self.payload.clone(),
             correlation_data: None,
             message_expiry_secs: None,
             content_type: Some(CONTENT_TYPE),
             user_properties: vec![
-                ("__ts".into(), version.clone()),
+                ("__ts".into(), self.version.clone()),
                 ("__protVer".into(), PROTOCOL_VERSION.to_owned()),
             ],
-            kind: OutboundKind::Notification { client_id },
-        })
-        .collect()
+            kind: OutboundKind::Notification {
+                client_id: client_id.to_owned(),
+            },
+        }
+    }
 }
 
-/// Publishes queued events in order. An event whose write was traced gets a `notify` span in
-/// that write's trace.
-pub async fn run_notifier<O: Outbox>(
-    mut events: mpsc::Receiver<TracedEvent>,
-    outbox: Arc<Service<O>>,
-) {
-    let metrics = outbox.metrics().clone();
-    while let Some(TracedEvent { event, trace }) = events.recv().await {
-        metrics.store.notify_pending.dec();
-        let op = match event.change {
-            Change::Set(_) => "set",
-            Change::Delete => "delete",
+/// Reads one page of `key`'s registrations from `view`, on a blocking thread (a read that
+/// misses the memtable may wait for sled).
+async fn observers_page<V>(
+    view: &V,
+    key: &[u8],
+    after: Option<String>,
+) -> Result<Vec<Observer>, String>
+where
+    V: OrderedRead + Clone + Send + Sync + 'static,
+{
+    let view = view.clone();
+    let key = key.to_vec();
+    tokio::task::spawn_blocking(move || {
+        read::observers_page(&view, &key, after.as_deref(), OBSERVERS_PAGE)
+            .map_err(|err| err.to_string())
+    })
+    .await
+    .map_err(|err| err.to_string())?
+}
+
+/// Publishes `event` to every client registered for its key before the change, reading the
+/// registrations page by page from `view`; returns how many were addressed.
+async fn publish_event<V, O>(event: &KeyEvent, view: &V, outbox: &O, metrics: &NodeMetrics) -> u64
+where
+    V: OrderedRead + Clone + Send + Sync + 'static,
+    O: Outbox,
+{
+    let op = match event.change {
+        Change::Set(_) => "set",
+        Change::Delete => "delete",
+    };
+    let announcement = Announcement::of(event);
+    let mut after = None;
+    let mut addressed = 0u64;
+    loop {
+        let page = match observers_page(view, &event.key, after.take()).await {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(%error, "reading a key's observers failed: its notification is dropped");
+                metrics
+                    .store
+                    .notify_dropped_total
+                    .with_label_values(&["read_failed"])
+                    .inc();
+                return addressed;
+            }
         };
+        let last_page = page.len() < OBSERVERS_PAGE;
+        after = page.last().map(|observer| observer.client.clone());
+        for observer in page {
+            if !observer.is_notified_of(&event.version) {
+                continue; // registered after the change
+            }
+            addressed += 1;
+            let (result, reason) = if outbox
+                .publish(announcement.to(&observer.client, &event.key))
+                .await
+            {
+                (&metrics.store.notify_sent_total, op)
+            } else {
+                (&metrics.store.notify_dropped_total, "publish_failed")
+            };
+            result.with_label_values(&[reason]).inc();
+        }
+        if last_page {
+            return addressed;
+        }
+    }
+}
+
+/// Publishes queued events in order, reading each one's observers from `view` (the committed
+/// state). An event whose write was traced gets a `notify` span in that write's trace.
+pub async fn run_notifier<V, O>(
+    mut events: EventQueueReceiver,
+    view: V,
+    outbox: Arc<O>,
+    metrics: Arc<NodeMetrics>,
+) where
+    V: OrderedRead + Clone + Send + Sync + 'static,
+    O: Outbox,
+{
+    while let Some(TracedEvent { event, trace }) = events.recv().await {
         let span = trace.map(|parent| {
-            let span = tracing::debug_span!("notify", op, observers = event.observers.len());
+            let op = match event.change {
+                Change::Set(_) => "set",
+                Change::Delete => "delete",
+            };
+            let span = tracing::debug_span!("notify", op, observers = tracing::field::Empty);
             statestore_raft::trace::attach(&span, &[parent]);
             span
         });
-        let publish = async {
-            for message in notifications(event) {
-                if outbox.outbox().publish(message).await {
-                    metrics
-                        .store
-                        .notify_sent_total
-                        .with_label_values(&[op])
-                        .inc();
-                } else {
-                    metrics
-                        .store
-                        .notify_dropped_total
-                        .with_label_values(&["publish_failed"])
-                        .inc();
-                }
-            }
-        };
-        match span {
-            Some(span) => publish.instrument(span).await,
+        let publish = publish_event(&event, &view, &*outbox, &metrics);
+        let addressed = match &span {
+            Some(span) => publish.instrument(span.clone()).await,
             None => publish.await,
+        };
+        if let Some(span) = &span {
+            span.record("observers", addressed);
         }
+        metrics
+            .store
+            .notify_observers_per_event
+            .observe(addressed as f64);
     }
 }
 
@@ -203,7 +298,10 @@ pub async fn run_forgetter<O: Outbox>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
     use statestore_storage::hlc::Hlc;
+    use statestore_storage::keyspace::{Keyspace, Overlay, Proposal, SetCondition};
+    use std::collections::BTreeMap;
 
     #[test]
     fn section_7_topic_is_upper_case_hex_of_client_and_key() {
@@ -232,40 +330,285 @@ mod tests {
     }
 
     #[test]
-    fn section_7_one_message_per_observer_with_version_and_exact_payload() {
+    fn section_7_a_notification_carries_the_version_and_the_exact_payload() {
         let event = KeyEvent {
             key: b"k".to_vec(),
             version: Hlc::new(5, 1, "n1"),
             change: Change::Set(b"v\r\n".to_vec()),
-            observers: vec!["a".into(), "b".into()],
         };
-        let messages = notifications(event);
-        assert_eq!(messages.len(), 2);
+        let announcement = Announcement::of(&event);
+        let message = announcement.to("b", &event.key);
         assert_eq!(
-            &messages[0].payload[..],
+            &message.payload[..],
             b"*4\r\n$6\r\nNOTIFY\r\n$3\r\nSET\r\n$5\r\nVALUE\r\n$3\r\nv\r\n\r\n"
         );
+        assert_eq!(message.topic, notify_topic("b", b"k"));
         assert_eq!(
-            messages[1].kind,
+            message.kind,
             OutboundKind::Notification {
                 client_id: "b".into()
             }
         );
         assert!(
-            messages[0]
+            message
                 .user_properties
                 .contains(&("__ts".into(), "000000000000005:00001:n1".to_owned()))
         );
-        assert_eq!(messages[0].content_type, Some("application/octet-stream"));
+        assert_eq!(message.content_type, Some("application/octet-stream"));
         let delete = KeyEvent {
             key: b"k".to_vec(),
             version: Hlc::new(6, 0, "n1"),
             change: Change::Delete,
-            observers: vec!["a".into()],
         };
         assert_eq!(
-            &notifications(delete)[0].payload[..],
+            &Announcement::of(&delete).to("a", b"k").payload[..],
             b"*2\r\n$6\r\nNOTIFY\r\n$6\r\nDELETE\r\n"
+        );
+    }
+
+    /// An outbox that records what it is given (and accepts it, or refuses everything).
+    struct Recorder {
+        sent: std::sync::Mutex<Vec<OutboundMessage>>,
+        accept: bool,
+    }
+
+    impl Recorder {
+        fn new(accept: bool) -> Arc<Self> {
+            Arc::new(Recorder {
+                sent: std::sync::Mutex::new(Vec::new()),
+                accept,
+            })
+        }
+
+        fn clients(&self) -> Vec<String> {
+            self.sent
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|message| match &message.kind {
+                    OutboundKind::Notification { client_id } => client_id.clone(),
+                    other => panic!("not a notification: {other:?}"),
+                })
+                .collect()
+        }
+    }
+
+    impl Outbox for Recorder {
+        fn publish(
+            &self,
+            message: OutboundMessage,
+        ) -> impl std::future::Future<Output = bool> + Send {
+            self.sent.lock().expect("lock").push(message);
+            std::future::ready(self.accept)
+        }
+    }
+
+    type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+    /// Applies each mutation as its own committed entry; returns the events.
+    fn apply(map: &mut Map, mutations: impl IntoIterator<Item = Mutation>) -> Vec<KeyEvent> {
+        let mut events = Vec::new();
+        for mutation in mutations {
+            let stamp = read::meta(&*map)
+                .expect("meta")
+                .max_version
+                .map_or(Hlc::new(1_000, 0, "n1"), |v| v.successor("n1"));
+            let proposal = Proposal {
+                stamp,
+                wall_ms: 1_000,
+                request: None,
+                mutation,
+            };
+            let mut txn = Overlay::new(&*map);
+            let mut keyspace = Keyspace::open(&mut txn).expect("open");
+            events.extend(keyspace.apply(&proposal).expect("apply").events);
+            keyspace.finish();
+            for (key, write) in txn.into_writes() {
+                match write {
+                    Some(value) => map.insert(key, value),
+                    None => map.remove(&key),
+                };
+            }
+        }
+        events
+    }
+
+    fn observe(client: &str) -> Mutation {
+        Mutation::Observe {
+            client: client.to_owned(),
+            key: b"k".to_vec(),
+        }
+    }
+
+    fn set(value: &[u8]) -> Mutation {
+        Mutation::Set {
+            key: b"k".to_vec(),
+            value: value.to_vec(),
+            condition: SetCondition::Always,
+            expire_after_ms: None,
+            fencing_token: None,
+        }
+    }
+
+    fn queue(events: Vec<KeyEvent>, metrics: &NodeMetrics) -> EventQueueReceiver {
+        let (tx, rx) = notify_queue::channel(
+            QueueBounds::default(),
+            QueueGauges {
+                pending: metrics.store.notify_pending.clone(),
+                pending_bytes: metrics.store.notify_pending_bytes.clone(),
+            },
+        );
+        for event in events {
+            tx.try_push(TracedEvent { event, trace: None })
+                .expect("room");
+        }
+        queue_closed_after(tx, rx)
+    }
+
+    /// The receiver of a queue whose sender is gone, so the notifier ends when it is drained.
+    fn queue_closed_after(tx: EventQueueSender, rx: EventQueueReceiver) -> EventQueueReceiver {
+        drop(tx);
+        rx
+    }
+
+    #[tokio::test]
+    async fn section_7_the_notifier_pages_through_observers_registered_before_the_change() {
+        let mut map = Map::new();
+        let clients: Vec<String> = (0..600).map(|i| format!("c{i:03}")).collect();
+        apply(&mut map, clients.iter().map(|c| observe(c)));
+        let events = apply(&mut map, [set(b"v1")]);
+        assert_eq!(events.len(), 1, "apply emits one event for 600 observers");
+        // After the change and before the notifier reads: one registers (in the middle of the
+        // second page), one stops.
+        apply(
+            &mut map,
+            [
+                observe("c300-late"),
+                Mutation::Unobserve {
+                    client: "c001".into(),
+                    key: b"k".to_vec(),
+                },
+            ],
+        );
+        let metrics = Arc::new(NodeMetrics::new().expect("metrics"));
+        let outbox = Recorder::new(true);
+        run_notifier(
+            queue(events, &metrics),
+            map,
+            outbox.clone(),
+            metrics.clone(),
+        )
+        .await;
+
+        let expected: Vec<String> = clients.into_iter().filter(|c| c != "c001").collect();
+        assert_eq!(
+            outbox.clients(),
+            expected,
+            "every page, in id order, without the late registration or the stopped one"
+        );
+        let store = &metrics.store;
+        assert_eq!(
+            store.notify_sent_total.with_label_values(&["set"]).get(),
+            599
+        );
+        assert_eq!(store.notify_observers_per_event.get_sample_count(), 1);
+        assert_eq!(store.notify_observers_per_event.get_sample_sum(), 599.0);
+        assert_eq!(
+            (store.notify_pending.get(), store.notify_pending_bytes.get()),
+            (0, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn section_7_events_are_published_in_commit_order_and_refusals_counted() {
+        let mut map = Map::new();
+        apply(&mut map, [observe("a"), observe("b")]);
+        let events = apply(
+            &mut map,
+            [
+                set(b"1"),
+                Mutation::Del {
+                    key: b"k".to_vec(),
+                    fencing_token: None,
+                },
+            ],
+        );
+        let metrics = Arc::new(NodeMetrics::new().expect("metrics"));
+        let outbox = Recorder::new(false);
+        run_notifier(
+            queue(events, &metrics),
+            map,
+            outbox.clone(),
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(outbox.clients(), vec!["a", "b", "a", "b"]);
+        let deletes: Vec<bool> = outbox
+            .sent
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|m| &m.payload[..] == NOTIFY_DELETE_PAYLOAD)
+            .collect();
+        assert_eq!(
+            deletes,
+            vec![false, false, true, true],
+            "the DELETE after the SET"
+        );
+        let dropped = metrics
+            .store
+            .notify_dropped_total
+            .with_label_values(&["publish_failed"])
+            .get();
+        assert_eq!(dropped, 4, "each refused publish is counted");
+    }
+
+    #[test]
+    fn the_sink_drops_and_counts_what_the_full_queue_refuses_and_ignores_followers() {
+        let metrics = Arc::new(NodeMetrics::new().expect("metrics"));
+        let (tx, _rx) = notify_queue::channel(
+            QueueBounds {
+                max_events: 2,
+                max_bytes: 1 << 20,
+            },
+            QueueGauges {
+                pending: metrics.store.notify_pending.clone(),
+                pending_bytes: metrics.store.notify_pending_bytes.clone(),
+            },
+        );
+        let serving = Arc::new(AtomicBool::new(false));
+        let sink = NotifySink::new(tx, serving.clone(), metrics.clone());
+        let event = |value: &[u8]| TracedEvent {
+            event: KeyEvent {
+                key: b"k".to_vec(),
+                version: Hlc::new(1, 0, "n1"),
+                change: Change::Set(value.to_vec()),
+            },
+            trace: None,
+        };
+        sink.deliver(vec![event(b"1"), event(b"2")]);
+        assert_eq!(
+            metrics.store.notify_pending.get(),
+            0,
+            "a follower queues nothing"
+        );
+        serving.store(true, Ordering::SeqCst);
+        sink.deliver(vec![event(b"1"), event(b"2"), event(b"3"), event(b"4")]);
+        assert_eq!(
+            (
+                metrics.store.notify_pending.get(),
+                metrics.store.notify_pending_bytes.get()
+            ),
+            (2, 4)
+        );
+        assert_eq!(
+            metrics
+                .store
+                .notify_dropped_total
+                .with_label_values(&["queue_full"])
+                .get(),
+            2,
+            "one per event refused"
         );
     }
 }

@@ -28,10 +28,13 @@
 //!   A pruned reply expired at the pruning proposal's time, so no later proposal, whose time is
 //!   at least as late, and no leader read (its time is at least the store's) could still get it.
 //!   A per-transaction budget instead would make the pruned set depend on the grouping.
-//! - **Notifications (§7).** Each change looks up the key's observers with a prefix scan only if
-//!   the registration table is non-empty; whether it is, is looked up once per transaction (at
-//!   its first change) and set when a registration is added (never cleared inside the
-//!   transaction, which is conservative). Same events either way; nothing persisted.
+//! - **Notifications (§7).** A change yields one [`KeyEvent`] if its key has at least one
+//!   registration: one point read of the key's registration count (none at all while the
+//!   store holds no registration, which the meta counts), never a scan or a list of the
+//!   registrations (the notifier reads the observers later, page by page, off this thread).
+//!   A scan would not do: the memtable in front of sled copies every row of a scanned range it
+//!   holds, so right after 1,000 clients registered a key, each write of it would copy 1,000
+//!   rows.
 //! - **Copies.** Stored records and replies are read through
 //!   [`crate::keyspace::OrderedRead::get_ref`] and decoded with borrowed values; records and
 //!   replies are encoded from borrowed parts, and a SET's value is copied once, into the
@@ -41,7 +44,12 @@
 //!   moves it past what it removed, so it reads the entries it evicts (plus, like a prune,
 //!   replaced entries hidden by the overlay) and takes no scan at all while the memory is
 //!   within its caps. The sizes it subtracts are in the index entries it reads anyway.
-//! - **Registration cap (§7, §9).** One comparison with a counter; nothing is counted by a scan.
+//! - **Registration caps (§7, §9).** The store-wide cap is one comparison with a counter, the
+//!   per-key cap one with the key's registration count ([`Table::ObserverCounts`], also what
+//!   notifications look up); the per-client cap counts the client's registrations with a
+//!   prefix scan that stops at the cap (registering a pair again reads none of them). The
+//!   per-key count costs one read and one write per registration, STOP, and registration a
+//!   departure drops; it is kept exact by each of them, never recounted.
 //! - **Counters** (keys, bytes, versions, time floor, registrations, remembered replies and
 //!   their bytes, evictions) live in [`KeyspaceMeta`], read once at [`Keyspace::open`] and
 //!   written once at [`Keyspace::finish`]. They are kept exact by every change, never recounted.
@@ -55,8 +63,13 @@
 //!
 //! - **KEYNOTIFY registrations (§7, §9).** A new (client, key) registration is refused with
 //!   [`Rejection::QuotaExceeded`] once `registrations` has reached `max_registrations`, as
-//!   well as once its client holds `max_registrations_per_client`. Registering a pair again is
-//!   not a new registration and always succeeds; STOP and a client's departure free room.
+//!   well as once its client holds `max_registrations_per_client`, or its key has
+//!   `max_observers_per_key` observers (what one change fans out to; these refusals are counted
+//!   in `observer_cap_refusals`). Registering a pair again is not a new registration and always
+//!   succeeds; STOP and a client's departure free room.
+//! - **Registration floors (§7).** A registration row holds the store's `max_version` when it
+//!   was made: the notifier, reading registrations after the change, tells by it which came
+//!   before the change (floor below the change's version) and so are notified.
 //! - **Reply memory (§6).** A remembered reply counts as one entry and as its reply-table key
 //!   length plus its encoded value length (`remembered_replies`, `remembered_reply_bytes`).
 //!   Its reply-expiry index entry holds that size, so pruning and eviction subtract it without
@@ -104,9 +117,6 @@ pub struct Keyspace<'t, T: Txn> {
     meta_changed: bool,
     /// No live [`Table::ReplyExpiry`] entry of the transaction sorts below this key.
     reply_cursor: Vec<u8>,
-    /// Whether [`Table::ObserversByKey`] may hold a registration (`None`: not looked yet).
-    /// `Some(false)` only if it is empty.
-    observers_exist: Option<bool>,
     /// The device-bound meta record, read at the transaction's first device-bound command and
     /// written back by [`Keyspace::finish`] (`None`: no such command yet).
     device_meta: Option<DeviceboundMeta>,
@@ -212,7 +222,6 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 .reply_cursor
                 .clone()
                 .unwrap_or_else(|| Table::ReplyExpiry.bounds().0),
-            observers_exist: None,
             device_meta: None,
             device_meta_changed: false,
             devices,
@@ -506,9 +515,16 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         if read::count_prefix(&*self.txn, &layout::observed_prefix(client), max)? >= max {
             return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
         }
-        self.txn.put(by_key, Vec::new());
+        let on_key = read::observer_count(&*self.txn, key)?;
+        if on_key >= u64::from(self.meta.limits.max_observers_per_key) {
+            self.meta.observer_cap_refusals = self.meta.observer_cap_refusals.saturating_add(1);
+            self.meta_changed = true;
+            return Ok(Outcome::Rejected(Rejection::QuotaExceeded));
+        }
+        let floor = record::encode_observer_floor(self.meta.max_version.as_ref());
+        self.txn.put(by_key, floor);
         self.txn.put(layout::observed_key(client, key), Vec::new());
-        self.observers_exist = Some(true);
+        self.set_observer_count(key, on_key.saturating_add(1));
         self.meta.registrations = self.meta.registrations.saturating_add(1);
         self.meta_changed = true;
         Ok(Outcome::Observing)
@@ -521,6 +537,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }
         self.txn.remove(by_key);
         self.txn.remove(layout::observed_key(client, key));
+        self.drop_observer_count(key)?;
         self.meta.registrations = self.meta.registrations.saturating_sub(1);
         self.meta_changed = true;
         Ok(Outcome::StoppedObserving)
@@ -560,6 +577,7 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             let key = observed.get(prefix.len()..).unwrap_or_default();
             self.txn.remove(layout::observer_key(key, client));
             self.txn.remove(observed.clone());
+            self.drop_observer_count(key)?;
         }
         if !keys.is_empty() {
             let removed = u64::try_from(keys.len()).unwrap_or(u64::MAX);
@@ -590,8 +608,26 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         self.meta_changed = true;
     }
 
-    /// Queues a notification for every client registered on `key` (none: no event).
-    /// `new_value` is the value a SET stored; `None` is a deletion.
+    /// Stores `key`'s registration count (a count of zero is no row).
+    fn set_observer_count(&mut self, key: &[u8], count: u64) {
+        let row = layout::observer_count_key(key);
+        if count == 0 {
+            self.txn.remove(row);
+        } else {
+            self.txn.put(row, layout::observer_count_value(count));
+        }
+    }
+
+    /// Takes one removed registration off `key`'s count.
+    fn drop_observer_count(&mut self, key: &[u8]) -> Result<()> {
+        let count = read::observer_count(&*self.txn, key)?;
+        self.set_observer_count(key, count.saturating_sub(1));
+        Ok(())
+    }
+
+    /// Queues one event for the change of `key` if some client observes it (none: no event).
+    /// `new_value` is the value a SET stored; `None` is a deletion. Who observes it is left to
+    /// the notifier (see [`KeyEvent`]).
     fn notify(
         &mut self,
         key: &[u8],
@@ -599,24 +635,14 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         new_value: Option<&[u8]>,
         events: &mut Vec<KeyEvent>,
     ) -> Result<()> {
-        let observers_exist = match self.observers_exist {
-            Some(known) => known,
-            None => *self
-                .observers_exist
-                .insert(read::any_observers(&*self.txn)?),
-        };
-        if !observers_exist {
+        if self.meta.registrations == 0 || read::observer_count(&*self.txn, key)? == 0 {
             return Ok(());
         }
-        let observers = read::observers(&*self.txn, key)?;
-        if !observers.is_empty() {
-            events.push(KeyEvent {
-                key: key.to_vec(),
-                version,
-                change: new_value.map_or(Change::Delete, |value| Change::Set(value.to_vec())),
-                observers,
-            });
-        }
+        events.push(KeyEvent {
+            key: key.to_vec(),
+            version,
+            change: new_value.map_or(Change::Delete, |value| Change::Set(value.to_vec())),
+        });
         Ok(())
     }
 

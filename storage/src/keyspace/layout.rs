@@ -14,6 +14,8 @@ pub enum Table {
     ObserversByKey = b'w',
     /// (len client, client, key) -> ()
     ObservedByClient = b'c',
+    /// key -> registrations of the key, all clients together (see [`observer_count_value`])
+    ObserverCounts = b'n',
     /// (len client, client, correlation) -> [`crate::keyspace::RememberedReply`]
     Replies = b'r',
     /// (expires_at_ms BE, reply key) -> counted size of the reply (see [`reply_size_value`])
@@ -104,6 +106,23 @@ pub fn observer_key(key: &[u8], client: &str) -> Vec<u8> {
     let mut out = observers_prefix(key);
     out.extend_from_slice(client.as_bytes());
     out
+}
+
+/// Key of `key`'s registration count in [`Table::ObserverCounts`].
+pub fn observer_count_key(key: &[u8]) -> Vec<u8> {
+    let mut out = with_prefix(Table::ObserverCounts, key.len());
+    out.extend_from_slice(key);
+    out
+}
+
+/// The value of a [`Table::ObserverCounts`] row: the count, eight bytes big-endian.
+pub fn observer_count_value(count: u64) -> Vec<u8> {
+    count.to_be_bytes().to_vec()
+}
+
+/// The count an [`observer_count_value`] holds (`None`: not eight bytes).
+pub fn parse_observer_count_value(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.try_into().ok()?))
 }
 
 /// Prefix of every registration of `client` in [`Table::ObservedByClient`].

@@ -148,6 +148,9 @@ pub struct Limits {
     /// KEYNOTIFY registrations of all clients together (client ids are whatever requests
     /// say, so the per-client cap alone bounds nothing).
     pub max_registrations: u64,
+    /// KEYNOTIFY registrations of one key, all clients together: what one change of a key
+    /// can fan out to (the same reason: one caller can register under any number of ids).
+    pub max_observers_per_key: u32,
     /// Remembered replies (§6). Over it, the replies with the earliest expiry are evicted.
     pub max_remembered_replies: u64,
     /// Bytes of remembered replies, each counted as its reply-table key plus its encoded
@@ -162,6 +165,7 @@ impl Default for Limits {
             max_bytes: 1 << 30,
             max_registrations_per_client: 1_000,
             max_registrations: 1_000_000,
+            max_observers_per_key: 1_000,
             max_remembered_replies: 1_000_000,
             max_remembered_reply_bytes: 256 << 20,
         }

@@ -65,7 +65,10 @@ pub enum Rejection {
     QuotaExceeded,
 }
 
-/// A committed change to one key that registered clients must hear about (protocol §7).
+/// A committed change to a key that had at least one registration when it was applied
+/// (protocol §7). It names no observers: the notifier reads them from the committed state, page
+/// by page, and notifies those registered before the change ([`crate::keyspace::read::Observer`]),
+/// so what apply hands out per change does not grow with the number of observers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyEvent {
     /// The key.
@@ -74,8 +77,17 @@ pub struct KeyEvent {
     pub version: Hlc,
     /// What happened.
     pub change: Change,
-    /// Client ids registered for the key at commit time.
-    pub observers: Vec<String>,
+}
+
+impl KeyEvent {
+    /// Bytes the event holds: its key plus the value a SET stored.
+    pub fn size_bytes(&self) -> usize {
+        let value = match &self.change {
+            Change::Set(value) => value.len(),
+            Change::Delete => 0,
+        };
+        self.key.len().saturating_add(value)
+    }
 }
 
 /// Kind of change in a [`KeyEvent`].

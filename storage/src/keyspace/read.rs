@@ -4,11 +4,14 @@
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::codec;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
+use crate::hlc::Hlc;
 use crate::keyspace::layout::{self, Table};
 use crate::keyspace::mutation::RequestId;
 use crate::keyspace::outcome::Outcome;
-use crate::keyspace::record::{KeyspaceMeta, Record, RecordView, RememberedReply};
+use crate::keyspace::record::{
+    KeyspaceMeta, Record, RecordView, RememberedReply, decode_observer_floor,
+};
 use crate::keyspace::txn::OrderedRead;
 
 /// The store-wide record (defaults on an empty store).
@@ -115,26 +118,71 @@ pub fn keys_after<'a>(
     })
 }
 
-/// Client ids registered for notifications on `key`.
-pub fn observers(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<Vec<String>> {
+/// One registration on a key, as the notifier reads it (§7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observer {
+    /// The client id the notifications are addressed to.
+    pub client: String,
+    /// The store's highest version when the client registered: every change at or below it
+    /// was applied before the registration. `None`: no version had been issued then (or the
+    /// row was written by a build that stored no floor).
+    pub floor: Option<Hlc>,
+}
+
+impl Observer {
+    /// Whether the change of `version` came after this registration, so it is notified (§7:
+    /// changes before KEYNOTIFY are not). Every version issued after the registration is
+    /// greater than its floor, every one issued before is at most the floor.
+    pub fn is_notified_of(&self, version: &Hlc) -> bool {
+        self.floor.as_ref().is_none_or(|floor| floor < version)
+    }
+}
+
+/// Up to `limit` registrations on `key`, in client-id byte order, starting after client
+/// `after` (from the first when `None`): the notifier pages through a key's observers with it,
+/// so no caller ever holds them all.
+pub fn observers_page(
+    view: &(impl OrderedRead + ?Sized),
+    key: &[u8],
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Observer>> {
     let prefix = layout::observers_prefix(key);
-    keys_with_prefix(view, &prefix, usize::MAX)?
-        .into_iter()
-        .map(|raw| {
+    let start = after.map_or_else(
+        || prefix.clone(),
+        |client| {
+            // The smallest row key greater than `after`'s: the same bytes with a zero byte added.
+            let mut start = layout::observer_key(key, client);
+            start.push(0);
+            start
+        },
+    );
+    let end = layout::prefix_end(&prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    view.range(&start, &end)
+        .take(limit)
+        .map(|entry| {
+            let (raw, value) = entry?;
             let client = raw.get(prefix.len()..).unwrap_or_default();
-            Ok(String::from_utf8_lossy(client).into_owned())
+            Ok(Observer {
+                client: String::from_utf8_lossy(client).into_owned(),
+                floor: decode_observer_floor(&value)?,
+            })
         })
         .collect()
 }
 
-/// True if any client is registered for notifications on any key: when false,
-/// [`observers`] is empty for every key.
-pub fn any_observers(view: &(impl OrderedRead + ?Sized)) -> Result<bool> {
-    let (start, end) = Table::ObserversByKey.bounds();
-    view.range(&start, &end)
-        .next()
-        .transpose()
-        .map(|first| first.is_some())
+/// How many clients are registered for notifications on `key` (one point read of its
+/// count, kept by apply with every registration, STOP and client departure).
+pub fn observer_count(view: &(impl OrderedRead + ?Sized), key: &[u8]) -> Result<u64> {
+    match view.get_ref(&layout::observer_count_key(key))? {
+        None => Ok(0),
+        Some(value) => {
+            layout::parse_observer_count_value(&value).ok_or_else(|| StorageError::Corrupt {
+                what: "registration count",
+                reason: format!("{} bytes, not eight", value.len()),
+            })
+        }
+    }
 }
 
 /// Up to `limit` full keys starting with `prefix`.

@@ -51,6 +51,9 @@ pub struct KeyspaceMeta {
     /// Remembered replies evicted to stay within the reply-memory caps, since the store began
     /// (never decreases; pruning of expired replies is not counted).
     pub replies_evicted: u64,
+    /// New KEYNOTIFY registrations refused because their key already had
+    /// `limits.max_observers_per_key` observers, since the store began (never decreases).
+    pub observer_cap_refusals: u64,
     /// Quotas in force.
     pub limits: Limits,
 }
@@ -95,6 +98,22 @@ pub(crate) struct RememberedReplyOut<'a> {
 }
 
 pub(crate) use codec::decode_borrowed;
+
+/// The value of a registration row in [`crate::keyspace::layout::Table::ObserversByKey`]: the
+/// store's highest version when the client registered (its *floor*, §7: a change at or below
+/// it came before the registration and is not notified to it). Empty when no version had been
+/// issued yet.
+pub(crate) fn encode_observer_floor(floor: Option<&Hlc>) -> Vec<u8> {
+    floor.map_or_else(Vec::new, codec::encode)
+}
+
+/// The floor a registration row holds ([`encode_observer_floor`]); an empty value has none.
+pub(crate) fn decode_observer_floor(value: &[u8]) -> crate::error::Result<Option<Hlc>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    codec::decode("registration floor", value).map(Some)
+}
 
 #[cfg(test)]
 mod tests {
@@ -163,6 +182,19 @@ mod tests {
             };
             assert_eq!(codec::encode(&out), codec::encode(&reply));
         }
+    }
+
+    #[test]
+    fn observer_floor_round_trips_and_an_empty_row_has_none() {
+        assert_eq!(encode_observer_floor(None), Vec::<u8>::new());
+        assert_eq!(decode_observer_floor(&[]).expect("empty"), None);
+        let floor = Hlc::new(1_700_000_000_000, 7, "n3");
+        let bytes = encode_observer_floor(Some(&floor));
+        assert_eq!(decode_observer_floor(&bytes).expect("decodes"), Some(floor));
+        assert!(matches!(
+            decode_observer_floor(&bytes[..2]),
+            Err(StorageError::Corrupt { .. })
+        ));
     }
 
     #[test]

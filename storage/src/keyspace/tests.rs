@@ -110,6 +110,26 @@ fn observe(client: &str, key: &[u8]) -> Mutation {
     }
 }
 
+/// The clients the notifier tells of `event`: the key's registrations read as it reads them
+/// (pages of 2, so paging is exercised), those registered before the change.
+fn notified(map: &BTreeMap<Vec<u8>, Vec<u8>>, event: &KeyEvent) -> Vec<String> {
+    let mut clients = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = read::observers_page(map, &event.key, after.as_deref(), 2).expect("page");
+        let full = page.len() == 2;
+        after = page.last().map(|observer| observer.client.clone());
+        clients.extend(
+            page.into_iter()
+                .filter(|observer| observer.is_notified_of(&event.version))
+                .map(|observer| observer.client),
+        );
+        if !full {
+            return clients;
+        }
+    }
+}
+
 fn stored_version(applied: &Applied) -> Hlc {
     match &applied.outcome {
         Outcome::Stored { version } | Outcome::Deleted { version } => version.clone(),
@@ -650,9 +670,10 @@ fn section_7_notifications_follow_registrations() {
             key: b"k".to_vec(),
             version: version.clone(),
             change: Change::Set(b"new".to_vec()),
-            observers: vec!["c1".to_owned(), "c2".to_owned()],
-        }]
+        }],
+        "one event, naming no observers"
     );
+    assert_eq!(notified(&r.map, &applied.events[0]), vec!["c1", "c2"]);
     let deleted = r.apply(del(b"k", None));
     assert_eq!(deleted.events[0].change, Change::Delete);
     assert_eq!(deleted.events[0].version, stored_version(&deleted));
@@ -666,9 +687,10 @@ fn section_7_notifications_follow_registrations() {
         Outcome::NotObserving,
         "STOP on an unobserved key is :0"
     );
+    let after_stop = r.apply(set(b"k", b"x"));
     assert_eq!(
-        r.apply(set(b"k", b"x")).events[0].observers,
-        vec!["c2".to_owned()],
+        notified(&r.map, &after_stop.events[0]),
+        vec!["c2"],
         "no notification after STOP"
     );
     assert!(r.apply(set(b"unobserved", b"x")).events.is_empty());
@@ -687,11 +709,95 @@ fn section_7_departed_client_registrations_are_dropped() {
         .outcome,
         Outcome::ForgotClient { registrations: 2 }
     );
-    assert_eq!(
-        r.apply(set(b"a", b"1")).events[0].observers,
-        vec!["stays".to_owned()]
-    );
+    let applied = r.apply(set(b"a", b"1"));
+    assert_eq!(notified(&r.map, &applied.events[0]), vec!["stays"]);
     assert!(r.apply(set(b"b", b"1")).events.is_empty());
+}
+
+#[test]
+fn section_7_a_change_is_one_event_however_many_observe_it() {
+    let mut r = Replica::new();
+    for i in 0..300 {
+        r.apply(observe(&format!("c{i:03}"), b"hot"));
+    }
+    r.apply(observe("c1", b"cold"));
+    let applied = r.apply(set(b"hot", b"v"));
+    assert_eq!(applied.events.len(), 1, "one event for 300 observers");
+    let expected: Vec<String> = (0..300).map(|i| format!("c{i:03}")).collect();
+    assert_eq!(
+        notified(&r.map, &applied.events[0]),
+        expected,
+        "paging finds every observer once, in id order"
+    );
+    assert!(
+        r.apply(set(b"unobserved", b"v")).events.is_empty(),
+        "registrations on other keys emit nothing for this one"
+    );
+}
+
+#[test]
+fn section_7_a_registration_stores_the_store_version_as_its_floor() {
+    let mut r = Replica::new();
+    r.apply(observe("early", b"k"));
+    let first = r.apply(set(b"k", b"1"));
+    let v1 = stored_version(&first);
+    r.apply(observe("late", b"k"));
+    let page = read::observers_page(&r.map, b"k", None, 10).expect("page");
+    assert_eq!(
+        page,
+        vec![
+            read::Observer {
+                client: "early".into(),
+                floor: None,
+            },
+            read::Observer {
+                client: "late".into(),
+                floor: Some(v1.clone()),
+            },
+        ],
+        "registered before any version: no floor; after the SET: its version"
+    );
+    assert_eq!(
+        notified(&r.map, &first.events[0]),
+        vec!["early"],
+        "a registration read after a change it came after is not told of it"
+    );
+    let second = r.apply(set(b"k", b"2"));
+    assert_eq!(notified(&r.map, &second.events[0]), vec!["early", "late"]);
+
+    // Registering the pair again keeps the floor it had.
+    r.apply(observe("late", b"k"));
+    let late = read::observers_page(&r.map, b"k", Some("early"), 10).expect("page");
+    assert_eq!(late[0].floor, Some(v1));
+
+    // A row without a floor (written by format 6) is told of every change.
+    r.map.insert(layout::observer_key(b"k", "old"), Vec::new());
+    assert_eq!(
+        notified(&r.map, &second.events[0]),
+        vec!["early", "late", "old"]
+    );
+}
+
+#[test]
+fn section_7_the_floor_orders_registrations_and_changes_of_one_transaction() {
+    let mut a = Replica::new();
+    let mut b = Replica::new();
+    let batch: Vec<Proposal> = [
+        set(b"k", b"1"),
+        observe("c1", b"k"),
+        set(b"k", b"2"),
+        observe("c2", b"k"),
+        del(b"k", None),
+    ]
+    .into_iter()
+    .map(|m| a.proposal(m, None))
+    .collect();
+    b.counter = a.counter;
+    let applied = assert_batch_equals_singles(&mut a, &mut b, &batch);
+    let events: Vec<&KeyEvent> = applied.iter().flat_map(|a| &a.events).collect();
+    assert_eq!(events.len(), 2, "the first SET had no observer yet");
+    assert_eq!(notified(&a.map, events[0]), vec!["c1"]);
+    assert_eq!(notified(&a.map, events[1]), vec!["c1", "c2"]);
 }
 
 #[test]
@@ -1066,7 +1172,7 @@ fn section_6_nothing_newly_due_means_no_reply_index_scan() {
 }
 
 #[test]
-fn section_7_without_registrations_a_transaction_looks_for_observers_once() {
+fn section_7_apply_never_scans_registrations_and_reads_a_count_only_when_there_are_some() {
     let mut r = Replica::new();
     let batch: Vec<Proposal> = (0..100u32)
         .map(|i| r.proposal(set(&i.to_be_bytes(), b"v"), None))
@@ -1077,7 +1183,40 @@ fn section_7_without_registrations_a_transaction_looks_for_observers_once() {
     for proposal in &batch {
         assert!(keyspace.apply(proposal).expect("apply").events.is_empty());
     }
-    assert_eq!(base.scans_of(layout::Table::ObserversByKey), 1);
+    let counts = layout::Table::ObserverCounts.prefix();
+    assert_eq!(base.scans_of(layout::Table::ObserversByKey), 0);
+    assert_eq!(
+        base.gets_with_prefix(counts),
+        0,
+        "no registration: nothing read"
+    );
+    drop(keyspace);
+
+    for i in 0..50 {
+        r.apply(observe(&format!("c{i}"), b"observed"));
+    }
+    let mut batch: Vec<Proposal> = (0..100u32)
+        .map(|i| r.proposal(set(&i.to_be_bytes(), b"w"), None))
+        .collect();
+    batch.push(r.proposal(set(b"observed", b"w"), None));
+    let base = Counting::new(&r.map);
+    let mut txn = Overlay::new(&base);
+    let mut keyspace = Keyspace::open(&mut txn).expect("open");
+    let events: usize = batch
+        .iter()
+        .map(|p| keyspace.apply(p).expect("apply").events.len())
+        .sum();
+    assert_eq!(events, 1);
+    assert_eq!(
+        base.scans_of(layout::Table::ObserversByKey),
+        0,
+        "50 observers of one key are never listed by apply"
+    );
+    assert_eq!(
+        base.gets_with_prefix(counts),
+        101,
+        "one count read per change"
+    );
 }
 
 #[test]
@@ -1144,9 +1283,27 @@ fn table_rows(map: &BTreeMap<Vec<u8>, Vec<u8>>, table: layout::Table) -> Vec<(&[
 /// (every registration in both directions, every reply indexed once under its own expiry and
 /// counted size).
 fn recount(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Recount {
-    let by_key = table_rows(map, layout::Table::ObserversByKey).len();
+    let registrations = table_rows(map, layout::Table::ObserversByKey);
+    let by_key = registrations.len();
     let by_client = table_rows(map, layout::Table::ObservedByClient).len();
     assert_eq!(by_key, by_client, "both registration tables hold each pair");
+    let mut per_key: BTreeMap<&[u8], u64> = BTreeMap::new();
+    for (row, _) in &registrations {
+        // row: table byte, u32 key length, key, client
+        let len = u32::from_be_bytes(row[1..5].try_into().expect("len")) as usize;
+        *per_key.entry(&row[5..5 + len]).or_default() += 1;
+    }
+    let counted: BTreeMap<&[u8], u64> = table_rows(map, layout::Table::ObserverCounts)
+        .into_iter()
+        .map(|(row, value)| {
+            let count = layout::parse_observer_count_value(value).expect("a count");
+            (&row[1..], count)
+        })
+        .collect();
+    assert_eq!(
+        counted, per_key,
+        "each key's count equals its registrations"
+    );
     let replies = table_rows(map, layout::Table::Replies);
     let index = table_rows(map, layout::Table::ReplyExpiry);
     assert_eq!(replies.len(), index.len(), "one index entry per reply");
@@ -1287,6 +1444,49 @@ fn section_9_the_registration_cap_counts_every_client_together() {
     });
     assert_eq!(r.apply(observe("c4", b"a")).outcome, Outcome::Observing);
     assert_eq!(r.apply(observe("c4", b"b")).outcome, quota);
+    r.assert_counters_exact();
+}
+
+#[test]
+fn section_9_the_observer_cap_per_key_bounds_the_fan_out() {
+    let mut r = Replica::new();
+    r.set_limits(Limits {
+        max_observers_per_key: 3,
+        ..Limits::default()
+    });
+    let quota = Outcome::Rejected(Rejection::QuotaExceeded);
+    for client in ["c1", "c2", "c3"] {
+        assert_eq!(r.apply(observe(client, b"k")).outcome, Outcome::Observing);
+    }
+    assert_eq!(
+        r.apply(observe("c4", b"k")).outcome,
+        quota,
+        "the cap-th registration is accepted, the next refused"
+    );
+    assert_eq!(r.meta().observer_cap_refusals, 1);
+    assert_eq!(r.meta().registrations, 3, "nothing stored for the refusal");
+    assert_eq!(
+        r.apply(observe("c1", b"k")).outcome,
+        Outcome::Observing,
+        "registering a pair again is not a new registration"
+    );
+    assert_eq!(
+        r.apply(observe("c4", b"other")).outcome,
+        Outcome::Observing,
+        "the cap is per key"
+    );
+    assert_eq!(r.meta().observer_cap_refusals, 1);
+    r.assert_counters_exact();
+
+    // STOP frees room on the key, and so does a client's departure.
+    r.apply(unobserve("c2", b"k"));
+    assert_eq!(r.apply(observe("c4", b"k")).outcome, Outcome::Observing);
+    assert_eq!(r.apply(observe("c5", b"k")).outcome, quota);
+    r.apply(forget("c4"));
+    assert_eq!(r.apply(observe("c5", b"k")).outcome, Outcome::Observing);
+    assert_eq!(r.meta().observer_cap_refusals, 2);
+    let applied = r.apply(set(b"k", b"v"));
+    assert_eq!(notified(&r.map, &applied.events[0]), vec!["c1", "c3", "c5"]);
     r.assert_counters_exact();
 }
 

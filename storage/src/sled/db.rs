@@ -22,15 +22,19 @@ const FORMAT_FILE: &str = "FORMAT";
 /// limits include their caps, and reply-expiry index entries hold the reply's counted size;
 /// the device-bound queue tables and their meta record sit next to the keyspace, and log
 /// entries may carry `Mutation::Device`; a device row carries its queued messages' delivery
-/// state and message rows only their content (the queues' indexes live in memory).
+/// state and message rows only their content (the queues' indexes live in memory); a
+/// KEYNOTIFY registration row holds the store's highest version when it was made, each observed
+/// key has a registration count, and the replicated limits carry the per-key observer cap.
 /// (Format 1 kept the Raft log in sled; format 2 had none of the counters and caps, so neither
 /// its state, nor its snapshots, nor the `SetLimits` entries of its log decode here; format 3
 /// has no device-bound queues, and a build of format 3 cannot read the log or snapshots of this
 /// one, so the two must not share a cluster; format 4 kept a lock-token index for messages and
 /// tokens without the message's place, so a settlement applies differently there and replicas
 /// of the two would diverge; format 5 stored each message's delivery state in its message row
-/// and kept four index tables of the queues in sled, which this build neither writes nor reads.)
-const FORMAT: &str = "statestore-data 6\n";
+/// and kept four index tables of the queues in sled, which this build neither writes nor reads;
+/// format 6 has no per-key observer cap in its limits and meta, so neither its state, nor its
+/// snapshots, nor its `SetLimits` entries decode here.)
+const FORMAT: &str = "statestore-data 7\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -146,7 +150,11 @@ fn sync_files(path: &Path) -> Result<()> {
 }
 
 /// The data formats of earlier builds, each with what this build changed since.
-const EARLIER_FORMATS: [(&str, &str); 4] = [
+const EARLIER_FORMATS: [(&str, &str); 5] = [
+    (
+        "statestore-data 6\n",
+        "before the per-key observer cap and the registration floors",
+    ),
     (
         "statestore-data 5\n",
         "whose device-bound queues kept their indexes in the database and each message's \
@@ -237,6 +245,7 @@ mod tests {
         // Each earlier format is refused with a message naming it, this build's format, why,
         // and the way out.
         for (earlier, why) in [
+            ("statestore-data 6", "observer cap"),
             ("statestore-data 2", "reply-memory caps"),
             ("statestore-data 3", "device-bound"),
             ("statestore-data 4", "lock tokens"),
