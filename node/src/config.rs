@@ -125,6 +125,10 @@ pub struct MqttConfig {
     /// else arrives from the broker either (when idle, a probe is published every second to
     /// find out).
     pub ack_timeout_ms: u64,
+    /// Where replies may be published: a request whose Response Topic starts with none of
+    /// these gets no reply (protocol §1). Topics the store publishes or serves stay refused
+    /// whatever these say.
+    pub reply_topic_prefixes: Vec<String>,
     /// TLS to the broker.
     pub tls: MqttTlsConfig,
 }
@@ -536,6 +540,10 @@ impl Default for MqttConfig {
             keep_alive_secs: 10,
             receive_maximum: 1024,
             ack_timeout_ms: 5_000,
+            reply_topic_prefixes: crate::service::reply_topic::DEFAULT_REPLY_TOPIC_PREFIXES
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
             tls: MqttTlsConfig::default(),
         }
     }
@@ -739,6 +747,18 @@ impl Config {
         if self.mqtt.receive_maximum == 0 {
             return Err(invalid("mqtt.receive_maximum must be positive"));
         }
+        if self.mqtt.reply_topic_prefixes.is_empty() {
+            return Err(invalid(
+                "mqtt.reply_topic_prefixes must name at least one prefix (no request could be answered)",
+            ));
+        }
+        for prefix in &self.mqtt.reply_topic_prefixes {
+            if let Some(why) = crate::service::reply_topic::validate_prefix(prefix) {
+                return Err(invalid(format!(
+                    "mqtt.reply_topic_prefixes: {prefix:?} {why}"
+                )));
+            }
+        }
         let endpoint = self.mqtt.endpoint()?;
         if endpoint.tls {
             self.mqtt.tls_files()?;
@@ -856,6 +876,9 @@ impl Config {
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             devicebound: self.devicebound_limits(),
             scan_page: crate::protocol::scan::PageLimits::default(),
+            reply_topics: crate::service::reply_topic::ReplyTopics::new(
+                self.mqtt.reply_topic_prefixes.iter().cloned(),
+            ),
         }
     }
 

@@ -17,6 +17,7 @@ pub mod envelope;
 pub mod expiry;
 pub mod leader;
 pub mod notify;
+pub mod reply_topic;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,6 +58,8 @@ pub struct ServiceConfig {
     pub devicebound: crate::devicebound::DeviceboundLimits,
     /// What one SCAN page may cost.
     pub scan_page: protocol::scan::PageLimits,
+    /// Where replies may be published (§1, devicebound.md §3).
+    pub reply_topics: reply_topic::ReplyTopics,
 }
 
 /// Why a request could not be served here (it gets no reply; the client retries).
@@ -166,7 +169,7 @@ impl<O: Outbox> Service<O> {
     /// dropped without a reply (counted by reason) or answered `__stat` 505 for an unsupported
     /// protocol version. Shared by the state store and the device-bound service.
     async fn open_envelope(&self, message: &InboundMessage, started: Instant) -> Option<Envelope> {
-        let envelope = match envelope::check(message, started) {
+        let envelope = match envelope::check(message, started, &self.config.reply_topics) {
             Ok(envelope) => envelope,
             Err(refusal) => {
                 self.metrics.service.dropped(refusal.label());
