@@ -305,8 +305,8 @@ pub struct LimitsConfig {
     /// Bytes of remembered replies (reply key plus encoded reply, each); over it the
     /// earliest-expiring are evicted.
     pub max_remembered_reply_bytes: u64,
-    /// Bytes of requests held at once (payload plus 1 KiB each), MiB. When it is spent,
-    /// PUBACKs wait and the broker holds further requests.
+    /// Bytes of requests held at once (each request whole, properties included, plus 1 KiB),
+    /// MiB. When it is spent, PUBACKs wait and the broker holds further requests.
     pub request_budget_mb: u64,
     /// Longest a request may take before it is given up without a reply, ms (less when its
     /// Message Expiry is sooner).

@@ -42,7 +42,7 @@ pub const RESULTS: [&str; 7] = [
 ];
 
 /// Why a request got no reply (§1, §5.2).
-pub const DROP_REASONS: [&str; 9] = [
+pub const DROP_REASONS: [&str; 10] = [
     "qos0",
     "no_response_topic",
     "no_correlation_data",
@@ -51,6 +51,7 @@ pub const DROP_REASONS: [&str; 9] = [
     "not_leader",
     "timed_out",
     "overloaded",
+    "too_many_properties",
     "internal",
 ];
 

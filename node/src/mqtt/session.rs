@@ -275,7 +275,7 @@ impl Connected<'_> {
             async move {
                 liveness.heard(Instant::now());
                 match message {
-                    ProtocolMessage::Publish(publish) => {
+                    ProtocolMessage::Publish(mut publish) => {
                         // A message read right after the process was frozen may have waited in
                         // the socket buffer all along: date it back for the expiry check.
                         // The detector keeps std time; request deadlines are Tokio instants
@@ -284,8 +284,22 @@ impl Connected<'_> {
                             tokio::time::Instant::from_std(stalls.arrival_bound(Instant::now()));
                         let payload = publish.read_all().await.unwrap_or_default();
                         liveness.heard(Instant::now());
-                        let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();
+                        // Too many user properties: refused before they are copied (decoded,
+                        // each costs far more than its bytes on the wire).
+                        let properties = &publish.packet().properties.user_properties;
+                        if !requests
+                            .screen_properties(properties.iter().map(|(k, v)| k.len() + v.len()))
+                        {
+                            tracing::debug!(
+                                user_properties = properties.len(),
+                                "request refused: too many user properties"
+                            );
+                            return Ok(publish.ack(PublishAckReason::QuotaExceeded));
+                        }
+                        // Moved out of the packet, which is kept only for its PUBACK: nothing
+                        // of the broker's read buffer stays referenced while the request waits.
+                        let inbound = inbound_message(publish.packet_mut(), payload, received_at);
                         // Bounded: the request is admitted into the request budget before its
                         // PUBACK; when the budget is spent the PUBACK waits, and the broker
                         // stops sending once our receive maximum is reached. When even the
@@ -546,32 +560,32 @@ impl Connected<'_> {
     }
 }
 
+/// The request in `packet` as plain data, its topic and properties moved out of the packet.
 fn inbound_message(
-    packet: &codec::Publish,
-    payload: &[u8],
+    packet: &mut codec::Publish,
+    payload: NtexBytes,
     received_at: tokio::time::Instant,
 ) -> InboundMessage {
-    let properties = &packet.properties;
+    let properties = std::mem::take(&mut packet.properties);
     InboundMessage {
-        topic: packet.topic.to_string(),
+        topic: std::mem::take(&mut packet.topic).to_string(),
         qos: match packet.qos {
             QoS::AtMostOnce => 0,
             QoS::AtLeastOnce => 1,
             QoS::ExactlyOnce => 2,
         },
-        response_topic: properties.response_topic.as_ref().map(|t| t.to_string()),
+        response_topic: properties.response_topic.map(|t| t.to_string()),
         correlation_data: properties
             .correlation_data
-            .as_ref()
-            .map(|c| bytes::Bytes::copy_from_slice(c)),
+            .map(|c| bytes::Bytes::copy_from_slice(&c)),
         message_expiry_secs: properties.message_expiry_interval.map(NonZeroU32::get),
-        content_type: properties.content_type.as_ref().map(|c| c.to_string()),
+        content_type: properties.content_type.map(|c| c.to_string()),
         user_properties: properties
             .user_properties
-            .iter()
+            .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        payload: bytes::Bytes::copy_from_slice(payload),
+        payload: bytes::Bytes::copy_from_slice(&payload),
         received_at,
     }
 }
