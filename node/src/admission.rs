@@ -10,8 +10,11 @@
 //! whole budget, whatever their size or number.
 //!
 //! A request is charged for all of it, not just its payload ([`request_bytes`]): topic,
-//! Response Topic, Correlation Data, Content Type, and each user property's name and value plus
-//! what holding one costs ([`USER_PROPERTY_OVERHEAD_BYTES`]), plus [`REQUEST_OVERHEAD_BYTES`].
+//! Content Type, each user property's name and value plus what holding one costs
+//! ([`USER_PROPERTY_OVERHEAD_BYTES`]), its Response Topic and Correlation Data twice (a small
+//! reply repeats them until it has room in the outbound budget, [`crate::outbound`]), plus
+//! [`REQUEST_OVERHEAD_BYTES`]. A large reply (GET, DEADLETTERS) takes its own room in the
+//! outbound budget before it is built.
 //! A request with more than [`MAX_USER_PROPERTIES`] user properties, or more than
 //! [`MAX_USER_PROPERTY_BYTES`] of them, is refused before it is copied
 //! ([`Intake::screen_properties`]): a packet of empty properties would otherwise cost some
@@ -42,17 +45,19 @@ pub const MAX_USER_PROPERTIES: usize = 128;
 pub const MAX_USER_PROPERTY_BYTES: usize = 128 << 10;
 
 /// The bytes a request is charged for (before [`REQUEST_OVERHEAD_BYTES`]): payload, topic,
-/// Response Topic, Correlation Data, Content Type and its user properties.
+/// Content Type, its user properties, and its Response Topic and Correlation Data twice (its
+/// reply repeats them while it waits for room in the outbound budget).
 pub fn request_bytes(message: &InboundMessage) -> usize {
     let properties: usize = message
         .user_properties
         .iter()
         .map(|(name, value)| name.len() + value.len() + USER_PROPERTY_OVERHEAD_BYTES)
         .sum();
+    let reply_address = message.response_topic.as_ref().map_or(0, String::len)
+        + message.correlation_data.as_ref().map_or(0, |c| c.len());
     message.payload.len()
         + message.topic.len()
-        + message.response_topic.as_ref().map_or(0, String::len)
-        + message.correlation_data.as_ref().map_or(0, |c| c.len())
+        + 2 * reply_address
         + message.content_type.as_ref().map_or(0, String::len)
         + properties
 }
@@ -182,8 +187,8 @@ impl Intake {
     /// in at all: false (and counted) beyond [`MAX_USER_PROPERTIES`] or
     /// [`MAX_USER_PROPERTY_BYTES`]. Looks at no more than the cap's worth of properties.
     pub fn screen_properties(&self, lengths: impl ExactSizeIterator<Item = usize>) -> bool {
-        let fits =
-            lengths.len() <= MAX_USER_PROPERTIES && lengths.sum::<usize>() <= MAX_USER_PROPERTY_BYTES;
+        let fits = lengths.len() <= MAX_USER_PROPERTIES
+            && lengths.sum::<usize>() <= MAX_USER_PROPERTY_BYTES;
         if !fits {
             self.too_many_properties.inc();
         }
@@ -337,7 +342,7 @@ mod tests {
         ];
         assert_eq!(
             request_bytes(&message),
-            10 + 20 + 30 + 16 + 4 + (7 + 6) + 2 * USER_PROPERTY_OVERHEAD_BYTES
+            10 + 20 + 2 * (30 + 16) + 4 + (7 + 6) + 2 * USER_PROPERTY_OVERHEAD_BYTES
         );
         assert!(
             USER_PROPERTY_OVERHEAD_BYTES >= std::mem::size_of::<(String, String)>() + 2 * 16,
@@ -360,14 +365,26 @@ mod tests {
             ("none", vec![], true),
             ("the SDK's handful", vec![20, 40, 12], true),
             ("exactly the cap", vec![0; MAX_USER_PROPERTIES], true),
-            ("one more than the cap", vec![0; MAX_USER_PROPERTIES + 1], false),
+            (
+                "one more than the cap",
+                vec![0; MAX_USER_PROPERTIES + 1],
+                false,
+            ),
             ("10,000 empty ones", vec![0; 10_000], false),
             ("the byte cap", vec![MAX_USER_PROPERTY_BYTES / 2; 2], true),
-            ("one byte over", vec![MAX_USER_PROPERTY_BYTES / 2, MAX_USER_PROPERTY_BYTES / 2 + 1], false),
+            (
+                "one byte over",
+                vec![MAX_USER_PROPERTY_BYTES / 2, MAX_USER_PROPERTY_BYTES / 2 + 1],
+                false,
+            ),
         ];
         let mut refused = 0;
         for (name, lengths, fits) in cases {
-            assert_eq!(intake.screen_properties(lengths.into_iter()), fits, "{name}");
+            assert_eq!(
+                intake.screen_properties(lengths.into_iter()),
+                fits,
+                "{name}"
+            );
             refused += u64::from(!fits);
             assert_eq!(counted.get(), refused, "{name}: counted");
         }

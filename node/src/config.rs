@@ -308,6 +308,10 @@ pub struct LimitsConfig {
     /// Bytes of requests held at once (each request whole, properties included, plus 1 KiB),
     /// MiB. When it is spent, PUBACKs wait and the broker holds further requests.
     pub request_budget_mb: u64,
+    /// Bytes of messages the node publishes held from when they are queued until the broker
+    /// acknowledges them, MiB: half for replies, half for notifications, device deliveries and
+    /// feedback. When a half is spent, publishers of that kind wait.
+    pub outbound_budget_mb: u64,
     /// Longest a request may take before it is given up without a reply, ms (less when its
     /// Message Expiry is sooner).
     pub request_timeout_ms: u64,
@@ -578,6 +582,7 @@ impl Default for LimitsConfig {
             max_remembered_replies: quota.max_remembered_replies,
             max_remembered_reply_bytes: quota.max_remembered_reply_bytes,
             request_budget_mb: 64,
+            outbound_budget_mb: 64,
             request_timeout_ms: 10_000,
         }
     }
@@ -726,6 +731,11 @@ impl Config {
         if l.request_budget_mb == 0 || l.request_timeout_ms == 0 {
             return Err(invalid(
                 "limits.request_budget_mb and limits.request_timeout_ms must be positive",
+            ));
+        }
+        if l.outbound_budget_mb == 0 || l.outbound_budget_mb > 64 << 10 {
+            return Err(invalid(
+                "limits.outbound_budget_mb must be between 1 and 65536",
             ));
         }
         if l.max_array_len < 6 {
@@ -887,6 +897,12 @@ impl Config {
         usize::try_from(self.limits.request_budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
     }
 
+    /// Bytes of publishes a node holds until the broker acknowledges them.
+    pub fn outbound_budget_bytes(&self) -> usize {
+        usize::try_from(self.limits.outbound_budget_mb.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX)
+    }
+
     /// Leadership checks: a serving leader gives up after the longest election timeout
     /// without a quorum acknowledgement.
     pub fn leader_timing(&self) -> LeaderTiming {
@@ -934,6 +950,7 @@ impl Config {
             ack_timeout: Duration::from_millis(self.mqtt.ack_timeout_ms.max(1)),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            outbound_budget_bytes: self.outbound_budget_bytes(),
         })
     }
 }

@@ -324,7 +324,10 @@ mod tests {
             check_device(&m, now, "d1", &topics)
         };
         let own = with(Some("devices/d1/replies")).expect("own space");
-        assert_eq!(own.map(|e| e.response_topic).as_deref(), Some("devices/d1/replies"));
+        assert_eq!(
+            own.map(|e| e.response_topic).as_deref(),
+            Some("devices/d1/replies")
+        );
         assert!(matches!(with(Some("clients/d1/pull")), Ok(Some(_))));
         assert_eq!(with(None), Ok(None), "no envelope: settled without a reply");
         for forbidden in [

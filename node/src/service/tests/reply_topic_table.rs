@@ -48,7 +48,10 @@ const SECTION_1_DEFAULT: &[(&str, bool)] = &[
     // A sibling of the notification prefix is an ordinary client topic.
     ("clients/statestore/v2/x", true),
     // Device deliveries and feedback (issue 27: forged messages).
-    ("devices/victim/messages/devicebound/%24.mid=x&%24.lt=y", false),
+    (
+        "devices/victim/messages/devicebound/%24.mid=x&%24.lt=y",
+        false,
+    ),
     ("devices/victim/messages/receive", false),
     ("messages/servicebound/feedback", false),
     // Wildcards, the broker's own topics, U+0000.
@@ -64,20 +67,32 @@ const SECTION_1_DEFAULT: &[(&str, bool)] = &[
 fn section_1_replies_only_under_the_reply_prefixes_and_never_on_store_topics() {
     let topics = ReplyTopics::default();
     for (topic, allowed) in SECTION_1_DEFAULT {
-        assert_eq!(topics.allows(topic), *allowed, "§1 response topic {topic:?}");
+        assert_eq!(
+            topics.allows(topic),
+            *allowed,
+            "§1 response topic {topic:?}"
+        );
     }
 }
 
 /// (prefixes, response topic, answered): an operator's prefixes widen where replies go, but
 /// never onto the store's own topics.
 const SECTION_1_CONFIGURED: &[(&[&str], &str, bool)] = &[
-    (&["clients/", "replies/"], "replies/t50-anon/statestore", true),
+    (
+        &["clients/", "replies/"],
+        "replies/t50-anon/statestore",
+        true,
+    ),
     (&["clients/", "replies/"], "clients/a", true),
     (&["replies/"], "clients/a", false),
     (&["app/a/"], "app/a/resp", true),
     (&["app/a/"], "app/b/resp", false),
     // A prefix that includes store topics does not open them.
-    (&["devices/"], "devices/victim/messages/devicebound/x", false),
+    (
+        &["devices/"],
+        "devices/victim/messages/devicebound/x",
+        false,
+    ),
     (&["devices/"], "devices/d1/replies", false),
     (&["messages/"], "messages/servicebound/feedback", false),
     (&["messages/"], "messages/servicebound", false),
@@ -112,7 +127,11 @@ const DEVICEBOUND_3_PULL: &[(&str, &str, bool)] = &[
     // Its delivery topics (the device would read a reply as a message).
     ("d1", "devices/d1/messages/devicebound", false),
     ("d1", "devices/d1/messages/devicebound/", false),
-    ("d1", "devices/d1/messages/devicebound/%24.mid=x&%24.lt=y", false),
+    (
+        "d1",
+        "devices/d1/messages/devicebound/%24.mid=x&%24.lt=y",
+        false,
+    ),
     // Topics the leader reads: a reply there would come back as a pull, settlement or activity.
     ("d1", "devices/d1/messages/receive", false),
     ("d1", "devices/d1/messages/events", false),
@@ -192,7 +211,11 @@ fn mqtt_filter_matching() {
         ("a/b", "a/b/", false),
     ];
     for (filter, topic, matches) in cases {
-        assert_eq!(matches_filter(filter, topic), *matches, "{filter} ~ {topic}");
+        assert_eq!(
+            matches_filter(filter, topic),
+            *matches,
+            "{filter} ~ {topic}"
+        );
     }
 }
 
