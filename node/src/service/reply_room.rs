@@ -46,12 +46,25 @@ pub struct ReplyRoom {
 }
 
 impl ReplyRoom {
-    /// No room yet, for a reply to `envelope` from `node_client_id`.
+    /// No room yet, for a reply to `envelope` from `node_client_id` (what [`envelope::reply`]
+    /// sends besides its payload and `__ts`, counted as [`outbound::message_bytes`] counts it,
+    /// without building it: this runs for every request).
     pub fn new(envelope: &Envelope, node_client_id: &str) -> Self {
-        let empty = envelope::reply(envelope, Vec::new(), None, node_client_id, Some(1));
+        let properties: usize = [
+            ("__stat", "200"),
+            ("__protVer", envelope::PROTOCOL_VERSION),
+            ("__srcId", node_client_id),
+        ]
+        .iter()
+        .map(|(name, value)| name.len() + value.len() + PROPERTY_OVERHEAD_BYTES)
+        .sum();
         ReplyRoom {
             charge: None,
-            headers: outbound::message_bytes(&empty),
+            headers: envelope.response_topic.len()
+                + envelope.correlation_data.len()
+                + envelope::CONTENT_TYPE.len()
+                + properties
+                + outbound::MESSAGE_OVERHEAD_BYTES,
         }
     }
 
