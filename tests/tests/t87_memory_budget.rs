@@ -167,8 +167,8 @@ const BIG_VALUE_BYTES: usize = 4 << 20;
 /// ~1 KiB at intake) are answered by a node with a 16 MiB outbound budget (8 MiB for replies:
 /// one such reply at a time). The node may hold the budgets (16 + 16 MiB), a read per runtime
 /// worker before it finds no room and lets go, and the reply's copies on its way into the
-/// socket. Measured 2026-11-27 (debug build, 2-core machine shared with other builds): +6 and
-/// +10 MiB; with the budget made too large to matter (`outbound_budget_mb = 65536`, replies
+/// socket. Measured 2026-11-27 (debug build, 2-core machine shared with other builds): +6, +10
+/// and +22 MiB in three runs; with the budget made too large to matter (`outbound_budget_mb = 65536`, replies
 /// built before they have room, as before issue 27) the same flood took +218 MiB.
 const MAX_GET_GROWTH_MIB: u64 = 96;
 
