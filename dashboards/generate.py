@@ -467,6 +467,13 @@ def details():
                  "(limits.request_budget_mb, 64 MiB by default; over it requests are refused as overloaded).",
                  [(f"statestore_server_request_budget_used_bytes{{{SEL}}}", "{{instance}}")], "bytes",
                  steps(GREEN, (32 * 2**20, ORANGE), (64 * 2**20, RED)))
+    d.timeseries("Outbound budget used", "Bytes of messages queued for the broker or awaiting its PUBACK, "
+                 "per member and lane (replies; pushes: notifications, device deliveries, feedback; each half "
+                 "of limits.outbound_budget_mb, 32 MiB by default), and publishes that waited for room per second.",
+                 [(f"statestore_mqtt_outbound_bytes{{{SEL}}}", "{{instance}} {{lane}}"),
+                  (f"sum by (lane) (rate(statestore_mqtt_outbound_waits_total{{{SEL}}}[{RATE}]))",
+                   "waits/s {{lane}}")], "bytes",
+                 steps(GREEN, (16 * 2**20, ORANGE), (32 * 2**20, RED)))
     d.timeseries("Retries and protocol refusals", "Retried requests answered from the reply memory, and "
                  "requests refused with __stat 505 (unsupported protocol version), per second.",
                  [(f"sum by (job) (rate(statestore_server_dedup_hits_total{{{SEL}}}[{RATE}]))", "dedup hits"),

@@ -8,6 +8,17 @@
 //! PUBACK. So while requests wait, the broker's flow control (our `receive_maximum`) holds
 //! further requests at the broker, and the bytes of requests in this process never exceed the
 //! whole budget, whatever their size or number.
+//!
+//! A request is charged for all of it, not just its payload ([`request_bytes`]): topic,
+//! Content Type, each user property's name and value plus what holding one costs
+//! ([`USER_PROPERTY_OVERHEAD_BYTES`]), its Response Topic and Correlation Data twice (a small
+//! reply repeats them until it has room in the outbound budget, [`crate::outbound`]), plus
+//! [`REQUEST_OVERHEAD_BYTES`]. A large reply (GET, DEADLETTERS) takes its own room in the
+//! outbound budget before it is built.
+//! A request with more than [`MAX_USER_PROPERTIES`] user properties, or more than
+//! [`MAX_USER_PROPERTY_BYTES`] of them, is refused before it is copied
+//! ([`Intake::screen_properties`]): a packet of empty properties would otherwise cost some
+//! ten times its size once decoded.
 
 use std::sync::Arc;
 
@@ -15,8 +26,41 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::transport::{Admitted, InboundMessage};
 
-/// Fixed cost charged per request on top of its payload: topic, properties, task and reply.
+/// Fixed cost charged per request on top of its bytes ([`request_bytes`]): the request's
+/// task, and a small reply while it waits for room in the outbound budget.
 pub const REQUEST_OVERHEAD_BYTES: usize = 1024;
+
+/// What holding one user property costs besides its name and value: the pair of `String`s
+/// (48 bytes) and the allocator's rounding of their two allocations.
+pub const USER_PROPERTY_OVERHEAD_BYTES: usize = 96;
+
+/// Most user properties a request may carry. The SDKs send a handful; a device-bound SEND's
+/// application properties are the one use for more (its delivery topic, which repeats them,
+/// is at most 65,535 bytes).
+pub const MAX_USER_PROPERTIES: usize = 128;
+
+/// Most bytes of user property names and values a request may carry: twice what a delivery
+/// topic can repeat, so every SEND whose properties might fit one still gets its exact answer
+/// (`+OK` or `message too large`).
+pub const MAX_USER_PROPERTY_BYTES: usize = 128 << 10;
+
+/// The bytes a request is charged for (before [`REQUEST_OVERHEAD_BYTES`]): payload, topic,
+/// Content Type, its user properties, and its Response Topic and Correlation Data twice (its
+/// reply repeats them while it waits for room in the outbound budget).
+pub fn request_bytes(message: &InboundMessage) -> usize {
+    let properties: usize = message
+        .user_properties
+        .iter()
+        .map(|(name, value)| name.len() + value.len() + USER_PROPERTY_OVERHEAD_BYTES)
+        .sum();
+    let reply_address = message.response_topic.as_ref().map_or(0, String::len)
+        + message.correlation_data.as_ref().map_or(0, |c| c.len());
+    message.payload.len()
+        + message.topic.len()
+        + 2 * reply_address
+        + message.content_type.as_ref().map_or(0, String::len)
+        + properties
+}
 
 /// A shared budget of request bytes.
 #[derive(Clone)]
@@ -44,17 +88,18 @@ impl RequestBudget {
         }
     }
 
-    /// What a request of `payload_bytes` is charged: its payload plus the overhead, and never
-    /// more than the whole budget (a request larger than the budget runs alone).
-    pub fn cost(&self, payload_bytes: usize) -> usize {
-        payload_bytes
+    /// What a request of `request_bytes` ([`request_bytes`]) is charged: its bytes plus the
+    /// overhead, and never more than the whole budget (a request larger than the budget runs
+    /// alone).
+    pub fn cost(&self, request_bytes: usize) -> usize {
+        request_bytes
             .saturating_add(REQUEST_OVERHEAD_BYTES)
             .min(self.total)
     }
 
     /// Waits until the request's cost fits, and takes it.
-    pub async fn admit(&self, payload_bytes: usize) -> Admission {
-        let bytes = self.cost(payload_bytes);
+    pub async fn admit(&self, request_bytes: usize) -> Admission {
+        let bytes = self.cost(request_bytes);
         let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
         let permit = match self.semaphore.clone().acquire_many_owned(permits).await {
             Ok(permit) => permit,
@@ -65,8 +110,8 @@ impl RequestBudget {
     }
 
     /// Takes the request's cost if it fits right now; `None` if it does not.
-    pub fn try_admit(&self, payload_bytes: usize) -> Option<Admission> {
-        let bytes = self.cost(payload_bytes);
+    pub fn try_admit(&self, request_bytes: usize) -> Option<Admission> {
+        let bytes = self.cost(request_bytes);
         let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
         let permit = self
             .semaphore
@@ -103,6 +148,8 @@ pub struct Intake {
     waiting: RequestBudget,
     /// Requests refused because the waiting room was full.
     refused: prometheus::IntCounter,
+    /// Requests refused for carrying too many user properties (or too many bytes of them).
+    too_many_properties: prometheus::IntCounter,
 }
 
 /// What became of a request handed to [`Intake::deliver`].
@@ -118,12 +165,13 @@ pub enum Delivery {
 
 impl Intake {
     /// An intake whose two halves together hold at most `total_bytes` (reported in `used`);
-    /// refusals are counted in `refused`.
+    /// refusals are counted in `refused` (the budget was full) and `too_many_properties`.
     pub fn new(
         queue: mpsc::Sender<Admitted>,
         total_bytes: usize,
         used: prometheus::IntGauge,
         refused: prometheus::IntCounter,
+        too_many_properties: prometheus::IntCounter,
     ) -> Intake {
         let half = total_bytes / 2;
         Intake {
@@ -131,17 +179,31 @@ impl Intake {
             admitted: RequestBudget::new(half, used.clone()),
             waiting: RequestBudget::new(total_bytes.saturating_sub(half), used),
             refused,
+            too_many_properties,
         }
+    }
+
+    /// Whether a request whose user properties have these name + value `lengths` may be taken
+    /// in at all: false (and counted) beyond [`MAX_USER_PROPERTIES`] or
+    /// [`MAX_USER_PROPERTY_BYTES`]. Looks at no more than the cap's worth of properties.
+    pub fn screen_properties(&self, lengths: impl ExactSizeIterator<Item = usize>) -> bool {
+        let fits = lengths.len() <= MAX_USER_PROPERTIES
+            && lengths.sum::<usize>() <= MAX_USER_PROPERTY_BYTES;
+        if !fits {
+            self.too_many_properties.inc();
+        }
+        fits
     }
 
     /// Takes room in the waiting half or refuses at once, then waits for room in the admitted
     /// half and queues `message`.
     pub async fn deliver(&self, message: InboundMessage) -> Delivery {
-        let Some(waiting) = self.waiting.try_admit(message.payload.len()) else {
+        let bytes = request_bytes(&message);
+        let Some(waiting) = self.waiting.try_admit(bytes) else {
             self.refused.inc();
             return Delivery::Refused;
         };
-        let admission = self.admitted.admit(message.payload.len()).await;
+        let admission = self.admitted.admit(bytes).await;
         drop(waiting);
         match self.queue.send(Admitted { message, admission }).await {
             Ok(()) => Delivery::Queued,
@@ -230,6 +292,7 @@ mod tests {
             4 * REQUEST_OVERHEAD_BYTES,
             used.clone(),
             refused.clone(),
+            prometheus::IntCounter::new("test_props", "test").expect("counter"),
         );
         assert_eq!(intake.deliver(request(1024)).await, Delivery::Queued);
         let first = queued.recv().await.expect("queued");
@@ -261,6 +324,70 @@ mod tests {
         assert_eq!(used.get(), 0);
         drop(queued);
         assert_eq!(intake.deliver(request(0)).await, Delivery::Stopped);
+    }
+
+    /// Issue 27: a request is charged for everything it holds, not its payload alone; a
+    /// packet of many empty user properties costs their decoded size.
+    #[test]
+    fn a_request_is_charged_for_its_topics_correlation_and_properties() {
+        let mut message = request(10);
+        assert_eq!(request_bytes(&message), 10);
+        message.topic = "t".repeat(20);
+        message.response_topic = Some("r".repeat(30));
+        message.correlation_data = Some(bytes::Bytes::from_static(&[0; 16]));
+        message.content_type = Some("c".repeat(4));
+        message.user_properties = vec![
+            ("__srcId".to_owned(), "client".to_owned()),
+            (String::new(), String::new()),
+        ];
+        assert_eq!(
+            request_bytes(&message),
+            10 + 20 + 2 * (30 + 16) + 4 + (7 + 6) + 2 * USER_PROPERTY_OVERHEAD_BYTES
+        );
+        assert!(
+            USER_PROPERTY_OVERHEAD_BYTES >= std::mem::size_of::<(String, String)>() + 2 * 16,
+            "the overhead covers the pair and two small allocations"
+        );
+    }
+
+    #[test]
+    fn requests_with_too_many_user_properties_are_refused_and_counted() {
+        let (queue, _queued) = mpsc::channel(1);
+        let counted = prometheus::IntCounter::new("test_props", "test").expect("counter");
+        let intake = Intake::new(
+            queue,
+            1 << 20,
+            prometheus::IntGauge::new("test_used", "test").expect("gauge"),
+            prometheus::IntCounter::new("test_refused", "test").expect("counter"),
+            counted.clone(),
+        );
+        let cases: Vec<(&str, Vec<usize>, bool)> = vec![
+            ("none", vec![], true),
+            ("the SDK's handful", vec![20, 40, 12], true),
+            ("exactly the cap", vec![0; MAX_USER_PROPERTIES], true),
+            (
+                "one more than the cap",
+                vec![0; MAX_USER_PROPERTIES + 1],
+                false,
+            ),
+            ("10,000 empty ones", vec![0; 10_000], false),
+            ("the byte cap", vec![MAX_USER_PROPERTY_BYTES / 2; 2], true),
+            (
+                "one byte over",
+                vec![MAX_USER_PROPERTY_BYTES / 2, MAX_USER_PROPERTY_BYTES / 2 + 1],
+                false,
+            ),
+        ];
+        let mut refused = 0;
+        for (name, lengths, fits) in cases {
+            assert_eq!(
+                intake.screen_properties(lengths.into_iter()),
+                fits,
+                "{name}"
+            );
+            refused += u64::from(!fits);
+            assert_eq!(counted.get(), refused, "{name}: counted");
+        }
     }
 
     #[test]

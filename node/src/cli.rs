@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// File whose first line is the MQTT password (or set STATESTORE_MQTT_PASSWORD).
     #[arg(long, value_name = "FILE")]
     pub mqtt_password_file: Option<PathBuf>,
+    /// Reply topic prefix: requests are answered only under these (repeat for each; default
+    /// clients/). The store's own topics stay refused whatever they say.
+    #[arg(long = "reply-topic-prefix", value_name = "PREFIX")]
+    pub reply_topic_prefixes: Vec<String>,
     /// HTTP listener: /metrics, /livez, /readyz and the admin API.
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<SocketAddr>,
@@ -422,6 +426,9 @@ impl RunArgs {
         if self.mqtt_password_file.is_some() {
             config.mqtt.password_file = self.mqtt_password_file;
         }
+        if !self.reply_topic_prefixes.is_empty() {
+            config.mqtt.reply_topic_prefixes = self.reply_topic_prefixes;
+        }
         set(&mut config.listen.http, self.http);
         set(&mut config.listen.raft, self.raft);
         if self.advertise.is_some() {
@@ -612,6 +619,41 @@ mod tests {
         ])
         .expect_err("files missing");
         assert!(missing.to_string().contains("cluster.tls"), "{missing}");
+    }
+
+    #[test]
+    fn reply_topic_prefix_flags_replace_the_default_and_are_validated() {
+        let parse = |flags: &[&str]| {
+            let mut argv = vec!["statestore", "run"];
+            argv.extend(flags);
+            let CliCommand::Run(args) = Cli::try_parse_from(argv).expect("parses").command else {
+                panic!("run expected")
+            };
+            args.into_config()
+        };
+        assert_eq!(
+            parse(&[]).expect("valid").mqtt.reply_topic_prefixes,
+            vec!["clients/".to_owned()]
+        );
+        let config = parse(&[
+            "--reply-topic-prefix",
+            "clients/",
+            "--reply-topic-prefix",
+            "replies/",
+        ])
+        .expect("valid");
+        assert_eq!(
+            config.mqtt.reply_topic_prefixes,
+            vec!["clients/".to_owned(), "replies/".to_owned()]
+        );
+        assert!(config.service().reply_topics.allows("replies/a"));
+        for bad in ["", "clients/#", "+/x"] {
+            let err = parse(&["--reply-topic-prefix", bad]).expect_err("refused");
+            assert!(
+                err.to_string().contains("mqtt.reply_topic_prefixes"),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     #[test]

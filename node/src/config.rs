@@ -128,6 +128,10 @@ pub struct MqttConfig {
     /// else arrives from the broker either (when idle, a probe is published every second to
     /// find out).
     pub ack_timeout_ms: u64,
+    /// Where replies may be published: a request whose Response Topic starts with none of
+    /// these gets no reply (protocol §1). Topics the store publishes or serves stay refused
+    /// whatever these say.
+    pub reply_topic_prefixes: Vec<String>,
     /// TLS to the broker.
     pub tls: MqttTlsConfig,
 }
@@ -306,9 +310,13 @@ pub struct LimitsConfig {
     /// Bytes of remembered replies (reply key plus encoded reply, each); over it the
     /// earliest-expiring are evicted.
     pub max_remembered_reply_bytes: u64,
-    /// Bytes of requests held at once (payload plus 1 KiB each), MiB. When it is spent,
-    /// PUBACKs wait and the broker holds further requests.
+    /// Bytes of requests held at once (each request whole, properties included, plus 1 KiB),
+    /// MiB. When it is spent, PUBACKs wait and the broker holds further requests.
     pub request_budget_mb: u64,
+    /// Bytes of messages the node publishes held from when they are queued until the broker
+    /// acknowledges them, MiB: half for replies, half for notifications, device deliveries and
+    /// feedback. When a half is spent, publishers of that kind wait.
+    pub outbound_budget_mb: u64,
     /// Longest a request may take before it is given up without a reply, ms (less when its
     /// Message Expiry is sooner).
     pub request_timeout_ms: u64,
@@ -542,6 +550,10 @@ impl Default for MqttConfig {
             keep_alive_secs: 10,
             receive_maximum: 1024,
             ack_timeout_ms: 5_000,
+            reply_topic_prefixes: crate::service::reply_topic::DEFAULT_REPLY_TOPIC_PREFIXES
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
             tls: MqttTlsConfig::default(),
         }
     }
@@ -577,6 +589,7 @@ impl Default for LimitsConfig {
             max_remembered_replies: quota.max_remembered_replies,
             max_remembered_reply_bytes: quota.max_remembered_reply_bytes,
             request_budget_mb: 64,
+            outbound_budget_mb: 64,
             request_timeout_ms: 10_000,
         }
     }
@@ -748,6 +761,11 @@ impl Config {
                 "limits.request_budget_mb and limits.request_timeout_ms must be positive",
             ));
         }
+        if l.outbound_budget_mb == 0 || l.outbound_budget_mb > 64 << 10 {
+            return Err(invalid(
+                "limits.outbound_budget_mb must be between 1 and 65536",
+            ));
+        }
         if l.max_array_len < 6 {
             return Err(invalid(
                 "limits.max_array_len must be at least 6 (SET key value NX PX ms)",
@@ -766,6 +784,18 @@ impl Config {
         }
         if self.mqtt.receive_maximum == 0 {
             return Err(invalid("mqtt.receive_maximum must be positive"));
+        }
+        if self.mqtt.reply_topic_prefixes.is_empty() {
+            return Err(invalid(
+                "mqtt.reply_topic_prefixes must name at least one prefix (no request could be answered)",
+            ));
+        }
+        for prefix in &self.mqtt.reply_topic_prefixes {
+            if let Some(why) = crate::service::reply_topic::validate_prefix(prefix) {
+                return Err(invalid(format!(
+                    "mqtt.reply_topic_prefixes: {prefix:?} {why}"
+                )));
+            }
         }
         let endpoint = self.mqtt.endpoint()?;
         if endpoint.tls {
@@ -923,12 +953,21 @@ impl Config {
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             devicebound: self.devicebound_limits(),
             scan_page: crate::protocol::scan::PageLimits::default(),
+            reply_topics: crate::service::reply_topic::ReplyTopics::new(
+                self.mqtt.reply_topic_prefixes.iter().cloned(),
+            ),
         }
     }
 
     /// Bytes of requests a node holds at once.
     pub fn request_budget_bytes(&self) -> usize {
         usize::try_from(self.limits.request_budget_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes of publishes a node holds until the broker acknowledges them.
+    pub fn outbound_budget_bytes(&self) -> usize {
+        usize::try_from(self.limits.outbound_budget_mb.saturating_mul(1 << 20))
+            .unwrap_or(usize::MAX)
     }
 
     /// Leadership checks: a serving leader gives up after the longest election timeout
@@ -978,6 +1017,7 @@ impl Config {
             ack_timeout: Duration::from_millis(self.mqtt.ack_timeout_ms.max(1)),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            outbound_budget_bytes: self.outbound_budget_bytes(),
         })
     }
 }

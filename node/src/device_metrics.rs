@@ -139,6 +139,7 @@ impl DeviceboundMetrics {
             .chain([
                 "not_leader",
                 "no_envelope",
+                "forbidden_response_topic",
                 "overloaded",
                 "timed_out",
                 "internal",

@@ -21,6 +21,7 @@ pub mod kv;
 pub mod metrics;
 pub mod mqtt;
 pub mod node;
+pub mod outbound;
 pub mod protocol;
 pub mod service;
 pub mod stall;

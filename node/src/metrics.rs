@@ -42,7 +42,7 @@ pub const RESULTS: [&str; 7] = [
 ];
 
 /// Why a request got no reply (§1, §5.2).
-pub const DROP_REASONS: [&str; 9] = [
+pub const DROP_REASONS: [&str; 10] = [
     "qos0",
     "no_response_topic",
     "no_correlation_data",
@@ -51,6 +51,7 @@ pub const DROP_REASONS: [&str; 9] = [
     "not_leader",
     "timed_out",
     "overloaded",
+    "too_many_properties",
     "internal",
 ];
 
@@ -469,6 +470,10 @@ pub struct MqttMetrics {
     pub tls_reloads_total: IntCounterVec,
     /// `statestore_mqtt_tls_client_cert_not_after_seconds{file}`
     pub tls_client_cert_not_after_seconds: IntGaugeVec,
+    /// `statestore_mqtt_outbound_bytes{lane}`
+    pub outbound_bytes: IntGaugeVec,
+    /// `statestore_mqtt_outbound_waits_total{lane}`
+    pub outbound_waits_total: IntCounterVec,
 }
 
 const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
@@ -520,6 +525,24 @@ impl MqttMetrics {
         for result in ["ok", "error"] {
             tls_reloads_total.with_label_values(&[result]);
         }
+        let outbound_bytes = metric!(IntGaugeVec::new(
+            Opts::new(
+                "statestore_mqtt_outbound_bytes",
+                "Bytes of messages queued for the broker or awaiting its PUBACK, by lane (replies; pushes: notifications, device deliveries, feedback); each lane is half of limits.outbound_budget_mb."
+            ),
+            &["lane"]
+        ));
+        let outbound_waits_total = metric!(IntCounterVec::new(
+            Opts::new(
+                "statestore_mqtt_outbound_waits_total",
+                "Publishes (or replies about to be built) that had to wait for room in their lane of the outbound budget, by lane."
+            ),
+            &["lane"]
+        ));
+        for lane in crate::outbound::Lane::ALL {
+            outbound_bytes.with_label_values(&[lane.label()]);
+            outbound_waits_total.with_label_values(&[lane.label()]);
+        }
         let metrics = MqttMetrics {
             connection_state,
             connects_total,
@@ -552,6 +575,8 @@ impl MqttMetrics {
                 ),
                 &["file"]
             )),
+            outbound_bytes,
+            outbound_waits_total,
         };
         metrics.set_connection_state("disconnected");
         metrics
@@ -648,6 +673,8 @@ impl NodeMetrics {
         register(&registry, &mqtt.session_events_dropped_total)?;
         register(&registry, &mqtt.tls_reloads_total)?;
         register(&registry, &mqtt.tls_client_cert_not_after_seconds)?;
+        register(&registry, &mqtt.outbound_bytes)?;
+        register(&registry, &mqtt.outbound_waits_total)?;
         let build_info = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_build_info",

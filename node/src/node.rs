@@ -92,6 +92,10 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
             .service
             .requests_dropped_total
             .with_label_values(&["overloaded"]),
+        metrics
+            .service
+            .requests_dropped_total
+            .with_label_values(&["too_many_properties"]),
     );
     let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
     if let Some(tls) = &session.tls {

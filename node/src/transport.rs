@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::outbound::{Charge, Lane};
+
 /// The request topic of the state store protocol (§1).
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
 
@@ -134,7 +136,35 @@ pub struct OutboundMessage {
 }
 
 /// Something that publishes [`OutboundMessage`]s (the MQTT session, or a fake in tests).
+///
+/// The session's outbox charges every message to the outbound budget ([`crate::outbound`])
+/// until the broker acknowledges it; the provided methods are those of an outbox without a
+/// budget.
 pub trait Outbox: Send + Sync + 'static {
-    /// Queues a message; returns false if it was dropped (session gone or queue closed).
+    /// Queues a message, first taking room for it in its lane (waiting for it); returns false
+    /// if it was dropped (session gone or queue closed).
     fn publish(&self, message: OutboundMessage) -> impl std::future::Future<Output = bool> + Send;
+
+    /// Like [`Outbox::publish`], with room taken beforehand ([`Outbox::try_charge`],
+    /// [`Outbox::charge`]); used as it is if it covers the message.
+    fn publish_charged(
+        &self,
+        message: OutboundMessage,
+        prepaid: Option<Charge>,
+    ) -> impl std::future::Future<Output = bool> + Send {
+        drop(prepaid);
+        self.publish(message)
+    }
+
+    /// Room for `bytes` in `lane` if there is some now.
+    fn try_charge(&self, lane: Lane, bytes: usize) -> Option<Charge> {
+        let _ = lane;
+        Some(Charge::unbudgeted(bytes))
+    }
+
+    /// Room for `bytes` in `lane`, waiting for it.
+    fn charge(&self, lane: Lane, bytes: usize) -> impl std::future::Future<Output = Charge> + Send {
+        let _ = lane;
+        std::future::ready(Charge::unbudgeted(bytes))
+    }
 }

@@ -121,6 +121,7 @@ impl Harness {
                 request_timeout: setup.request_timeout,
                 devicebound: Default::default(),
                 scan_page: setup.scan_page,
+                reply_topics: Default::default(),
             },
             metrics.clone(),
             serving.clone(),

@@ -683,10 +683,16 @@ async fn s1_1_client_id_from_response_topic_when_srcid_absent() {
 
 /// §1.1: KEYNOTIFY with neither `__srcId` nor a `clients/{id}/` response topic is
 /// `-ERR syntax error`; the same request with `__srcId` is `+OK`, and GET/SET from such a
-/// topic are served.
+/// topic are served. (§1: `replies/` is one of this node's reply prefixes.)
 #[tokio::test]
 async fn s1_1_keynotify_without_any_client_id_is_syntax_error() {
-    let (broker, _node) = start_single(&[]).await;
+    let (broker, _node) = start_single(&[
+        "--reply-topic-prefix",
+        "clients/",
+        "--reply-topic-prefix",
+        "replies/",
+    ])
+    .await;
     let mut c = connect(&broker, "t50-anon").await;
     let topic = "replies/t50-anon/statestore";
     c.subscribe(topic).await;

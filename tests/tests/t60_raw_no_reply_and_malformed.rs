@@ -166,6 +166,126 @@ async fn s5_2_response_topic_under_notify_prefix_gets_no_reply() {
     }
 }
 
+/// §1 (issue 27): a Response Topic on a device's delivery topic, a device topic the leader
+/// reads, or the feedback topic, on a state store request or a device-bound one, gets no reply
+/// and the request is not executed: a watcher of `devices/#` and of the feedback topic
+/// receives nothing (no forged cloud-to-device message, no forged feedback), each refusal is
+/// counted as `forbidden_response_topic`, and a well-behaved client is answered throughout.
+/// Positive control: the watcher does receive a real delivery to the victim afterwards.
+#[tokio::test]
+async fn s1_no_reply_is_ever_published_on_device_or_feedback_topics() {
+    use statestore_tests::devicebound::{DEVICEBOUND_TOPIC, FEEDBACK_TOPIC, dcall, queue};
+    let (broker, node) = start_single(&[]).await;
+    let mut watcher = connect(&broker, "t60-forgery-watcher").await;
+    watcher.subscribe("devices/#").await;
+    watcher.subscribe(FEEDBACK_TOPIC).await;
+    let mut attacker = connect(&broker, "t60-forger").await;
+    let mut good = connect(&broker, "t60-well-behaved").await;
+    assert_still_serving(&mut good, "before").await;
+    let forged = [
+        "devices/victim/messages/devicebound/%24.mid=x&%24.lt=y",
+        "devices/victim/messages/receive",
+        FEEDBACK_TOPIC,
+    ];
+    for topic in forged {
+        let before = dropped(&node, "forbidden_response_topic").await;
+        let p = props_on(&mut attacker, topic);
+        send(
+            &attacker,
+            QoS::AtLeastOnce,
+            &resp(&[b"SET", b"forged-key", b"forged"]),
+            p,
+        )
+        .await;
+        let p = props_on(&mut attacker, topic);
+        attacker
+            .publish(
+                DEVICEBOUND_TOPIC,
+                QoS::AtLeastOnce,
+                resp(&[b"SEND", b"victim", b"forged", b"forged"]).into(),
+                p,
+            )
+            .await;
+        assert_still_serving(&mut good, topic).await;
+        let after = wait_dropped(&node, "forbidden_response_topic", before + 2.0).await;
+        assert!(
+            after >= before + 2.0,
+            "{topic}: dropped{{forbidden_response_topic}} {before} -> {after}"
+        );
+    }
+    let replies = replies_within_no_reply_window(&mut attacker).await;
+    assert!(replies.is_empty(), "the attacker got replies: {replies:?}");
+    let seen = drain(&mut watcher, Duration::from_millis(300)).await;
+    assert!(seen.is_empty(), "forged messages arrived: {seen:?}");
+    // Not executed either.
+    let get = cmd(&mut good, "forged SET", &[b"GET", b"forged-key"]).await;
+    assert_payload("refused SET not executed", &get, b"$-1\r\n");
+    let (enqueued, invisible, _, _) = queue(&mut good, "victim").await;
+    assert_eq!((enqueued, invisible), (0, 0), "refused SEND not executed");
+    // Positive control: a real delivery to the victim reaches the watcher.
+    assert_eq!(
+        dcall(&mut good, "SEND", &[b"SEND", b"victim", b"real", b"hello"]).await,
+        b"+OK\r\n"
+    );
+    let delivered = collect_until(&mut watcher, REPLY_WAIT, |seen| {
+        seen.iter()
+            .any(|m| m.user_property("$.mid") == Some("real"))
+    })
+    .await;
+    assert!(
+        delivered.iter().all(
+            |m| m.topic.starts_with("devices/victim/messages/devicebound/")
+                && m.user_property("$.mid") == Some("real")
+        ),
+        "only the real delivery: {delivered:?}"
+    );
+    assert!(!delivered.is_empty(), "the watcher sees real deliveries");
+}
+
+/// Issue 27: a request carrying 10,000 empty user properties (a few bytes each on the wire,
+/// far more once decoded) is refused before the node copies them: no reply, not executed,
+/// counted as `too_many_properties`. One carrying 128 (the cap, the SDK's own included) is
+/// answered, and a well-behaved client is answered throughout.
+#[tokio::test]
+async fn s9_a_request_with_too_many_user_properties_is_refused_and_counted() {
+    let (broker, node) = start_single(&[]).await;
+    let mut c = connect(&broker, "t60-props").await;
+    let mut good = connect(&broker, "t60-props-good").await;
+    assert_still_serving(&mut good, "before").await;
+    let before = dropped(&node, "too_many_properties").await;
+    let mut p = props(&mut c);
+    p.user_properties
+        .extend((0..10_000).map(|_| (String::new(), String::new())));
+    send(
+        &c,
+        QoS::AtLeastOnce,
+        &resp(&[b"SET", b"props-key", b"v"]),
+        p,
+    )
+    .await;
+    assert_still_serving(&mut good, "while refusing").await;
+    let replies = replies_within_no_reply_window(&mut c).await;
+    assert!(replies.is_empty(), "answered: {replies:?}");
+    let after = wait_dropped(&node, "too_many_properties", before + 1.0).await;
+    assert_eq!(after, before + 1.0, "counted once as too_many_properties");
+    let get = cmd(&mut good, "GET", &[b"GET", b"props-key"]).await;
+    assert_payload("refused SET not executed", &get, b"$-1\r\n");
+
+    let mut p = props(&mut c);
+    let own = p.user_properties.len();
+    p.user_properties
+        .extend((own..128).map(|n| (format!("p{n}"), String::new())));
+    let reply = call(
+        &mut c,
+        "128 user properties",
+        &resp(&[b"SET", b"props-key", b"v"]),
+        p,
+    )
+    .await;
+    assert_payload("128 user properties", &reply, b"+OK\r\n");
+    assert_still_serving(&mut c, "after").await;
+}
+
 /// §1, §5.2: a request whose Message Expiry (1 s) has elapsed before the node can take it up
 /// (node frozen with SIGSTOP for 2.5 s) is neither executed nor answered; the node keeps
 /// serving after it resumes. If the node saw the request, it counted it as `expired`.

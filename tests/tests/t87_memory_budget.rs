@@ -8,6 +8,9 @@
 //! survives the flood: the PUBACKs of its replies queue behind megabytes of requests, which
 //! must not be taken for a dead broker (a short `mqtt.ack_timeout_ms` makes that certain to
 //! show, as lost requests, if it were).
+//!
+//! The same for replies: 128 small GETs of a 4 MiB value hold at most the outbound budget,
+//! not a value each (issue 27: bytes, not counts).
 
 use std::time::{Duration, Instant};
 
@@ -154,4 +157,119 @@ async fn a_flood_of_large_requests_stays_within_the_request_budget() {
         reply.payload.len() > VALUE_BYTES,
         "GET returns the 1 MiB value"
     );
+}
+
+const GET_CLIENTS: usize = 4;
+const GETS_PER_CLIENT: usize = 32;
+const BIG_VALUE_BYTES: usize = 4 << 20;
+
+/// Peak growth allowed while 128 GETs of a 4 MiB value (512 MiB of replies, each GET charged
+/// ~1 KiB at intake) are answered by a node with a 16 MiB outbound budget (8 MiB for replies:
+/// one such reply at a time). The node may hold the budgets (16 + 16 MiB), a read per runtime
+/// worker before it finds no room and lets go, and the reply's copies on its way into the
+/// socket. Measured 2026-11-27 (debug build, 2-core machine shared with other builds): +6, +10
+/// and +22 MiB in three runs; with the budget made too large to matter (`outbound_budget_mb = 65536`, replies
+/// built before they have room, as before issue 27) the same flood took +218 MiB.
+const MAX_GET_GROWTH_MIB: u64 = 96;
+
+/// Issue 27 (bytes, not counts): a small GET of a large value is charged its reply in the
+/// outbound budget before the reply is built, so a flood of them holds at most the budget,
+/// not one value each. Every GET is answered with the whole value, some had to wait for room
+/// (`statestore_mqtt_outbound_waits_total{lane="replies"}`), both budgets are returned in full
+/// afterwards, and the node's peak memory stays far below the replies' total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gets_of_a_large_value_stay_within_the_outbound_budget() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("statestore.toml");
+    std::fs::write(
+        &config,
+        "[limits]\nrequest_budget_mb = 16\noutbound_budget_mb = 16\nrequest_timeout_ms = 60000\n\n\
+         [cluster]\nlog_cache_mb = 8\n\n[storage]\ncache_capacity_mb = 16\n",
+    )
+    .expect("write config");
+    let config = config.display().to_string();
+    let (broker, node) = start_single(&["--config", &config]).await;
+
+    let mut warm = RawClient::connect(broker.port, "warm-get").await;
+    let value = vec![b'g'; BIG_VALUE_BYTES];
+    let reply = warm
+        .request(&resp(&[b"SET", b"big", &value]))
+        .await
+        .expect("SET of the large value answered");
+    assert_eq!(&reply.payload[..], b"+OK\r\n");
+    let reply = warm
+        .request(&resp(&[b"GET", b"big"]))
+        .await
+        .expect("warm-up GET answered");
+    assert!(reply.payload.len() > BIG_VALUE_BYTES);
+    // The warm-up's own peak must not hide the flood's: reset the peak (VmHWM) to now.
+    std::fs::write(format!("/proc/{}/clear_refs", node.pid()), "5").expect("reset VmHWM");
+    let (baseline_kib, _) = memory_kib(node.pid());
+    let waits = "statestore_mqtt_outbound_waits_total{lane=\"replies\"}";
+    let waits_before = node.metric(waits).await.expect("waits metric");
+
+    let mut clients = Vec::new();
+    for c in 0..GET_CLIENTS {
+        clients.push(RawClient::connect(broker.port, &format!("get-flood-{c}")).await);
+    }
+    let started = Instant::now();
+    let get = Bytes::from(resp(&[b"GET", b"big"]));
+    for _ in 0..GETS_PER_CLIENT {
+        for client in clients.iter_mut() {
+            let correlation = client.correlation();
+            let mut properties = client.request_properties(correlation);
+            properties.message_expiry_interval = Some(60);
+            client
+                .publish(REQUEST_TOPIC, QoS::AtLeastOnce, get.clone(), properties)
+                .await;
+        }
+    }
+    let sent = GET_CLIENTS * GETS_PER_CLIENT;
+    let mut answered = 0usize;
+    let mut peak_kib = 0;
+    while answered < sent {
+        for client in clients.iter_mut() {
+            while let Some(reply) = client.next(Duration::from_millis(1)).await {
+                assert_eq!(
+                    reply.payload.len(),
+                    BIG_VALUE_BYTES + format!("${BIG_VALUE_BYTES}\r\n\r\n").len(),
+                    "a GET answered with the whole value"
+                );
+                answered += 1;
+            }
+        }
+        peak_kib = peak_kib.max(memory_kib(node.pid()).1);
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "after 90 s: {answered} of {sent} GETs answered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let growth_mib = peak_kib.saturating_sub(baseline_kib) / 1024;
+    let waited = node.metric(waits).await.expect("waits metric") - waits_before;
+    println!(
+        "{sent} GETs of a 4 MiB value answered in {} ms ({waited} waited for room); resident \
+         {} MiB before, peak {} MiB (+{growth_mib} MiB)",
+        started.elapsed().as_millis(),
+        baseline_kib / 1024,
+        peak_kib / 1024
+    );
+    assert!(
+        waited > 0.0,
+        "no reply waited for room: the flood did not exceed the budget, so it proves nothing"
+    );
+    assert!(
+        growth_mib <= MAX_GET_GROWTH_MIB,
+        "peak resident memory grew by {growth_mib} MiB (allowed {MAX_GET_GROWTH_MIB})"
+    );
+    for series in [
+        "statestore_mqtt_outbound_bytes{lane=\"replies\"}",
+        "statestore_server_request_budget_used_bytes",
+    ] {
+        let returned = wait_for(Duration::from_secs(10), || async {
+            (node.metric(series).await == Some(0.0)).then_some(())
+        })
+        .await;
+        assert!(returned.is_some(), "{series} was not returned to 0");
+    }
 }

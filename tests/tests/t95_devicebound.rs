@@ -510,6 +510,106 @@ async fn s3_pull_receive_and_malformed_device_topics() {
     assert_still_serving(&mut backend, "after malformed device topics").await;
 }
 
+/// `statestore_devicebound_device_publishes_dropped_total{reason="forbidden_response_topic"}`.
+async fn forbidden_device_replies(node: &statestore_tests::node::StatestoreNode) -> f64 {
+    node.metric(
+        "statestore_devicebound_device_publishes_dropped_total{reason=\"forbidden_response_topic\"}",
+    )
+    .await
+    .unwrap_or(0.0)
+}
+
+/// §3 (issue 27): a pull whose Response Topic is under another device (its deliveries or any
+/// other topic), under the device's own delivery topics, on a topic the leader reads, or on
+/// the feedback topic gets no reply and locks nothing; a settlement asking for its reply there
+/// settles nothing. A watcher of the other device's topics and of the feedback topic receives
+/// nothing; each is counted. A pull answered under the device's own `devices/{id}/` works, and
+/// the message it returns is the one the refused pulls did not lock.
+#[tokio::test]
+async fn s3_pull_and_settle_replies_go_only_to_the_device_itself() {
+    let (broker, node) = start_single(&[]).await;
+    let mut backend = connect(&broker, "t95-backend-victim").await;
+    let mut watcher = statestore_tests::raw::RawClient::connect(broker.port, "t95-watch").await;
+    watcher.subscribe("devices/victim/#").await;
+    watcher.subscribe(&format!("{FEEDBACK_TOPIC}/#")).await;
+    watcher.subscribe(FEEDBACK_TOPIC).await;
+    assert_eq!(
+        dcall(&mut backend, "SEND", &[b"SEND", b"dev-q", b"q1", b"secret"]).await,
+        b"+OK\r\n"
+    );
+    // The device pulls; it never subscribes to its deliveries (the push gives them back).
+    let mut dev = statestore_tests::raw::RawClient::connect(broker.port, "dev-q").await;
+    dev.subscribe("devices/dev-q/replies/#").await;
+    let before = forbidden_device_replies(&node).await;
+    let forbidden = [
+        "devices/victim/messages/devicebound/%24.mid=x&%24.lt=y",
+        "devices/victim/inbox",
+        "devices/dev-q/messages/devicebound/%24.mid=x",
+        "devices/dev-q/messages/receive",
+        FEEDBACK_TOPIC,
+    ];
+    for topic in forbidden {
+        let p = props_on(&mut dev, topic);
+        let reply = dev
+            .request_on(
+                "devices/dev-q/messages/receive",
+                b"",
+                p,
+                Duration::from_millis(300),
+            )
+            .await;
+        assert!(reply.is_none(), "pull answered on {topic}: {reply:?}");
+    }
+    let counted = statestore_tests::wait_for(DELIVERY_WAIT, || async {
+        let n = forbidden_device_replies(&node).await;
+        (n >= before + forbidden.len() as f64).then_some(n)
+    })
+    .await;
+    assert!(counted.is_some(), "each refused pull is counted");
+    // Nothing locked it: a pull's lock would hold it Invisible for 60 s.
+    wait_queue(&mut backend, "dev-q", (1, 0, 0)).await;
+
+    let deadline = tokio::time::Instant::now() + DELIVERY_WAIT;
+    let pulled = loop {
+        let p = props_on(&mut dev, "devices/dev-q/replies/1");
+        let reply = dev
+            .request_on("devices/dev-q/messages/receive", b"", p, REPLY_WAIT)
+            .await
+            .expect("a pull answered under the device's own topics");
+        assert_eq!(reply.topic, "devices/dev-q/replies/1");
+        if reply.user_property("__stat") == Some("200") {
+            break reply;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never pulled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(pulled.payload.as_ref(), b"secret");
+    let token = lock_token(&pulled);
+
+    let p = props_on(&mut dev, "devices/victim/inbox");
+    let topic = format!("devices/dev-q/messages/settle/complete/{token}");
+    let reply = dev
+        .request_on(&topic, b"", p, Duration::from_millis(800))
+        .await;
+    assert!(
+        reply.is_none(),
+        "settlement answered on another device: {reply:?}"
+    );
+    wait_queue(&mut backend, "dev-q", (0, 1, 0)).await;
+    assert_eq!(
+        settle(&mut dev, "complete", &token).await,
+        b":1\r\n",
+        "the refused settlement settled nothing"
+    );
+    wait_queue(&mut backend, "dev-q", (0, 0, 0)).await;
+    let seen = drain(&mut watcher, Duration::from_millis(300)).await;
+    assert!(
+        seen.is_empty(),
+        "a reply reached another device or the backends: {seen:?}"
+    );
+    assert!(forbidden_device_replies(&node).await >= before + forbidden.len() as f64 + 1.0);
+}
+
 /// §1 lock expiry: a delivered message nobody settles is Enqueued again when its lock runs
 /// out (5 s here) and redelivered with a new token; the stale token settles nothing.
 #[tokio::test]

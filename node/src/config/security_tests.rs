@@ -238,7 +238,7 @@ fn an_http_listener_off_loopback_needs_a_token_or_the_insecure_flag() {
             allowed
                 .exposure_warnings()
                 .iter()
-                .any(|w| w.contains("needs no token")),
+                .any(|w| w.contains("need no token")),
             "and warned about"
         );
         let mut guarded = with_http(open);

@@ -2,8 +2,9 @@
 //!
 //! ntex is single-threaded and `!Send`, so the session runs on its own OS thread inside an
 //! ntex `System` and talks to the Tokio side through channels: requests flow out as
-//! [`crate::transport::InboundMessage`]s admitted into the request budget, publishes and
-//! subscription changes flow in as commands, connection state is a watch, and notification
+//! [`crate::transport::InboundMessage`]s admitted into the request budget, publishes flow in
+//! through the two lanes of an [`Outlet`] (each charged to the outbound budget until its
+//! PUBACK), subscription changes as commands, connection state is a watch, and notification
 //! PUBACKs with reason 0x10 come back as [`SessionEvent`]s. It reconnects with exponential
 //! backoff and restores the request subscription whenever the service wants it. With TLS
 //! ([`tls`]) every connection takes the latest certificate files.
@@ -23,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::admission::Intake;
 use crate::metrics::MqttMetrics;
+use crate::outbound::{Charge, Lane, OutboundBudget, Outlet};
 use crate::stall::StallDetector;
 use crate::transport::{OutboundMessage, Outbox};
 
@@ -92,6 +94,9 @@ pub struct SessionConfig {
     pub reconnect_min: Duration,
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
+    /// Bytes of publishes queued or awaiting their PUBACK (`limits.outbound_budget_mb`), half
+    /// for replies, half for pushes.
+    pub outbound_budget_bytes: usize,
 }
 
 /// What the session tells the service.
@@ -126,7 +131,6 @@ pub struct SessionState {
 }
 
 enum Command {
-    Publish(OutboundMessage),
     RequestSubscription(bool, Option<oneshot::Sender<()>>),
     Shutdown(oneshot::Sender<()>),
 }
@@ -135,11 +139,15 @@ enum Command {
 #[derive(Clone)]
 pub struct MqttHandle {
     commands: mpsc::Sender<Command>,
+    outlet: Outlet,
     state: watch::Receiver<SessionState>,
 }
 
-/// Publishes queued while the session is busy or reconnecting; beyond this callers wait.
-const COMMAND_QUEUE: usize = 16_384;
+/// Publishes queued per lane while the session is busy or reconnecting; beyond this callers
+/// wait (the outbound budget bounds their bytes first).
+const PUBLISH_QUEUE: usize = 16_384;
+/// Subscription changes and shutdown queued.
+const COMMAND_QUEUE: usize = 64;
 
 impl MqttHandle {
     /// Starts the session thread. Requests are forwarded to `requests`.
@@ -150,6 +158,12 @@ impl MqttHandle {
         stalls: Arc<StallDetector>,
     ) -> std::io::Result<(MqttHandle, SessionEventQueues)> {
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
+        let budget = OutboundBudget::new(
+            config.outbound_budget_bytes,
+            &metrics.outbound_bytes,
+            &metrics.outbound_waits_total,
+        );
+        let (outlet, lanes) = Outlet::new(budget, PUBLISH_QUEUE);
         let (state_tx, state) = watch::channel(SessionState::default());
         let (event_tx, events) = SessionEvents::new(
             SESSION_EVENT_QUEUE,
@@ -160,11 +174,27 @@ impl MqttHandle {
             .spawn(move || {
                 ntex_rt::System::new("statestore-mqtt", ntex_net::DefaultRuntime).block_on(
                     session::run(
-                        config, command_rx, requests, state_tx, event_tx, metrics, stalls,
+                        config,
+                        session::Queues {
+                            commands: command_rx,
+                            lanes,
+                        },
+                        requests,
+                        state_tx,
+                        event_tx,
+                        metrics,
+                        stalls,
                     ),
                 )
             })?;
-        Ok((MqttHandle { commands, state }, events))
+        Ok((
+            MqttHandle {
+                commands,
+                outlet,
+                state,
+            },
+            events,
+        ))
     }
 
     /// Connection state changes.
@@ -197,6 +227,18 @@ impl MqttHandle {
 
 impl Outbox for MqttHandle {
     async fn publish(&self, message: OutboundMessage) -> bool {
-        self.commands.send(Command::Publish(message)).await.is_ok()
+        self.outlet.publish(message, None).await
+    }
+
+    async fn publish_charged(&self, message: OutboundMessage, prepaid: Option<Charge>) -> bool {
+        self.outlet.publish(message, prepaid).await
+    }
+
+    fn try_charge(&self, lane: Lane, bytes: usize) -> Option<Charge> {
+        self.outlet.budget().lane(lane).try_charge(bytes)
+    }
+
+    async fn charge(&self, lane: Lane, bytes: usize) -> Charge {
+        self.outlet.budget().lane(lane).charge(bytes).await
     }
 }

@@ -1,8 +1,11 @@
 //! The session loop on the ntex thread: connect, serve, reconnect.
 //!
-//! Publishes go out strictly in the order they were queued (per-key notification order and
-//! response order depend on it): one loop sends them with the non-blocking QoS 1 API after
-//! waiting for send credit, and a FIFO of what was sent matches the broker's in-order PUBACKs.
+//! Publishes go out in the order they were queued within each lane (per-key notification order
+//! and per-device delivery order depend on it), replies before pushes: one loop sends them with
+//! the non-blocking QoS 1 API after waiting for send credit, preferring the replies lane, and a
+//! FIFO of what was sent matches the broker's in-order PUBACKs. Each entry of that FIFO holds
+//! its message's charge of the outbound budget until its PUBACK arrives (or the connection
+//! ends).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -29,6 +32,7 @@ use super::liveness::Liveness;
 use super::{BrokerAddress, Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
+use crate::outbound::{Charge, LaneQueues, Queued};
 use crate::stall::StallDetector;
 use crate::transport::{
     DEVICE_FILTERS, DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage,
@@ -48,10 +52,25 @@ enum Ended {
     Disconnected,
 }
 
+/// What the session reads from the Tokio side: subscription changes and shutdown, and the
+/// two lanes of publishes.
+pub(super) struct Queues {
+    pub(super) commands: mpsc::Receiver<Command>,
+    pub(super) lanes: LaneQueues,
+}
+
+/// A publish sent and not yet acknowledged: what it was, when it was sent, and the room it
+/// holds in the outbound budget (none for probes).
+struct Sent {
+    kind: OutboundKind,
+    at: Instant,
+    _charge: Option<Charge>,
+}
+
 /// Runs until a shutdown command (or the command channel closes).
 pub(super) async fn run(
     config: SessionConfig,
-    mut commands: mpsc::Receiver<Command>,
+    mut queues: Queues,
     requests: Intake,
     state: watch::Sender<SessionState>,
     events: SessionEvents,
@@ -84,7 +103,7 @@ pub(super) async fn run(
                 let ended = session
                     .serve(
                         client,
-                        &mut commands,
+                        &mut queues,
                         &mut want_subscription,
                         requests.clone(),
                         events.clone(),
@@ -105,7 +124,7 @@ pub(super) async fn run(
                 metrics.connects_total.with_label_values(&["failure"]).inc();
                 metrics.set_connection_state("disconnected");
                 tracing::warn!(broker = %config.broker, error = %err, retry_in = ?backoff, "cannot connect to the MQTT broker");
-                if wait_offline(backoff, &mut commands, &mut want_subscription, &metrics).await {
+                if wait_offline(backoff, &mut queues, &mut want_subscription, &metrics).await {
                     return;
                 }
                 backoff = (backoff * 2).min(config.reconnect_max);
@@ -163,11 +182,12 @@ where
     }
 }
 
-/// Waits `delay` while disconnected: publishes are dropped (nobody can receive them), the
-/// subscription wish is recorded for the next connection. True on shutdown.
+/// Waits `delay` while disconnected: publishes are dropped (nobody can receive them; their
+/// room is given back), the subscription wish is recorded for the next connection. True on
+/// shutdown.
 async fn wait_offline(
     delay: Duration,
-    commands: &mut mpsc::Receiver<Command>,
+    queues: &mut Queues,
     want_subscription: &mut bool,
     metrics: &MqttMetrics,
 ) -> bool {
@@ -175,13 +195,14 @@ async fn wait_offline(
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return false,
-            command = commands.recv() => match command {
+            Some(queued) = queues.lanes.replies.recv() => metrics.publish_dropped(&queued.message.kind),
+            Some(queued) = queues.lanes.pushes.recv() => metrics.publish_dropped(&queued.message.kind),
+            command = queues.commands.recv() => match command {
                 None => return true,
                 Some(Command::Shutdown(done)) => {
                     let _ = done.send(());
                     return true;
                 }
-                Some(Command::Publish(message)) => metrics.publish_dropped(&message.kind),
                 Some(Command::RequestSubscription(wanted, done)) => {
                     *want_subscription = wanted;
                     if let Some(done) = done {
@@ -224,20 +245,47 @@ impl Connected<'_> {
     async fn serve(
         mut self,
         client: Client,
-        commands: &mut mpsc::Receiver<Command>,
+        queues: &mut Queues,
         want_subscription: &mut bool,
         requests: Intake,
         events: SessionEvents,
     ) -> Ended {
         // What was published and when, in order; the broker acknowledges in the same order.
-        let in_flight: Rc<RefCell<VecDeque<(OutboundKind, Instant)>>> = Rc::default();
+        let in_flight: Rc<RefCell<VecDeque<Sent>>> = Rc::default();
+        let ended = self
+            .serve_with(
+                client,
+                queues,
+                want_subscription,
+                requests,
+                events,
+                &in_flight,
+            )
+            .await;
+        // Never acknowledged now: dropped, and their room given back.
+        for sent in in_flight.borrow_mut().drain(..) {
+            self.metrics.publish_dropped(&sent.kind);
+        }
+        ended
+    }
+
+    async fn serve_with(
+        &mut self,
+        client: Client,
+        queues: &mut Queues,
+        want_subscription: &mut bool,
+        requests: Intake,
+        events: SessionEvents,
+        in_flight: &Rc<RefCell<VecDeque<Sent>>>,
+    ) -> Ended {
         {
             let in_flight = in_flight.clone();
             let metrics = self.metrics.clone();
             let liveness = self.liveness.clone();
             self.sink.publish_ack_cb(move |ack, disconnected| {
                 liveness.heard(Instant::now());
-                let kind = in_flight.borrow_mut().pop_front().map(|(kind, _)| kind);
+                // Its room in the outbound budget is given back here (the entry drops).
+                let kind = in_flight.borrow_mut().pop_front().map(|sent| sent.kind);
                 if disconnected {
                     if let Some(kind) = &kind {
                         metrics.publish_dropped(kind);
@@ -275,7 +323,7 @@ impl Connected<'_> {
             async move {
                 liveness.heard(Instant::now());
                 match message {
-                    ProtocolMessage::Publish(publish) => {
+                    ProtocolMessage::Publish(mut publish) => {
                         // A message read right after the process was frozen may have waited in
                         // the socket buffer all along: date it back for the expiry check.
                         // The detector keeps std time; request deadlines are Tokio instants
@@ -284,8 +332,22 @@ impl Connected<'_> {
                             tokio::time::Instant::from_std(stalls.arrival_bound(Instant::now()));
                         let payload = publish.read_all().await.unwrap_or_default();
                         liveness.heard(Instant::now());
-                        let inbound = inbound_message(publish.packet(), &payload, received_at);
                         metrics.messages_received_total.inc();
+                        // Too many user properties: refused before they are copied (decoded,
+                        // each costs far more than its bytes on the wire).
+                        let properties = &publish.packet().properties.user_properties;
+                        if !requests
+                            .screen_properties(properties.iter().map(|(k, v)| k.len() + v.len()))
+                        {
+                            tracing::debug!(
+                                user_properties = properties.len(),
+                                "request refused: too many user properties"
+                            );
+                            return Ok(publish.ack(PublishAckReason::QuotaExceeded));
+                        }
+                        // Moved out of the packet, which is kept only for its PUBACK: nothing
+                        // of the broker's read buffer stays referenced while the request waits.
+                        let inbound = inbound_message(publish.packet_mut(), payload, received_at);
                         // Bounded: the request is admitted into the request budget before its
                         // PUBACK; when the budget is spent the PUBACK waits, and the broker
                         // stops sending once our receive maximum is reached. When even the
@@ -328,25 +390,34 @@ impl Connected<'_> {
         let mut liveness_check = tokio::time::interval(LIVENESS_CHECK);
         liveness_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // Biased: the connection's end, then the liveness check (ready once a second),
+            // subscription changes, replies, and only then pushes, so a flood of notifications
+            // or deliveries never delays a reply (each lane keeps its own order).
             tokio::select! {
+                biased;
                 _ = &mut closed => return Ended::Disconnected,
                 _ = liveness_check.tick() => {
-                    let oldest = in_flight.borrow().front().map(|(_, sent)| *sent);
+                    let oldest = in_flight.borrow().front().map(|sent| sent.at);
                     match oldest {
                         Some(sent) if self.liveness.presumed_dead(Some(sent), Instant::now()) => {
                             return self.drop_dead_connection("PUBACK");
                         }
                         Some(_) => {}
                         None => {
-                            if !self.publish(probe(), &in_flight).await {
+                            if !self.publish(probe(), None, in_flight).await {
                                 return self.drop_dead_connection("PUBACK");
                             }
                         }
                     }
                 }
-                command = commands.recv() => match command {
+                command = queues.commands.recv() => match command {
                     None => return self.close().await,
                     Some(Command::Shutdown(done)) => {
+                        // What was queued before the shutdown still goes out.
+                        if !self.flush(&mut queues.lanes, in_flight).await {
+                            let _ = done.send(());
+                            return self.drop_dead_connection("PUBACK");
+                        }
                         let ended = self.close().await;
                         let _ = done.send(());
                         return ended;
@@ -361,24 +432,43 @@ impl Connected<'_> {
                             return self.drop_dead_connection("SUBACK/UNSUBACK");
                         }
                     }
-                    Some(Command::Publish(message)) => {
-                        if !self.publish(message, &in_flight).await {
-                            return self.drop_dead_connection("PUBACK");
-                        }
-                    }
                 },
+                Some(queued) = queues.lanes.replies.recv() => {
+                    if !self.publish(queued.message, Some(queued.charge), in_flight).await {
+                        return self.drop_dead_connection("PUBACK");
+                    }
+                }
+                Some(queued) = queues.lanes.pushes.recv() => {
+                    if !self.publish(queued.message, Some(queued.charge), in_flight).await {
+                        return self.drop_dead_connection("PUBACK");
+                    }
+                }
             }
         }
     }
 
-    /// Publishes `message` (QoS 1). False when the broker's receive window stayed full until
-    /// the connection was presumed dead (an overdue PUBACK and nothing heard for an ack
-    /// timeout; otherwise a full window would block this loop, liveness checks included, for
-    /// ever).
+    /// Publishes what both lanes hold right now, replies first. False if the broker stopped
+    /// answering meanwhile.
+    async fn flush(&self, lanes: &mut LaneQueues, in_flight: &RefCell<VecDeque<Sent>>) -> bool {
+        for lane in [&mut lanes.replies, &mut lanes.pushes] {
+            while let Ok(Queued { message, charge }) = lane.try_recv() {
+                if !self.publish(message, Some(charge), in_flight).await {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Publishes `message` (QoS 1), keeping its `charge` until the PUBACK. False when the
+    /// broker's receive window stayed full until the connection was presumed dead (an overdue
+    /// PUBACK and nothing heard for an ack timeout; otherwise a full window would block this
+    /// loop, liveness checks included, for ever).
     async fn publish(
         &self,
         message: OutboundMessage,
-        in_flight: &RefCell<VecDeque<(OutboundKind, Instant)>>,
+        charge: Option<Charge>,
+        in_flight: &RefCell<VecDeque<Sent>>,
     ) -> bool {
         if !self.sink.is_ready() {
             let waiting_since = Instant::now();
@@ -394,7 +484,7 @@ impl Connected<'_> {
                     }
                     Err(_) => {
                         // The window is full of unacknowledged publishes; the oldest decides.
-                        let oldest = in_flight.borrow().front().map(|(_, sent)| *sent);
+                        let oldest = in_flight.borrow().front().map(|sent| sent.at);
                         let oldest = oldest.unwrap_or(waiting_since);
                         if self.liveness.presumed_dead(Some(oldest), Instant::now()) {
                             self.metrics.publish_dropped(&message.kind);
@@ -429,7 +519,11 @@ impl Connected<'_> {
                 .collect();
         });
         let label = kind.label();
-        in_flight.borrow_mut().push_back((kind, Instant::now()));
+        in_flight.borrow_mut().push_back(Sent {
+            kind,
+            at: Instant::now(),
+            _charge: charge,
+        });
         match builder.send_at_least_once_no_block(NtexBytes::copy_from_slice(&payload)) {
             Ok(()) => self
                 .metrics
@@ -437,6 +531,7 @@ impl Connected<'_> {
                 .with_label_values(&[label])
                 .inc(),
             Err(err) => {
+                // Not sent: its room is given back with the entry.
                 in_flight.borrow_mut().pop_back();
                 self.metrics
                     .publish_failures_total
@@ -546,32 +641,32 @@ impl Connected<'_> {
     }
 }
 
+/// The request in `packet` as plain data, its topic and properties moved out of the packet.
 fn inbound_message(
-    packet: &codec::Publish,
-    payload: &[u8],
+    packet: &mut codec::Publish,
+    payload: NtexBytes,
     received_at: tokio::time::Instant,
 ) -> InboundMessage {
-    let properties = &packet.properties;
+    let properties = std::mem::take(&mut packet.properties);
     InboundMessage {
-        topic: packet.topic.to_string(),
+        topic: std::mem::take(&mut packet.topic).to_string(),
         qos: match packet.qos {
             QoS::AtMostOnce => 0,
             QoS::AtLeastOnce => 1,
             QoS::ExactlyOnce => 2,
         },
-        response_topic: properties.response_topic.as_ref().map(|t| t.to_string()),
+        response_topic: properties.response_topic.map(|t| t.to_string()),
         correlation_data: properties
             .correlation_data
-            .as_ref()
-            .map(|c| bytes::Bytes::copy_from_slice(c)),
+            .map(|c| bytes::Bytes::copy_from_slice(&c)),
         message_expiry_secs: properties.message_expiry_interval.map(NonZeroU32::get),
-        content_type: properties.content_type.as_ref().map(|c| c.to_string()),
+        content_type: properties.content_type.map(|c| c.to_string()),
         user_properties: properties
             .user_properties
-            .iter()
+            .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        payload: bytes::Bytes::copy_from_slice(payload),
+        payload: bytes::Bytes::copy_from_slice(&payload),
         received_at,
     }
 }

@@ -365,7 +365,22 @@ impl<O: Outbox> DevicePush<O> {
         {
             self.service.device_wake().notify_one();
         }
-        let envelope = envelope::check(&message, Instant::now()).ok();
+        // A reply goes only under the device's own topics or the reply prefixes (§3); a pull or
+        // settlement asking for one elsewhere is refused before it locks or settles anything.
+        let envelope = match envelope::check_device(
+            &message,
+            Instant::now(),
+            topic.device_id(),
+            &self.service.config.reply_topics,
+        ) {
+            Ok(envelope) => envelope,
+            Err(refusal) if !matches!(topic, DeviceTopic::Activity { .. }) => {
+                metrics.dropped(refusal.label());
+                tracing::debug!(topic = %message.topic, reason = refusal.label(), "device publish dropped");
+                return;
+            }
+            Err(_) => None,
+        };
         let device = topic.device_id().as_bytes().to_vec();
         let (kind, command) = match topic {
             DeviceTopic::Activity { .. } => {

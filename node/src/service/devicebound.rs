@@ -19,6 +19,7 @@ use crate::devicebound::{
 };
 use crate::protocol::{ErrorReply, Reply};
 use crate::service::envelope::{self, Envelope};
+use crate::service::reply_room::ReplyRoom;
 use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
 use crate::transport::{InboundMessage, Outbox};
 
@@ -116,12 +117,14 @@ impl<O: Outbox> Service<O> {
             .map_or(started + self.config.request_timeout, |deadline| {
                 deadline.min(started + self.config.request_timeout)
             });
+        let mut room = ReplyRoom::new(&envelope, &self.config.node_client_id);
         let result = match parsed {
-            Ok(request) => {
-                tokio::time::timeout_at(give_up, self.execute_device(request, &message, &envelope))
-                    .await
-                    .unwrap_or(Err(Unavailable::TimedOut))
-            }
+            Ok(request) => tokio::time::timeout_at(
+                give_up,
+                self.execute_device(request, &message, &envelope, &mut room),
+            )
+            .await
+            .unwrap_or(Err(Unavailable::TimedOut)),
             Err(err) => Ok(DeviceAnswer::error(err.into())),
         };
         let elapsed = started.elapsed().as_secs_f64();
@@ -141,7 +144,7 @@ impl<O: Outbox> Service<O> {
                 );
                 span.record("result", answer.label);
                 self.outbox
-                    .publish(reply)
+                    .publish_charged(reply, room.take())
                     .instrument(tracing::debug_span!("reply"))
                     .await;
                 self.metrics
@@ -165,6 +168,7 @@ impl<O: Outbox> Service<O> {
         request: DeviceRequest<'_>,
         message: &InboundMessage,
         envelope: &Envelope,
+        room: &mut ReplyRoom,
     ) -> Result<DeviceAnswer, Unavailable> {
         if !self.is_serving() {
             return Err(Unavailable::NotLeader);
@@ -181,25 +185,17 @@ impl<O: Outbox> Service<O> {
                 })));
             }
             DeviceRequest::DeadLetters { device_id, count } => {
-                self.raft.ensure_linearizable().await?;
-                let count = usize::try_from(count).unwrap_or(usize::MAX);
-                let letters =
-                    device_read::dead_letters(&self.raft.view(), device_id.as_bytes(), count)?;
-                let ids: Vec<String> = letters
-                    .iter()
-                    .map(|l| String::from_utf8_lossy(&l.message.message_id).into_owned())
-                    .collect();
-                let entries: Vec<DeadLetterEntry<'_>> = letters
-                    .iter()
-                    .zip(&ids)
-                    .map(|(letter, id)| DeadLetterEntry {
-                        message_id: id,
-                        body: &letter.message.body,
-                        reason: reason(letter.reason),
-                        dead_lettered_at_ms: letter.time_ms,
-                    })
-                    .collect();
-                return Ok(DeviceAnswer::read(encode_dead_letters(&entries)));
+                // Up to COUNT bodies: room for the reply is taken before it is kept (see
+                // `reply_room`); without room it is let go and read again once there is.
+                loop {
+                    let payload = self.dead_letters(device_id, count).await?;
+                    let bytes = room.reply_bytes(payload.len(), None);
+                    if room.fits(&self.outbox, bytes) {
+                        return Ok(DeviceAnswer::read(payload));
+                    }
+                    drop(payload);
+                    room.wait(&self.outbox, bytes).await;
+                }
             }
             DeviceRequest::Send(send) => {
                 let properties = application_properties(
@@ -243,6 +239,28 @@ impl<O: Outbox> Service<O> {
             .propose_device(Some(envelope), message.message_expiry_secs, command)
             .await?;
         Ok(answer::from_outcome(outcome).reply.into())
+    }
+
+    /// DEADLETTERS: the encoded reply, read linearizably.
+    async fn dead_letters(&self, device_id: &str, count: u32) -> Result<Vec<u8>, Unavailable> {
+        self.raft.ensure_linearizable().await?;
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        let letters = device_read::dead_letters(&self.raft.view(), device_id.as_bytes(), count)?;
+        let ids: Vec<String> = letters
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l.message.message_id).into_owned())
+            .collect();
+        let entries: Vec<DeadLetterEntry<'_>> = letters
+            .iter()
+            .zip(&ids)
+            .map(|(letter, id)| DeadLetterEntry {
+                message_id: id,
+                body: &letter.message.body,
+                reason: reason(letter.reason),
+                dead_lettered_at_ms: letter.time_ms,
+            })
+            .collect();
+        Ok(encode_dead_letters(&entries))
     }
 
     /// SEND to a device not known to be offline: `SendAndDeliver`, proposed in a task of its

@@ -1,17 +1,15 @@
 //! The MQTT 5 envelope rules of protocol §1: which requests get no reply at all, who the
 //! requester is, which protocol version it speaks, and the properties of every reply.
-//! Pure functions of the received message and the current instant (a
-//! [`tokio::time::Instant`], like [`InboundMessage::received_at`]).
+//! Pure functions of the received message, the current instant (a [`tokio::time::Instant`],
+//! like [`InboundMessage::received_at`]) and where replies may go ([`ReplyTopics`]).
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::transport::{
-    DEVICEBOUND_REQUEST_TOPIC, InboundMessage, NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage,
-    REQUEST_TOPIC,
-};
+use super::reply_topic::ReplyTopics;
+use crate::transport::{InboundMessage, OutboundKind, OutboundMessage};
 
 /// Content type of every reply and notification (§1.2, §7).
 pub const CONTENT_TYPE: &str = "application/octet-stream";
@@ -27,7 +25,8 @@ pub enum Refusal {
     NoResponseTopic,
     /// No Correlation Data.
     NoCorrelationData,
-    /// Response Topic is the request topic or under the notification prefix.
+    /// Response Topic outside the reply prefixes, or on a topic the store publishes or serves
+    /// (see [`ReplyTopics`]).
     ForbiddenResponseTopic,
     /// Message Expiry already elapsed.
     Expired,
@@ -59,8 +58,39 @@ pub struct Envelope {
     pub client_id: Option<String>,
 }
 
-/// Checks the envelope of `message` at `now` (§1, §5.2).
-pub fn check(message: &InboundMessage, now: Instant) -> Result<Envelope, Refusal> {
+/// Checks the envelope of `message` at `now` (§1, §5.2); its Response Topic must be one
+/// `reply_topics` allows.
+pub fn check(
+    message: &InboundMessage,
+    now: Instant,
+    reply_topics: &ReplyTopics,
+) -> Result<Envelope, Refusal> {
+    check_with(message, now, |topic| reply_topics.allows(topic))
+}
+
+/// The envelope of a pull or settlement `device_id` published (devicebound.md §3): `Ok(None)`
+/// when it has none that could be answered (a settlement needs none; a pull without one is
+/// dropped), `Err` when its Response Topic is one no reply may go to (the publish is refused).
+pub fn check_device(
+    message: &InboundMessage,
+    now: Instant,
+    device_id: &str,
+    reply_topics: &ReplyTopics,
+) -> Result<Option<Envelope>, Refusal> {
+    match check_with(message, now, |topic| {
+        reply_topics.allows_device(device_id, topic)
+    }) {
+        Ok(envelope) => Ok(Some(envelope)),
+        Err(Refusal::ForbiddenResponseTopic) => Err(Refusal::ForbiddenResponseTopic),
+        Err(_) => Ok(None),
+    }
+}
+
+fn check_with(
+    message: &InboundMessage,
+    now: Instant,
+    allowed: impl Fn(&str) -> bool,
+) -> Result<Envelope, Refusal> {
     if message.qos == 0 {
         return Err(Refusal::Qos0);
     }
@@ -71,11 +101,7 @@ pub fn check(message: &InboundMessage, now: Instant) -> Result<Envelope, Refusal
     let Some(correlation_data) = message.correlation_data.clone() else {
         return Err(Refusal::NoCorrelationData);
     };
-    if response_topic == REQUEST_TOPIC
-        || response_topic == DEVICEBOUND_REQUEST_TOPIC
-        || response_topic.starts_with(NOTIFY_TOPIC_PREFIX)
-        || has_wildcards(response_topic)
-    {
+    if !allowed(response_topic) {
         return Err(Refusal::ForbiddenResponseTopic);
     }
     let deadline = message
@@ -90,11 +116,6 @@ pub fn check(message: &InboundMessage, now: Instant) -> Result<Envelope, Refusal
         deadline,
         client_id: client_id(message.user_property("__srcId"), response_topic),
     })
-}
-
-/// A topic name with `+` or `#` cannot be published to.
-fn has_wildcards(topic: &str) -> bool {
-    topic.contains(['+', '#'])
 }
 
 /// The requester id: `__srcId`, else the `{id}` of a `clients/{id}/...` response topic
@@ -194,6 +215,7 @@ pub fn unsupported_version(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::{NOTIFY_TOPIC_PREFIX, REQUEST_TOPIC};
 
     fn message() -> InboundMessage {
         InboundMessage {
@@ -250,6 +272,24 @@ mod tests {
                 Refusal::ForbiddenResponseTopic,
             ),
             (
+                "response topic outside the reply prefixes",
+                Box::new(|m| m.response_topic = Some("replies/c1".to_owned())),
+                Refusal::ForbiddenResponseTopic,
+            ),
+            (
+                "response topic on a device's delivery topic",
+                Box::new(|m| {
+                    m.response_topic =
+                        Some("devices/victim/messages/devicebound/%24.mid=x&%24.lt=y".to_owned())
+                }),
+                Refusal::ForbiddenResponseTopic,
+            ),
+            (
+                "response topic on the feedback topic",
+                Box::new(|m| m.response_topic = Some("messages/servicebound/feedback".to_owned())),
+                Refusal::ForbiddenResponseTopic,
+            ),
+            (
                 "expired before being taken up",
                 Box::new(|m| {
                     m.message_expiry_secs = Some(1);
@@ -261,9 +301,47 @@ mod tests {
         for (name, mutate, expected) in cases {
             let mut m = message();
             mutate(&mut m);
-            assert_eq!(check(&m, now), Err(expected), "§1 {name}");
+            assert_eq!(
+                check(&m, now, &ReplyTopics::default()),
+                Err(expected),
+                "§1 {name}"
+            );
         }
-        assert!(check(&message(), now).is_ok());
+        assert!(check(&message(), now, &ReplyTopics::default()).is_ok());
+    }
+
+    /// devicebound.md §3: a pull or settlement is answered under the device's own
+    /// `devices/{id}/` or the reply prefixes; a forbidden Response Topic refuses the publish,
+    /// a missing envelope only means no reply.
+    #[test]
+    fn devicebound_3_device_envelopes() {
+        let now = Instant::now();
+        let topics = ReplyTopics::default();
+        let with = |topic: Option<&str>| {
+            let mut m = message();
+            m.topic = "devices/d1/messages/receive".to_owned();
+            m.response_topic = topic.map(str::to_owned);
+            check_device(&m, now, "d1", &topics)
+        };
+        let own = with(Some("devices/d1/replies")).expect("own space");
+        assert_eq!(
+            own.map(|e| e.response_topic).as_deref(),
+            Some("devices/d1/replies")
+        );
+        assert!(matches!(with(Some("clients/d1/pull")), Ok(Some(_))));
+        assert_eq!(with(None), Ok(None), "no envelope: settled without a reply");
+        for forbidden in [
+            "devices/d2/replies",
+            "devices/d1/messages/devicebound/%24.mid=x",
+            "devices/d1/messages/receive",
+            "messages/servicebound/feedback",
+        ] {
+            assert_eq!(
+                with(Some(forbidden)),
+                Err(Refusal::ForbiddenResponseTopic),
+                "{forbidden}"
+            );
+        }
     }
 
     #[test]
@@ -300,7 +378,7 @@ mod tests {
     #[test]
     fn section_1_2_reply_carries_every_required_property() {
         let m = message();
-        let envelope = check(&m, Instant::now()).expect("valid");
+        let envelope = check(&m, Instant::now(), &ReplyTopics::default()).expect("valid");
         let out = reply(
             &envelope,
             b"+OK\r\n".to_vec(),

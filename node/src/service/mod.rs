@@ -18,6 +18,8 @@ pub mod expiry;
 pub mod leader;
 pub mod notify;
 pub mod notify_queue;
+pub mod reply_room;
+pub mod reply_topic;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +38,7 @@ use crate::protocol::{self, Command, ErrorReply, ProtocolLimits, Reply};
 use crate::transport::{InboundMessage, Outbox};
 use answer::Answer;
 use envelope::Envelope;
+use reply_room::ReplyRoom;
 
 /// Longest client id accepted for KEYNOTIFY registrations.
 pub const MAX_CLIENT_ID_BYTES: usize = 1024;
@@ -63,6 +66,8 @@ pub struct ServiceConfig {
     pub devicebound: crate::devicebound::DeviceboundLimits,
     /// What one SCAN page may cost.
     pub scan_page: protocol::scan::PageLimits,
+    /// Where replies may be published (§1, devicebound.md §3).
+    pub reply_topics: reply_topic::ReplyTopics,
 }
 
 /// Why a request could not be served here (it gets no reply; the client retries).
@@ -174,7 +179,7 @@ impl<O: Outbox> Service<O> {
     /// dropped without a reply (counted by reason) or answered `__stat` 505 for an unsupported
     /// protocol version. Shared by the state store and the device-bound service.
     async fn open_envelope(&self, message: &InboundMessage, started: Instant) -> Option<Envelope> {
-        let envelope = match envelope::check(message, started) {
+        let envelope = match envelope::check(message, started, &self.config.reply_topics) {
             Ok(envelope) => envelope,
             Err(refusal) => {
                 self.metrics.service.dropped(refusal.label());
@@ -276,12 +281,14 @@ impl<O: Outbox> Service<O> {
             .map_or(started + self.config.request_timeout, |deadline| {
                 deadline.min(started + self.config.request_timeout)
             });
+        let mut room = ReplyRoom::new(&envelope, &self.config.node_client_id);
         let result = match parsed {
-            Ok(command) => {
-                tokio::time::timeout_at(give_up, self.execute(command, &message, &envelope))
-                    .await
-                    .unwrap_or(Err(Unavailable::TimedOut))
-            }
+            Ok(command) => tokio::time::timeout_at(
+                give_up,
+                self.execute(command, &message, &envelope, &mut room),
+            )
+            .await
+            .unwrap_or(Err(Unavailable::TimedOut)),
             Err(err) => Ok(Answer::error(err.into())),
         };
         let elapsed = started.elapsed().as_secs_f64();
@@ -305,7 +312,7 @@ impl<O: Outbox> Service<O> {
                     expiry,
                 );
                 self.outbox
-                    .publish(reply)
+                    .publish_charged(reply, room.take())
                     .instrument(tracing::debug_span!("reply"))
                     .await;
                 self.metrics.service.observe(verb, label, elapsed);
@@ -325,12 +332,14 @@ impl<O: Outbox> Service<O> {
         }
     }
 
-    /// Validates the request's timestamps and runs the command.
+    /// Validates the request's timestamps and runs the command; a read takes `room` for its
+    /// reply before it is built.
     async fn execute(
         &self,
         command: Command<'_>,
         message: &InboundMessage,
         envelope: &Envelope,
+        room: &mut ReplyRoom,
     ) -> Result<Answer, Unavailable> {
         if !self.is_serving() {
             // Arrived before this node released the subscription (or while it lost its
@@ -341,8 +350,12 @@ impl<O: Outbox> Service<O> {
             tracing::debug_span!("validate").in_scope(|| self.prepare(command, message, envelope));
         let (mutation, request_ts) = match prepared {
             Err(refused) => return Ok(Answer::error(refused)),
-            Ok(Prepared::Read { key }) => return self.get(key).await,
-            Ok(Prepared::Scan { pattern, after }) => return self.scan(pattern, after).await,
+            Ok(Prepared::Read { key }) => return self.read_in_room(room, || self.get(key)).await,
+            Ok(Prepared::Scan { pattern, after }) => {
+                return self
+                    .read_in_room(room, || self.scan(pattern.clone(), after))
+                    .await;
+            }
             Ok(Prepared::Write {
                 mutation,
                 request_ts,
@@ -492,6 +505,30 @@ impl<O: Outbox> Service<O> {
         let time = read::store_time(floor, self.wall.now_ms());
         self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
         Ok(time)
+    }
+
+    /// A read (GET, SCAN) with room for its reply in the outbound budget ([`reply_room`]):
+    /// what it read when the replies lane has no room for it is let go, and read again
+    /// (linearizably, later) once there is.
+    async fn read_in_room<F, Fut>(
+        &self,
+        room: &mut ReplyRoom,
+        read: F,
+    ) -> Result<Answer, Unavailable>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Answer, Unavailable>>,
+    {
+        loop {
+            let answer = read().await?;
+            let version_bytes = answer.version.as_ref().map(|v| v.to_string().len());
+            let bytes = room.reply_bytes(reply_room::payload_bytes(&answer.reply), version_bytes);
+            if room.fits(&self.outbox, bytes) {
+                return Ok(answer);
+            }
+            drop(answer);
+            room.wait(&self.outbox, bytes).await;
+        }
     }
 
     /// GET: a linearizable read at the leader's time (expired keys are invisible, §8).
