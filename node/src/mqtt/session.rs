@@ -214,6 +214,10 @@ async fn wait_offline(
     }
 }
 
+/// Replies sent in a row, while pushes wait, before one push goes out: replies come first, but
+/// a steady stream of them never starves notifications and device deliveries.
+const REPLIES_PER_PUSH: usize = 8;
+
 /// How often the broker connection's liveness is checked.
 const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
@@ -389,10 +393,23 @@ impl Connected<'_> {
         // published to ask.
         let mut liveness_check = tokio::time::interval(LIVENESS_CHECK);
         liveness_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut replies_in_a_row = 0usize;
         loop {
+            // Pushes are not starved by a steady stream of replies: after
+            // `REPLIES_PER_PUSH` replies in a row, one waiting push goes first.
+            if replies_in_a_row >= REPLIES_PER_PUSH {
+                replies_in_a_row = 0;
+                if let Ok(queued) = queues.lanes.pushes.try_recv() {
+                    if !self.publish(queued.message, Some(queued.charge), in_flight).await {
+                        return self.drop_dead_connection("PUBACK");
+                    }
+                    continue;
+                }
+            }
             // Biased: the connection's end, then the liveness check (ready once a second),
             // subscription changes, replies, and only then pushes, so a flood of notifications
-            // or deliveries never delays a reply (each lane keeps its own order).
+            // or deliveries never delays a reply by more than one push in `REPLIES_PER_PUSH`
+            // (each lane keeps its own order).
             tokio::select! {
                 biased;
                 _ = &mut closed => return Ended::Disconnected,
@@ -434,11 +451,13 @@ impl Connected<'_> {
                     }
                 },
                 Some(queued) = queues.lanes.replies.recv() => {
+                    replies_in_a_row += 1;
                     if !self.publish(queued.message, Some(queued.charge), in_flight).await {
                         return self.drop_dead_connection("PUBACK");
                     }
                 }
                 Some(queued) = queues.lanes.pushes.recv() => {
+                    replies_in_a_row = 0;
                     if !self.publish(queued.message, Some(queued.charge), in_flight).await {
                         return self.drop_dead_connection("PUBACK");
                     }
