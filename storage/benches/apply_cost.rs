@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use statestore_storage::Result;
 use statestore_storage::devicebound::{
-    Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement,
+    Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement, TokenSeed,
 };
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
@@ -207,8 +207,10 @@ fn set(i: u64, wall_ms: u64, remember_ms: u64, observed: bool) -> Proposal {
             client: format!("client-{}", i % 64).into_bytes(),
             correlation: i.to_be_bytes().to_vec(),
             remember_for_ms: remember_ms,
+            digest: 0,
         }),
         mutation,
+        token_seed: None,
     }
 }
 
@@ -289,6 +291,10 @@ impl DeviceWorkload {
             wall_ms: self.next_ms,
             request,
             mutation: Mutation::Device(command),
+            // What the leader draws from the OS for each device-bound proposal.
+            token_seed: Some(TokenSeed(std::array::from_fn(|i| {
+                (self.next_ms as u8).wrapping_mul(31).wrapping_add(i as u8)
+            }))),
         }
     }
 
@@ -298,6 +304,7 @@ impl DeviceWorkload {
             client: b"backend".to_vec(),
             correlation: self.sends.to_be_bytes().to_vec(),
             remember_for_ms: SEND_REMEMBERED_MS,
+            digest: 0,
         };
         let command = DeviceCommand::SendAndDeliver(SendMessage {
             device: device_id(device),

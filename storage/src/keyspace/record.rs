@@ -51,6 +51,9 @@ pub struct KeyspaceMeta {
     /// Remembered replies evicted to stay within the reply-memory caps, since the store began
     /// (never decreases; pruning of expired replies is not counted).
     pub replies_evicted: u64,
+    /// Requests that found a live remembered reply of their client and correlation data for
+    /// another request (another digest), since the store began: each was executed as new.
+    pub reply_mismatches: u64,
     /// Quotas in force.
     pub limits: Limits,
 }
@@ -60,6 +63,8 @@ pub struct KeyspaceMeta {
 pub struct RememberedReply {
     /// After this instant a retry is treated as a new request.
     pub expires_at_ms: u64,
+    /// [`crate::keyspace::RequestId::digest`] of the request it answered.
+    pub digest: u128,
     /// What the original request got.
     pub outcome: Outcome,
 }
@@ -91,6 +96,7 @@ pub(crate) struct RecordOut<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct RememberedReplyOut<'a> {
     pub expires_at_ms: u64,
+    pub digest: u128,
     pub outcome: &'a Outcome,
 }
 
@@ -155,10 +161,12 @@ mod tests {
         ] {
             let reply = RememberedReply {
                 expires_at_ms: 1_234_567,
+                digest: u128::MAX - 5,
                 outcome: outcome.clone(),
             };
             let out = RememberedReplyOut {
                 expires_at_ms: 1_234_567,
+                digest: u128::MAX - 5,
                 outcome: &outcome,
             };
             assert_eq!(codec::encode(&out), codec::encode(&reply));

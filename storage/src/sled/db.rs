@@ -29,8 +29,10 @@ const FORMAT_FILE: &str = "FORMAT";
 /// one, so the two must not share a cluster; format 4 kept a lock-token index for messages and
 /// tokens without the message's place, so a settlement applies differently there and replicas
 /// of the two would diverge; format 5 stored each message's delivery state in its message row
-/// and kept four index tables of the queues in sled, which this build neither writes nor reads.)
-const FORMAT: &str = "statestore-data 6\n";
+/// and kept four index tables of the queues in sled, which this build neither writes nor reads;
+/// format 6 issued lock tokens without a secret and remembered replies without the digest of
+/// their request, and its log entries carry neither a token seed nor request digests.)
+const FORMAT: &str = "statestore-data 7\n";
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -146,7 +148,12 @@ fn sync_files(path: &Path) -> Result<()> {
 }
 
 /// The data formats of earlier builds, each with what this build changed since.
-const EARLIER_FORMATS: [(&str, &str); 4] = [
+const EARLIER_FORMATS: [(&str, &str); 5] = [
+    (
+        "statestore-data 6\n",
+        "whose lock tokens carried no secret and whose remembered replies did not hold the \
+         digest of their request",
+    ),
     (
         "statestore-data 5\n",
         "whose device-bound queues kept their indexes in the database and each message's \
@@ -174,7 +181,7 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// Accepts an empty or format-6 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-7 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
@@ -241,6 +248,7 @@ mod tests {
             ("statestore-data 3", "device-bound"),
             ("statestore-data 4", "lock tokens"),
             ("statestore-data 5", "delivery state"),
+            ("statestore-data 6", "no secret"),
         ] {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join(FORMAT_FILE), format!("{earlier}\n")).expect("write");
