@@ -215,6 +215,8 @@ pub struct StoreMetrics {
     pub reply_memory_counted_bytes: IntGauge,
     /// `statestore_reply_memory_evicted_total`
     pub reply_memory_evicted_total: IntCounter,
+    /// `statestore_reply_memory_mismatches_total`
+    pub reply_memory_mismatches_total: IntCounter,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -311,6 +313,10 @@ impl StoreMetrics {
                 "statestore_reply_memory_evicted_total",
                 "Remembered replies evicted to stay within the reply-memory caps (a retry of an evicted request runs again)."
             )),
+            reply_memory_mismatches_total: metric!(IntCounter::new(
+                "statestore_reply_memory_mismatches_total",
+                "Requests that claimed the client id and correlation data of a remembered reply to another request (another request digest): executed as new, never answered with the other's reply."
+            )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
                     "statestore_expiry_sweep_duration_seconds",
@@ -372,6 +378,9 @@ impl StoreMetrics {
         let seen = self.reply_memory_evicted_total.get();
         self.reply_memory_evicted_total
             .inc_by(meta.replies_evicted.saturating_sub(seen));
+        let seen = self.reply_memory_mismatches_total.get();
+        self.reply_memory_mismatches_total
+            .inc_by(meta.reply_mismatches.saturating_sub(seen));
     }
 }
 
@@ -434,7 +443,13 @@ impl MqttMetrics {
             ),
             &["kind"]
         ));
-        for kind in ["response", "notification", "device_message", "feedback"] {
+        for kind in [
+            "response",
+            "notification",
+            "device_message",
+            "feedback",
+            "device_forward",
+        ] {
             messages_sent_total.with_label_values(&[kind]);
             publish_failures_total.with_label_values(&[kind]);
         }
@@ -552,6 +567,7 @@ impl NodeMetrics {
         register(&registry, &store.reply_memory_entries)?;
         register(&registry, &store.reply_memory_counted_bytes)?;
         register(&registry, &store.reply_memory_evicted_total)?;
+        register(&registry, &store.reply_memory_mismatches_total)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;
@@ -648,6 +664,7 @@ mod tests {
             remembered_replies: 4,
             remembered_reply_bytes: 5,
             replies_evicted: 6,
+            reply_mismatches: 7,
             ..KeyspaceMeta::default()
         };
         metrics.store.record_keyspace(&meta);
@@ -658,6 +675,7 @@ mod tests {
             ("statestore_reply_memory_entries", "4"),
             ("statestore_reply_memory_bytes", "5"),
             ("statestore_reply_memory_evicted_total", "6"),
+            ("statestore_reply_memory_mismatches_total", "7"),
         ] {
             assert_eq!(
                 sample(&out, name).as_deref(),
@@ -670,6 +688,7 @@ mod tests {
             "a counter"
         );
         meta.replies_evicted = 9;
+        meta.reply_mismatches = 8;
         meta.remembered_replies = 1;
         metrics.store.record_keyspace(&meta);
         metrics.store.record_keyspace(&meta);
@@ -678,6 +697,10 @@ mod tests {
             sample(&out, "statestore_reply_memory_evicted_total").as_deref(),
             Some("9"),
             "advanced to the replicated total, once"
+        );
+        assert_eq!(
+            sample(&out, "statestore_reply_memory_mismatches_total").as_deref(),
+            Some("8")
         );
         assert_eq!(
             sample(&out, "statestore_reply_memory_entries").as_deref(),

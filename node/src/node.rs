@@ -142,7 +142,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         stop.clone(),
     ));
     tokio::spawn(notify::run_notifier(event_rx, service.clone()));
-    let push = DevicePush::new(service.clone());
+    let push = DevicePush::new(service.clone(), Some(mqtt.state()));
     tokio::spawn(notify::run_forgetter(
         session_events.forget,
         service.clone(),

@@ -26,8 +26,9 @@ use crate::devicebound::{
     Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
     message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
 };
-use crate::mqtt::SessionEvent;
+use crate::mqtt::{SessionEvent, SessionState};
 use crate::service::envelope::{self, Envelope};
+use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{Service, Unavailable};
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
 
@@ -159,6 +160,9 @@ pub struct DevicePush<O: Outbox> {
     service: Arc<Service<O>>,
     /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
     feedback_paused_until: Mutex<Option<Instant>>,
+    /// The MQTT session's state (`None` without a session): a forward waits until this node
+    /// no longer subscribes to the device topics.
+    session: Option<watch::Receiver<SessionState>>,
 }
 
 /// First pause before a refused device request is proposed again.
@@ -170,17 +174,27 @@ pub const RETRY_FOR: Duration = Duration::from_secs(2);
 pub const FEEDBACK_PAUSE: Duration = Duration::from_secs(1);
 
 impl<O: Outbox> DevicePush<O> {
-    /// A push publishing through `service`'s outbox.
-    pub fn new(service: Arc<Service<O>>) -> Arc<Self> {
+    /// A push publishing through `service`'s outbox, whose MQTT session reports its state on
+    /// `session`.
+    pub fn new(
+        service: Arc<Service<O>>,
+        session: Option<watch::Receiver<SessionState>>,
+    ) -> Arc<Self> {
         Arc::new(DevicePush {
             service,
             feedback_paused_until: Mutex::new(None),
+            session,
         })
     }
 
     /// The service it pushes for.
     pub fn service(&self) -> &Arc<Service<O>> {
         &self.service
+    }
+
+    /// The MQTT session's state, if there is a session.
+    pub fn session_state(&self) -> Option<watch::Receiver<SessionState>> {
+        self.session.clone()
     }
 
     /// True while feedback publishing pauses after a PUBACK 0x10.
@@ -354,8 +368,9 @@ impl<O: Outbox> DevicePush<O> {
                 return;
             }
         };
-        if !self.service.is_serving() {
-            metrics.dropped("not_leader");
+        // A deposed leader forwards settlements and pulls to the serving one (dropped, a
+        // settlement would leave its message locked until the lock ran out).
+        if !self.service.is_serving() && !self.forward_if_deposed(&topic, &message).await {
             return;
         }
         // Any publish under the device's messages/ topics says it is online.
@@ -405,7 +420,13 @@ impl<O: Outbox> DevicePush<O> {
             .with_label_values(&[kind])
             .inc();
         let outcome = self
-            .propose_retrying(envelope.as_ref(), message.message_expiry_secs, command)
+            .propose_retrying(
+                envelope
+                    .as_ref()
+                    .map(|envelope| (envelope, request_digest(&message, EffectProperties::None))),
+                message.message_expiry_secs,
+                command,
+            )
             .await;
         let mut result = match outcome {
             Ok(Outcome::Device(outcome)) => outcome.result,
@@ -451,7 +472,7 @@ impl<O: Outbox> DevicePush<O> {
     /// under the reply memory.
     async fn propose_retrying(
         &self,
-        envelope: Option<&Envelope>,
+        asked: Option<(&Envelope, u128)>,
         message_expiry_secs: Option<u32>,
         command: DeviceCommand,
     ) -> Result<Outcome, Unavailable> {
@@ -460,7 +481,7 @@ impl<O: Outbox> DevicePush<O> {
         loop {
             let outcome = self
                 .service
-                .propose_device(envelope, message_expiry_secs, command.clone())
+                .propose_device(asked, message_expiry_secs, command.clone())
                 .await;
             match outcome {
                 Err(Unavailable::NotLeader | Unavailable::Overloaded)
@@ -488,6 +509,7 @@ impl<O: Outbox> DevicePush<O> {
             topic: envelope.response_topic.clone(),
             payload: Bytes::from(reply.payload),
             correlation_data: Some(envelope.correlation_data.clone()),
+            response_topic: None,
             message_expiry_secs: expiry,
             content_type: None,
             user_properties: owned_properties(reply.user_properties),
@@ -549,6 +571,7 @@ async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDel
         topic,
         payload: Bytes::from(delivered.message.body),
         correlation_data: None,
+        response_topic: None,
         message_expiry_secs: Some(expiry),
         content_type: None,
         user_properties,

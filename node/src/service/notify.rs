@@ -106,6 +106,7 @@ pub fn notifications(event: KeyEvent) -> Vec<OutboundMessage> {
             topic: notify_topic(&client_id, &event.key),
             payload: payload.clone(),
             correlation_data: None,
+            response_topic: None,
             message_expiry_secs: None,
             content_type: Some(CONTENT_TYPE),
             user_properties: vec![

@@ -27,6 +27,7 @@ pub const SECRET_BYTES: usize = 16;
 
 /// Length of every token this build issues.
 pub const TOKEN_BYTES: usize = 1 + 16 + 2 * SECRET_BYTES;
+const _: () = assert!(TOKEN_BYTES <= 64, "spec: a lock token is at most 64 bytes");
 
 /// The randomness a device-bound proposal carries for the lock tokens its apply issues.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -126,7 +127,6 @@ mod tests {
         let token = message_token(0xabc, &secret);
         assert_eq!(token, "m0000000000000abcabababababababababababababababab");
         assert_eq!(token.len(), TOKEN_BYTES);
-        assert!(TOKEN_BYTES <= 64, "spec: at most 64 bytes");
         assert_eq!(message_token_seq(&token), Some(0xabc));
         assert_eq!(
             batch_token(u64::MAX, &[0; SECRET_BYTES]),
