@@ -207,7 +207,7 @@ fn set(i: u64, wall_ms: u64, remember_ms: u64, observed: bool) -> Proposal {
             client: format!("client-{}", i % 64).into_bytes(),
             correlation: i.to_be_bytes().to_vec(),
             remember_for_ms: remember_ms,
-            digest: 0,
+            digest: request_digest(i),
         }),
         mutation,
         token_seed: None,
@@ -304,7 +304,7 @@ impl DeviceWorkload {
             client: b"backend".to_vec(),
             correlation: self.sends.to_be_bytes().to_vec(),
             remember_for_ms: SEND_REMEMBERED_MS,
-            digest: 0,
+            digest: request_digest(self.sends),
         };
         let command = DeviceCommand::SendAndDeliver(SendMessage {
             device: device_id(device),
@@ -328,6 +328,12 @@ impl DeviceWorkload {
         };
         self.proposal(None, command)
     }
+}
+
+/// A request digest as the door computes it: 128 well-spread bits (a remembered reply stores
+/// it, about 19 bytes as a varint).
+fn request_digest(n: u64) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(&n.to_le_bytes())
 }
 
 fn device_id(device: usize) -> Vec<u8> {
