@@ -5,8 +5,10 @@
 //! locked message QoS 1 to its delivery topic. A PUBACK 0x10 (nobody subscribed: the device
 //! is offline) gives the delivery back (`Undeliver`) and backs the device off, 1 s doubling
 //! to 30 s, until the device publishes anything under its `messages/` topics.
-//! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity.
-//! Malformed device topics are dropped (and counted) without a reply.
+//! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity; at
+//! a node that no longer serves, settlements and pulls are forwarded to the serving leader
+//! ([`crate::service::device_forward`]). Malformed device topics are dropped (and counted)
+//! without a reply.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
