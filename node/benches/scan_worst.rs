@@ -87,6 +87,7 @@ fn store(keys: &[Vec<u8>]) -> Stored {
                     stamp: Hlc::new(ms, 0, "bench"),
                     wall_ms: ms,
                     request: None,
+                    token_seed: None,
                     mutation: Mutation::Set {
                         key: key.clone(),
                         value: vec![b'v'; 32],

@@ -53,6 +53,18 @@ pub const BATCH_EVENTS: [&str; 6] = [
     "dropped",
 ];
 
+/// `result` labels of `statestore_devicebound_forwards_total`, one per
+/// `crate::service::device_forward::Forwarded` outcome and the retries.
+pub const FORWARD_RESULTS: [&str; 7] = [
+    "forwarded",
+    "retried",
+    "served",
+    "looped",
+    "expired",
+    "refused",
+    "gave_up",
+];
+
 /// The device-bound families.
 #[derive(Clone)]
 pub struct DeviceboundMetrics {
@@ -82,6 +94,9 @@ pub struct DeviceboundMetrics {
     pub backoff_overflow_total: IntCounter,
     /// Device publishes proposed again after the leader refused them for a moment.
     pub device_request_retries_total: IntCounter,
+    /// Device settlements and pulls that reached this node after it stopped serving, by what
+    /// became of them (`crate::service::device_forward`).
+    pub forwards_total: IntCounterVec,
     /// Devices with state (queued messages or dead letters).
     pub devices: IntGauge,
     /// Messages queued, all devices together.
@@ -225,6 +240,12 @@ impl DeviceboundMetrics {
                 "statestore_devicebound_device_request_retries_total",
                 "Device settlements and pulls proposed again because the serving leader refused them for a moment (its lease lapsed: a disk stall delayed the followers' acknowledgements)."
             )),
+            forwards_total: counter_vec(
+                "statestore_devicebound_forwards_total",
+                "Device settlements and pulls that reached this node after it stopped serving, by result: forwarded (published again for the serving leader, the broker delivered it), retried (published again after a PUBACK 0x10 or an unanswered publish: no leader subscribed yet), served (this node serves again and handled it itself), looped (already forwarded once: dropped), expired (its message expiry passed), refused (the broker refused the forward), gave_up (no leader took it in time).",
+                "result",
+                &FORWARD_RESULTS,
+            ),
         };
         registry.register(Box::new(metrics.requests_total.clone()))?;
         registry.register(Box::new(metrics.request_duration_seconds.clone()))?;
@@ -239,6 +260,7 @@ impl DeviceboundMetrics {
         registry.register(Box::new(metrics.devices_in_backoff.clone()))?;
         registry.register(Box::new(metrics.backoff_overflow_total.clone()))?;
         registry.register(Box::new(metrics.device_request_retries_total.clone()))?;
+        registry.register(Box::new(metrics.forwards_total.clone()))?;
         registry.register(Box::new(metrics.devices.clone()))?;
         registry.register(Box::new(metrics.queued_messages.clone()))?;
         registry.register(Box::new(metrics.queues.clone()))?;

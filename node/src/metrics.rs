@@ -252,6 +252,8 @@ pub struct StoreMetrics {
     pub reply_memory_evicted_total: IntCounter,
     /// `statestore_keyspace_observer_cap_refusals_total`
     pub observer_cap_refusals_total: IntCounter,
+    /// `statestore_reply_memory_mismatches_total`
+    pub reply_memory_mismatches_total: IntCounter,
     /// `statestore_expiry_sweep_duration_seconds`
     pub sweep_duration_seconds: Histogram,
     /// `statestore_expiry_keys_expired_total`
@@ -359,6 +361,10 @@ impl StoreMetrics {
                 "statestore_keyspace_observer_cap_refusals_total",
                 "New KEYNOTIFY registrations refused because their key already had limits.max_observers_per_key observers (replicated; also in statestore_server_requests_total{command=\"KEYNOTIFY\",result=\"quota_exceeded\"})."
             )),
+            reply_memory_mismatches_total: metric!(IntCounter::new(
+                "statestore_reply_memory_mismatches_total",
+                "Requests that claimed the client id and correlation data of a remembered reply to another request (another request digest): executed as new, never answered with the other's reply."
+            )),
             sweep_duration_seconds: metric!(Histogram::with_opts(
                 HistogramOpts::new(
                     "statestore_expiry_sweep_duration_seconds",
@@ -445,6 +451,9 @@ impl StoreMetrics {
         let seen = self.observer_cap_refusals_total.get();
         self.observer_cap_refusals_total
             .inc_by(meta.observer_cap_refusals.saturating_sub(seen));
+        let seen = self.reply_memory_mismatches_total.get();
+        self.reply_memory_mismatches_total
+            .inc_by(meta.reply_mismatches.saturating_sub(seen));
     }
 }
 
@@ -511,7 +520,13 @@ impl MqttMetrics {
             ),
             &["kind"]
         ));
-        for kind in ["response", "notification", "device_message", "feedback"] {
+        for kind in [
+            "response",
+            "notification",
+            "device_message",
+            "feedback",
+            "device_forward",
+        ] {
             messages_sent_total.with_label_values(&[kind]);
             publish_failures_total.with_label_values(&[kind]);
         }
@@ -654,6 +669,7 @@ impl NodeMetrics {
         register(&registry, &store.reply_memory_counted_bytes)?;
         register(&registry, &store.reply_memory_evicted_total)?;
         register(&registry, &store.observer_cap_refusals_total)?;
+        register(&registry, &store.reply_memory_mismatches_total)?;
         register(&registry, &store.sweep_duration_seconds)?;
         register(&registry, &store.keys_expired_total)?;
         register(&registry, &store.due_keys)?;
@@ -755,6 +771,7 @@ mod tests {
             remembered_reply_bytes: 5,
             replies_evicted: 6,
             observer_cap_refusals: 7,
+            reply_mismatches: 7,
             ..KeyspaceMeta::default()
         };
         metrics.store.record_keyspace(&meta);
@@ -766,6 +783,7 @@ mod tests {
             ("statestore_reply_memory_bytes", "5"),
             ("statestore_reply_memory_evicted_total", "6"),
             ("statestore_keyspace_observer_cap_refusals_total", "7"),
+            ("statestore_reply_memory_mismatches_total", "7"),
         ] {
             assert_eq!(
                 sample(&out, name).as_deref(),
@@ -778,6 +796,7 @@ mod tests {
             "a counter"
         );
         meta.replies_evicted = 9;
+        meta.reply_mismatches = 8;
         meta.remembered_replies = 1;
         metrics.store.record_keyspace(&meta);
         metrics.store.record_keyspace(&meta);
@@ -786,6 +805,10 @@ mod tests {
             sample(&out, "statestore_reply_memory_evicted_total").as_deref(),
             Some("9"),
             "advanced to the replicated total, once"
+        );
+        assert_eq!(
+            sample(&out, "statestore_reply_memory_mismatches_total").as_deref(),
+            Some("8")
         );
         assert_eq!(
             sample(&out, "statestore_reply_memory_entries").as_deref(),

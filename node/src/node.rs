@@ -158,7 +158,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         Arc::new(mqtt.clone()),
         metrics.clone(),
     ));
-    let push = DevicePush::new(service.clone());
+    let push = DevicePush::new(service.clone(), Some(mqtt.state()));
     tokio::spawn(notify::run_forgetter(
         session_events.forget,
         service.clone(),

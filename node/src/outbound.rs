@@ -56,13 +56,14 @@ impl Lane {
             OutboundKind::Response | OutboundKind::Probe => Lane::Replies,
             OutboundKind::Notification { .. }
             | OutboundKind::DeviceMessage { .. }
-            | OutboundKind::Feedback { .. } => Lane::Pushes,
+            | OutboundKind::Feedback { .. }
+            | OutboundKind::DeviceForward { .. } => Lane::Pushes,
         }
     }
 }
 
-/// The bytes `message` is charged: payload, topic, correlation data, content type, user
-/// properties (name, value and [`PROPERTY_OVERHEAD_BYTES`] each), and
+/// The bytes `message` is charged: payload, topic, correlation data, response topic, content
+/// type, user properties (name, value and [`PROPERTY_OVERHEAD_BYTES`] each), and
 /// [`MESSAGE_OVERHEAD_BYTES`].
 pub fn message_bytes(message: &OutboundMessage) -> usize {
     let properties: usize = message
@@ -73,6 +74,7 @@ pub fn message_bytes(message: &OutboundMessage) -> usize {
     message.payload.len()
         + message.topic.len()
         + message.correlation_data.as_ref().map_or(0, |c| c.len())
+        + message.response_topic.as_ref().map_or(0, |t| t.len())
         + message.content_type.map_or(0, str::len)
         + properties
         + MESSAGE_OVERHEAD_BYTES

@@ -98,7 +98,70 @@ pub enum OutboundKind {
         /// The delivery's lock token.
         token: String,
     },
+    /// A device's publish that reached this node after it stopped serving, published again
+    /// for the serving leader (`crate::service::device_forward`); its PUBACK goes to `ack`.
+    DeviceForward {
+        /// Where the broker's answer goes.
+        ack: PubackWaiter,
+    },
 }
+
+/// What the broker answered to a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PubackAnswer {
+    /// PUBACK 0x00: delivered to at least one subscriber.
+    Accepted,
+    /// PUBACK 0x10: nobody subscribes to its topic.
+    NoSubscribers,
+    /// Any other reason code (not authorized, quota exceeded, ...).
+    Refused,
+}
+
+/// The receiving end of one publish's PUBACK: the session reports the answer through a clone
+/// of it; when every clone is dropped unanswered (the publish was dropped, or the connection
+/// closed before the broker answered), [`PubackWaiter::channel`]'s receiver sees the sender
+/// gone.
+#[derive(Clone)]
+pub struct PubackWaiter(
+    std::sync::Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<PubackAnswer>>>>,
+);
+
+impl PubackWaiter {
+    /// A waiter and the receiver its answer arrives on.
+    pub fn channel() -> (PubackWaiter, tokio::sync::oneshot::Receiver<PubackAnswer>) {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        (
+            PubackWaiter(std::sync::Arc::new(std::sync::Mutex::new(Some(sender)))),
+            receiver,
+        )
+    }
+
+    /// Reports the broker's answer (the first report counts).
+    pub fn report(&self, answer: PubackAnswer) {
+        let sender = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(sender) = sender {
+            let _ = sender.send(answer);
+        }
+    }
+}
+
+impl std::fmt::Debug for PubackWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PubackWaiter")
+    }
+}
+
+impl PartialEq for PubackWaiter {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for PubackWaiter {}
 
 impl OutboundKind {
     /// Metric label.
@@ -109,6 +172,7 @@ impl OutboundKind {
             OutboundKind::Probe => "probe",
             OutboundKind::DeviceMessage { .. } => "device_message",
             OutboundKind::Feedback { .. } => "feedback",
+            OutboundKind::DeviceForward { .. } => "device_forward",
         }
     }
 }
@@ -125,6 +189,8 @@ pub struct OutboundMessage {
     pub payload: Bytes,
     /// Correlation Data property.
     pub correlation_data: Option<Bytes>,
+    /// Response Topic property (only a forwarded device publish has one).
+    pub response_topic: Option<String>,
     /// Message Expiry Interval property, seconds.
     pub message_expiry_secs: Option<u32>,
     /// Content Type property.

@@ -26,7 +26,8 @@ use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::device_push::DevicePush;
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{
-    DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, REQUEST_TOPIC,
+    DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer,
+    REQUEST_TOPIC,
 };
 use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
 use statestore_storage::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
@@ -45,6 +46,10 @@ impl FakeOutbox {
 
 impl Outbox for FakeOutbox {
     async fn publish(&self, message: OutboundMessage) -> bool {
+        // A forward of a device publish: some serving leader subscribes (PUBACK 0x00).
+        if let OutboundKind::DeviceForward { ack } = &message.kind {
+            ack.report(PubackAnswer::Accepted);
+        }
         self.0.lock().expect("outbox lock").push(message);
         true
     }
@@ -941,7 +946,7 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
     assert!(deliveries.is_empty(), "{deliveries:?}");
 
     // Completing the first delivers the second in the same proposal.
-    let push = DevicePush::new(h.service.clone());
+    let push = DevicePush::new(h.service.clone(), None);
     let settle = InboundMessage {
         topic: format!("devices/dev1/messages/settle/complete/{token}"),
         qos: 1,
@@ -979,4 +984,123 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
         .service
         .read_device_index(|index| index.queue_stats(b"dev2"));
     assert_eq!((stats.enqueued, stats.invisible), (1, 0));
+}
+
+/// What the broker hands a subscriber of a forward's topic: the forward as a publish.
+fn as_received(forward: &OutboundMessage) -> InboundMessage {
+    InboundMessage {
+        topic: forward.topic.clone(),
+        qos: 1,
+        response_topic: forward.response_topic.clone(),
+        correlation_data: forward.correlation_data.clone(),
+        message_expiry_secs: forward.message_expiry_secs,
+        content_type: None,
+        user_properties: forward
+            .user_properties
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.clone()))
+            .collect(),
+        payload: forward.payload.clone(),
+        received_at: Instant::now(),
+    }
+}
+
+/// A settlement (and a pull) that reaches a node after it stopped serving is published again,
+/// marked, for the serving leader instead of being dropped; the leader settles it once, and
+/// answers the device; a marked publish is never forwarded a second time.
+#[tokio::test]
+async fn a_settlement_at_a_deposed_leader_is_forwarded_and_settles_once() {
+    let mut h = Harness::start(Duration::from_secs(10)).await;
+    let mut send = h.request(&resp(&[b"SEND", b"dev1", b"m1", b"one"]), Some(10));
+    send.topic = DEVICEBOUND_REQUEST_TOPIC.to_owned();
+    h.service.clone().handle_device(send).await;
+    let (deliveries, _) = split_device_publishes(h.outbox.take());
+    let token = deliveries[0].1.clone();
+    let push = DevicePush::new(h.service.clone(), None);
+    let forwards = |result: &str| {
+        h.metrics
+            .devicebound
+            .forwards_total
+            .with_label_values(&[result])
+            .get()
+    };
+
+    // Deposed: the settlement is published again, unchanged but for the mark.
+    h.serving.store(false, Ordering::SeqCst);
+    let settle = InboundMessage {
+        topic: format!("devices/dev1/messages/settle/complete/{token}"),
+        qos: 1,
+        response_topic: Some("devices/dev1/replies".to_owned()),
+        correlation_data: Some(Bytes::from_static(b"s-1")),
+        message_expiry_secs: Some(30),
+        content_type: None,
+        user_properties: vec![("__srcId".to_owned(), "dev1".to_owned())],
+        payload: Bytes::new(),
+        received_at: Instant::now(),
+    };
+    push.clone().handle_inbound(settle.clone()).await;
+    let published = h.outbox.take();
+    assert_eq!(published.len(), 1, "{published:?}");
+    let forward = &published[0];
+    assert!(matches!(forward.kind, OutboundKind::DeviceForward { .. }));
+    assert_eq!(forward.topic, settle.topic);
+    assert_eq!(forward.response_topic, settle.response_topic);
+    assert_eq!(forward.correlation_data, settle.correlation_data);
+    let marks: Vec<&str> = forward
+        .user_properties
+        .iter()
+        .filter(|(name, _)| name == "__fwd")
+        .map(|(_, value)| value.as_str())
+        .collect();
+    assert_eq!(marks, ["statestore-test"]);
+    assert_eq!(forwards("forwarded"), 1);
+    let stats = h.service.read_device_index(|i| i.queue_stats(b"dev1"));
+    assert_eq!(stats.invisible, 1, "nothing settled at the deposed node");
+
+    // Another deposed node gets the forward: it is not passed on again.
+    let forwarded = as_received(forward);
+    push.clone().handle_inbound(forwarded.clone()).await;
+    assert!(h.outbox.take().is_empty());
+    assert_eq!(forwards("looped"), 1);
+
+    // The serving leader gets it: settled, and the device answered :1.
+    h.serving.store(true, Ordering::SeqCst);
+    push.clone().handle_inbound(forwarded.clone()).await;
+    let replies = h.outbox.take();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(&replies[0].payload[..], b":1\r\n");
+    assert_eq!(replies[0].topic, "devices/dev1/replies");
+    assert_eq!(replies[0].correlation_data, settle.correlation_data);
+    let stats = h.service.read_device_index(|i| i.queue_stats(b"dev1"));
+    assert_eq!((stats.enqueued, stats.invisible), (0, 0), "completed");
+
+    // The device's own publish reaching the leader as well (both subscribed for a moment):
+    // the same request, so the remembered reply, and the message is not settled twice.
+    push.clone().handle_inbound(settle).await;
+    let replies = h.outbox.take();
+    assert_eq!(&replies[0].payload[..], b":1\r\n");
+    assert_eq!(
+        h.metrics.service.dedup_hits_total.get(),
+        1,
+        "the forward's mark is not part of the request"
+    );
+
+    // Activity is never forwarded (telemetry has other subscribers).
+    h.serving.store(false, Ordering::SeqCst);
+    let activity = InboundMessage {
+        topic: "devices/dev1/messages/events".to_owned(),
+        response_topic: None,
+        correlation_data: None,
+        ..forwarded
+    };
+    push.clone().handle_inbound(activity).await;
+    assert!(h.outbox.take().is_empty());
+    assert_eq!(
+        h.metrics
+            .devicebound
+            .device_topics_dropped_total
+            .with_label_values(&["not_leader"])
+            .get(),
+        1
+    );
 }

@@ -150,6 +150,7 @@ mod tests {
                 expire_after_ms: None,
                 fencing_token: None,
             },
+            token_seed: None,
         }
     }
 

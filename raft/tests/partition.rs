@@ -160,6 +160,7 @@ fn set(key: &[u8], value: &[u8]) -> Proposal {
             expire_after_ms: None,
             fencing_token: None,
         },
+        token_seed: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn entry(index: u64, term: u64) -> Entry {
         stamp: Hlc::parse("1700000000000:0:n1").expect("hlc"),
         wall_ms: 1_700_000_000_000,
         request: None,
+        token_seed: None,
         mutation: Mutation::Set {
             key: format!("key-{index}").into_bytes(),
             value: vec![index as u8; 300],

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use statestore_storage::Result;
 use statestore_storage::devicebound::{
-    Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement,
+    Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement, TokenSeed,
 };
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
@@ -217,8 +217,10 @@ fn set(i: u64, wall_ms: u64, remember_ms: u64, observers: u32) -> Proposal {
             client: format!("client-{}", i % 64).into_bytes(),
             correlation: i.to_be_bytes().to_vec(),
             remember_for_ms: remember_ms,
+            digest: request_digest(i),
         }),
         mutation,
+        token_seed: None,
     }
 }
 
@@ -299,6 +301,10 @@ impl DeviceWorkload {
             wall_ms: self.next_ms,
             request,
             mutation: Mutation::Device(command),
+            // What the leader draws from the OS for each device-bound proposal.
+            token_seed: Some(TokenSeed(std::array::from_fn(|i| {
+                (self.next_ms as u8).wrapping_mul(31).wrapping_add(i as u8)
+            }))),
         }
     }
 
@@ -308,6 +314,7 @@ impl DeviceWorkload {
             client: b"backend".to_vec(),
             correlation: self.sends.to_be_bytes().to_vec(),
             remember_for_ms: SEND_REMEMBERED_MS,
+            digest: request_digest(self.sends),
         };
         let command = DeviceCommand::SendAndDeliver(SendMessage {
             device: device_id(device),
@@ -331,6 +338,12 @@ impl DeviceWorkload {
         };
         self.proposal(None, command)
     }
+}
+
+/// A request digest as the door computes it: 128 well-spread bits (a remembered reply stores
+/// it, about 19 bytes as a varint).
+fn request_digest(n: u64) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(&n.to_le_bytes())
 }
 
 fn device_id(device: usize) -> Vec<u8> {

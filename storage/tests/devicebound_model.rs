@@ -31,7 +31,7 @@ use statestore_storage::devicebound::{
     self, Ack, DeadLetterReason, DeviceCommand, DeviceIndex, DeviceOutcome, DeviceRejection,
     DeviceResult, DeviceboundSettings, Expiry, FeedbackDelivery, FeedbackRecord,
     FeedbackSettlement, FeedbackStatus, Message, MessageDelivery, QueueStats, SendMessage,
-    Settlement,
+    Settlement, TokenSeed,
 };
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
@@ -107,6 +107,9 @@ enum Op {
     ExpireFeedbackLocks(u32),
     ExpireFeedbackBatches(u32),
     Retry(Index),
+    /// Another request under the identity (client, correlation data) of an earlier one: the
+    /// same command with another digest.
+    Impostor(Index),
     Advance(u64),
 }
 
@@ -160,6 +163,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u32..3).prop_map(Op::ExpireFeedbackLocks),
         1 => (0u32..3).prop_map(Op::ExpireFeedbackBatches),
         1 => any::<Index>().prop_map(Op::Retry),
+        1 => any::<Index>().prop_map(Op::Impostor),
         4 => prop_oneof![3 => 0u64..300, 1 => Just(1u64), 2 => 0u64..1_500, 1 => Just(15_000u64)]
             .prop_map(Op::Advance),
     ]
@@ -204,8 +208,8 @@ struct Model {
     batches: Vec<ModelBatch>,
     last_cut: u64,
     now: u64,
-    /// Remembered replies: (client, correlation) -> (result, until).
-    replies: HashMap<Vec<u8>, (DeviceResult, u64)>,
+    /// Remembered replies: (client, correlation) -> (result, until, request digest).
+    replies: HashMap<Vec<u8>, (DeviceResult, u64, u128)>,
 }
 
 impl Model {
@@ -685,6 +689,14 @@ fn pick_token(
     }
 }
 
+/// `token` with the same place (and length) and a guessed secret: its last digit changed.
+fn forged(token: &str) -> String {
+    let mut forged = token.to_owned();
+    let last = forged.pop();
+    forged.push(if last == Some('0') { '1' } else { '0' });
+    forged
+}
+
 fn device_index(device: &[u8]) -> usize {
     DEVICES.iter().position(|d| *d == device).unwrap_or(0)
 }
@@ -731,6 +743,9 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
             wall_ms: wall,
             request,
             mutation: Mutation::Device(command),
+            token_seed: Some(TokenSeed(std::array::from_fn(|i| {
+                counter.to_le_bytes()[i % 8] ^ u8::try_from(i).unwrap_or(0)
+            }))),
         }
     };
     let setup = propose(wall, None, DeviceCommand::SetSettings(settings));
@@ -743,6 +758,7 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
             client: b"backend".to_vec(),
             correlation: n.to_be_bytes().to_vec(),
             remember_for_ms: 3_000,
+            digest: 0,
         };
         let proposal = match op {
             Op::Advance(ms) => {
@@ -875,6 +891,28 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 },
                 None => continue,
             },
+            Op::Impostor(i) => match pick(&requests, i) {
+                Some(old) => {
+                    let mut mutation = old.mutation.clone();
+                    // A message of its own (the model tells messages apart by content).
+                    if let Mutation::Device(
+                        DeviceCommand::Send(send) | DeviceCommand::SendAndDeliver(send),
+                    ) = &mut mutation
+                    {
+                        send.message_id = format!("m{step}").into_bytes();
+                    }
+                    Proposal {
+                        wall_ms: wall,
+                        request: old.request.map(|r| RequestId {
+                            digest: r.digest + 1,
+                            ..r
+                        }),
+                        mutation,
+                        ..old
+                    }
+                }
+                None => continue,
+            },
         };
         if proposal.request.is_some() && !matches!(op, Op::Retry(_)) {
             requests.push(proposal.clone());
@@ -903,8 +941,14 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
         let remembered = reply_key
             .as_ref()
             .and_then(|key| model.replies.get(key))
-            .filter(|(_, until)| wall < *until)
-            .map(|(result, _)| result.clone());
+            .filter(|(_, until, digest)| {
+                wall < *until
+                    && proposal
+                        .request
+                        .as_ref()
+                        .is_some_and(|r| r.digest == *digest)
+            })
+            .map(|(result, _, _)| result.clone());
         let expected = match (&remembered, &proposal.mutation) {
             (Some(result), _) => result.clone(),
             (None, Mutation::Device(command)) => match command {
@@ -982,21 +1026,29 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
                 }
                 other => other,
             };
-            model.replies.insert(key, (reply, wall + 3_000));
+            let digest = proposal.request.as_ref().map_or(0, |r| r.digest);
+            model.replies.insert(key, (reply, wall + 3_000, digest));
         }
         match &outcome.result {
             DeviceResult::Delivered { messages }
             | DeviceResult::SentAndDelivered { messages, .. }
-            | DeviceResult::SettledAndDelivered { messages, .. } => message_tokens.extend(
-                messages
-                    .iter()
-                    .map(|m| (m.token.clone(), device_index(&m.device))),
-            ),
+            | DeviceResult::SettledAndDelivered { messages, .. } => {
+                for m in messages {
+                    let device = device_index(&m.device);
+                    message_tokens.push((m.token.clone(), device));
+                    message_tokens.push((forged(&m.token), device));
+                }
+            }
             DeviceResult::Received(Some(m)) => {
-                message_tokens.push((m.token.clone(), device_index(&m.device)))
+                let device = device_index(&m.device);
+                message_tokens.push((m.token.clone(), device));
+                message_tokens.push((forged(&m.token), device));
             }
             DeviceResult::FeedbackDelivered { batches } => {
-                batch_tokens.extend(batches.iter().map(|b| b.token.clone()))
+                for b in batches {
+                    batch_tokens.push(b.token.clone());
+                    batch_tokens.push(forged(&b.token));
+                }
             }
             _ => {}
         }

@@ -112,6 +112,9 @@ enum Op {
     },
     /// A retry of one of the last few requests (same client, correlation and mutation).
     Retry(Index),
+    /// Another request under the identity (client, correlation) of one of the last few: a
+    /// forger's, or a client reusing correlation data. Same digest only if same mutation.
+    Impersonate { pick: Index, cmd: Cmd },
     /// GET (leader read path; not a proposal).
     Get(usize),
     /// Leader sweep: scan the expiry index for at most `limit` due keys and propose their
@@ -203,6 +206,7 @@ fn op() -> impl Strategy<Value = Op> {
         12 => (0..CLIENTS.len(), 1..=60u64, cmd())
             .prop_map(|(client, remember_ms, cmd)| Op::Request { client, remember_ms, cmd }),
         3 => any::<Index>().prop_map(Op::Retry),
+        1 => (any::<Index>(), cmd()).prop_map(|(pick, cmd)| Op::Impersonate { pick, cmd }),
         4 => key().prop_map(Op::Get),
         2 => (1..=4usize, prop::bool::weighted(0.25))
             .prop_map(|(limit, stale)| Op::Sweep { limit, stale }),
@@ -258,6 +262,7 @@ impl Leader {
             wall_ms: self.wall_ms,
             request,
             mutation,
+            token_seed: None,
         }
     }
 
@@ -272,40 +277,7 @@ impl Leader {
     }
 
     fn request(&mut self, client: usize, remember_ms: u64, cmd: &Cmd) -> Proposal {
-        let tokens = tokens();
-        let ft = |t: &Option<usize>| t.map(|i| tokens[i].clone());
-        let mutation = match cmd {
-            Cmd::Set {
-                key,
-                value,
-                condition,
-                px,
-                token,
-            } => Mutation::Set {
-                key: KEYS[*key].to_vec(),
-                value: VALUES[*value].to_vec(),
-                condition: *condition,
-                expire_after_ms: *px,
-                fencing_token: ft(token),
-            },
-            Cmd::Del { key, token } => Mutation::Del {
-                key: KEYS[*key].to_vec(),
-                fencing_token: ft(token),
-            },
-            Cmd::VDel { key, value, token } => Mutation::VDel {
-                key: KEYS[*key].to_vec(),
-                value: VALUES[*value].to_vec(),
-                fencing_token: ft(token),
-            },
-            Cmd::Observe { key } => Mutation::Observe {
-                client: CLIENTS[client].to_owned(),
-                key: KEYS[*key].to_vec(),
-            },
-            Cmd::Unobserve { key } => Mutation::Unobserve {
-                client: CLIENTS[client].to_owned(),
-                key: KEYS[*key].to_vec(),
-            },
-        };
+        let mutation = mutation_of(client, cmd);
         // Per-client counters: different clients reuse the same correlation bytes, which
         // must still be different requests (§6 keys the memory by the pair).
         let correlation = self.next_correlation[client].to_be_bytes().to_vec();
@@ -314,9 +286,29 @@ impl Leader {
             client: CLIENTS[client].as_bytes().to_vec(),
             correlation,
             remember_for_ms: remember_ms,
+            digest: digest_of(&mutation),
         };
         self.history.push((request.clone(), mutation.clone()));
         self.proposal(Some(request), mutation)
+    }
+
+    /// A request for `cmd` under the identity of one of the last few requests.
+    fn impersonate(&mut self, pick: &Index, cmd: &Cmd) -> Option<Proposal> {
+        if self.history.is_empty() {
+            return None;
+        }
+        let window = self.history.len().min(RETRY_WINDOW);
+        let (victim, _) = self.history[self.history.len() - window + pick.index(window)].clone();
+        let client = CLIENTS
+            .iter()
+            .position(|c| c.as_bytes() == victim.client.as_slice())?;
+        let mutation = mutation_of(client, cmd);
+        let request = RequestId {
+            digest: digest_of(&mutation),
+            ..victim
+        };
+        self.history.push((request.clone(), mutation.clone()));
+        Some(self.proposal(Some(request), mutation))
     }
 
     fn retry(&mut self, pick: &Index) -> Option<Proposal> {
@@ -429,6 +421,50 @@ fn rank(h: &Hlc) -> (u64, u64, &str) {
     (h.ms, h.counter, h.node.as_str())
 }
 
+/// The mutation of `cmd` sent by `client`.
+fn mutation_of(client: usize, cmd: &Cmd) -> Mutation {
+    let tokens = tokens();
+    let ft = |t: &Option<usize>| t.map(|i| tokens[i].clone());
+    match cmd {
+        Cmd::Set {
+            key,
+            value,
+            condition,
+            px,
+            token,
+        } => Mutation::Set {
+            key: KEYS[*key].to_vec(),
+            value: VALUES[*value].to_vec(),
+            condition: *condition,
+            expire_after_ms: *px,
+            fencing_token: ft(token),
+        },
+        Cmd::Del { key, token } => Mutation::Del {
+            key: KEYS[*key].to_vec(),
+            fencing_token: ft(token),
+        },
+        Cmd::VDel { key, value, token } => Mutation::VDel {
+            key: KEYS[*key].to_vec(),
+            value: VALUES[*value].to_vec(),
+            fencing_token: ft(token),
+        },
+        Cmd::Observe { key } => Mutation::Observe {
+            client: CLIENTS[client].to_owned(),
+            key: KEYS[*key].to_vec(),
+        },
+        Cmd::Unobserve { key } => Mutation::Unobserve {
+            client: CLIENTS[client].to_owned(),
+            key: KEYS[*key].to_vec(),
+        },
+    }
+}
+
+/// The digest the door would compute for a request carrying `mutation` (a model stand-in for
+/// the hash of its payload and properties: equal mutations, equal digests).
+fn digest_of(mutation: &Mutation) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(format!("{mutation:?}").as_bytes())
+}
+
 /// A request's identity in the reply memory: (client, correlation).
 type ReplyId = (Vec<u8>, Vec<u8>);
 
@@ -456,9 +492,11 @@ struct Model {
     /// §6: (client, correlation) -> (remembered until, reply). Holds expired replies until
     /// they are pruned (up to 32 per entry, earliest expiry first) or evicted: both count
     /// against the caps.
-    replies: HashMap<ReplyId, (u64, Outcome)>,
+    replies: HashMap<ReplyId, (u64, Outcome, u128)>,
     /// Replies evicted (or refused) to stay within the reply-memory caps.
     evicted: u64,
+    /// Requests that found a live reply of their id remembered for another digest.
+    mismatches: u64,
     /// §3: the last version issued.
     last_version: Option<Hlc>,
     /// The store's time: the latest leader wall time stamped on an applied entry. Writes
@@ -489,6 +527,7 @@ impl Model {
             cap_refusals: 0,
             replies: HashMap::new(),
             evicted: 0,
+            mismatches: 0,
             last_version: None,
             now: 0,
             // §9 defaults
@@ -514,7 +553,7 @@ impl Model {
         let now = self.read_time(wall_ms);
         self.replies
             .get(&(request.client.clone(), request.correlation.clone()))
-            .is_some_and(|(until, _)| now < *until)
+            .is_some_and(|(until, _, digest)| now < *until && *digest == request.digest)
     }
 
     /// GET (§2, §3, §8): the live value and the version of the write that produced it.
@@ -547,9 +586,10 @@ impl Model {
     /// What a remembered reply counts against the byte cap: the length of its key in the
     /// reply table (table byte, u32 client length, client, correlation) plus the length of
     /// the stored reply.
-    fn reply_size(id: &ReplyId, until: u64, outcome: &Outcome) -> u64 {
+    fn reply_size(id: &ReplyId, until: u64, outcome: &Outcome, digest: u128) -> u64 {
         let stored = codec::encode(&RememberedReply {
             expires_at_ms: until,
+            digest,
             outcome: outcome.clone(),
         });
         (1 + 4 + id.0.len() + id.1.len() + stored.len()) as u64
@@ -558,7 +598,7 @@ impl Model {
     fn reply_bytes(&self) -> u64 {
         self.replies
             .iter()
-            .map(|(id, (until, outcome))| Self::reply_size(id, *until, outcome))
+            .map(|(id, (until, outcome, digest))| Self::reply_size(id, *until, outcome, *digest))
             .sum()
     }
 
@@ -568,7 +608,7 @@ impl Model {
         let mut order: Vec<(u64, usize, ReplyId)> = self
             .replies
             .iter()
-            .map(|(id, (until, _))| (*until, id.0.len(), id.clone()))
+            .map(|(id, (until, _, _))| (*until, id.0.len(), id.clone()))
             .collect();
         order.sort();
         order
@@ -596,9 +636,9 @@ impl Model {
             if count <= self.max_replies && bytes <= self.max_reply_bytes {
                 break;
             }
-            let (_, outcome) = self.replies.remove(&id).expect("listed");
+            let (_, outcome, digest) = self.replies.remove(&id).expect("listed");
             count -= 1;
-            bytes -= Self::reply_size(&id, until, &outcome);
+            bytes -= Self::reply_size(&id, until, &outcome, digest);
             self.evicted += 1;
         }
     }
@@ -609,10 +649,13 @@ impl Model {
         let id = (request.client.clone(), request.correlation.clone());
         let until = self.now + request.remember_for_ms;
         self.replies.remove(&id);
-        if self.max_replies == 0 || Self::reply_size(&id, until, outcome) > self.max_reply_bytes {
+        let digest = request.digest;
+        if self.max_replies == 0
+            || Self::reply_size(&id, until, outcome, digest) > self.max_reply_bytes
+        {
             self.evicted += 1;
         } else {
-            self.replies.insert(id, (until, outcome.clone()));
+            self.replies.insert(id, (until, outcome.clone(), digest));
         }
         self.evict_replies();
     }
@@ -686,12 +729,16 @@ impl Model {
             .request
             .as_ref()
             .map(|r| (r.client.clone(), r.correlation.clone()));
-        // §6: a retry within the remembered window gets the original reply and does nothing.
+        // §6: a retry within the remembered window gets the original reply and does nothing;
+        // another request under the same id (another digest) never gets it: it runs as new.
         if let Some(id) = &memory
-            && let Some((until, outcome)) = self.replies.get(id)
+            && let Some((until, outcome, digest)) = self.replies.get(id)
             && self.now < *until
         {
-            return (outcome.clone(), Vec::new());
+            if p.request.as_ref().is_some_and(|r| r.digest == *digest) {
+                return (outcome.clone(), Vec::new());
+            }
+            self.mismatches += 1;
         }
         let outcome = match &p.mutation {
             Mutation::Set {
@@ -1019,6 +1066,7 @@ fn assert_same_state(
             m.remembered_reply_bytes,
             m.replies_evicted,
             m.observer_cap_refusals,
+            m.reply_mismatches,
         )
     };
     prop_assert_eq!(
@@ -1028,9 +1076,10 @@ fn assert_same_state(
             model.replies.len() as u64,
             model.reply_bytes(),
             model.evicted,
-            model.cap_refusals
+            model.cap_refusals,
+            model.mismatches
         ),
-        "step {}: registrations, replies, reply bytes, evictions, per-key cap refusals",
+        "step {}: registrations, replies, reply bytes, evictions, per-key cap refusals, mismatches",
         step
     );
     assert_counters_exact(map, &format!("at step {step}"))?;
@@ -1064,7 +1113,8 @@ fn assert_same_state(
             key
         );
     }
-    // §6: the reply memory of the requests a retry may still pick.
+    // §6: the reply memory of the requests a retry may still pick (the door's look-up: only
+    // a request with the remembered digest gets the reply).
     let now = read::read_time(&meta, leader.wall_ms);
     let window = leader.history.len().min(RETRY_WINDOW);
     for (request, _) in &leader.history[leader.history.len() - window..] {
@@ -1072,8 +1122,8 @@ fn assert_same_state(
         let expected = model
             .replies
             .get(&(request.client.clone(), request.correlation.clone()))
-            .filter(|(until, _)| now < *until)
-            .map(|(_, outcome)| outcome.clone());
+            .filter(|(until, _, digest)| now < *until && *digest == request.digest)
+            .map(|(_, outcome, _)| outcome.clone());
         prop_assert_eq!(
             remembered,
             expected,
@@ -1116,6 +1166,7 @@ fn check_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
                 cmd,
             } => Some(leader.request(*client, *remember_ms, cmd)),
             Op::Retry(pick) => leader.retry(pick),
+            Op::Impersonate { pick, cmd } => leader.impersonate(pick, cmd),
             Op::Sweep { limit, stale } => {
                 if !stale {
                     let scanned = leader.sweep_candidates(&map, *limit, false)?;
@@ -1242,6 +1293,7 @@ fn drive(
                 cmd,
             } => Some(leader.request(*client, *remember_ms, cmd)),
             Op::Retry(pick) => leader.retry(pick),
+            Op::Impersonate { pick, cmd } => leader.impersonate(pick, cmd),
             Op::Sweep { limit, stale } => {
                 let keys = scan(&leader, *limit, *stale)?;
                 Some(leader.sweep(keys))
@@ -1391,6 +1443,7 @@ fn churn_op() -> impl Strategy<Value = Op> {
         16 => (0..CLIENTS.len(), 0..=8u64, cmd())
             .prop_map(|(client, remember_ms, cmd)| Op::Request { client, remember_ms, cmd }),
         3 => any::<Index>().prop_map(Op::Retry),
+        1 => (any::<Index>(), cmd()).prop_map(|(pick, cmd)| Op::Impersonate { pick, cmd }),
         4 => (0..=3u64).prop_map(Op::Advance),
         1 => (20..=200u64).prop_map(Op::Advance),
         1 => (1..=4usize, prop::bool::weighted(0.25))
@@ -1532,6 +1585,7 @@ proptest! {
                 client: "bystander".into(),
                 key: b"never written".to_vec(),
             },
+            token_seed: None,
         };
         prop_assert_eq!(apply_to_map(&mut slow, &bystander)?.outcome, Outcome::Observing);
         // The same store time and meta on the other replica, without the registration.
@@ -1662,7 +1716,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
                 None,
                 Mutation::SetLimits(Limits {
                     max_remembered_replies: 1_000,
-                    max_remembered_reply_bytes: 12_000,
+                    max_remembered_reply_bytes: 20_000,
                     ..Limits::default()
                 }),
             ));
@@ -1674,7 +1728,8 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
     }
     // Retries. Request i of the fill expires at 60 s - (i % 50) ms; among equal expiries the
     // longest client id ("ü-2", i % 3 == 2) leaves last. The caps keep well over 100 of the
-    // fill (about 400 replies fit 12,000 bytes, fewer than 300 of them new), so requests with
+    // fill (about 350 replies, with their request digests, fit 20,000 bytes, fewer than 300 of
+    // them new), so requests with
     // i % 50 == 0 of that client are kept, and those with i % 50 == 49 (the earliest) are not.
     let kept = [50, 200, 350];
     let retries: Vec<usize> = vec![50, 200, 350, 49, 99, 4999];
@@ -1696,7 +1751,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
     assert_counters_exact(&map, "on the map")?;
     let meta = read::meta(&map).map_err(fail)?;
     prop_assert!(meta.remembered_replies <= 1_000);
-    prop_assert!(meta.remembered_reply_bytes <= 12_000);
+    prop_assert!(meta.remembered_reply_bytes <= 20_000);
     prop_assert!(
         meta.replies_evicted >= 4_000,
         "{} evicted",

@@ -278,6 +278,15 @@ async fn s3_push_to_an_offline_device_then_settle_complete_abandon_reject() {
     )
     .await;
     assert_eq!(reply.payload.as_ref(), b"+OK\r\n");
+    // An application property named like the delivery's own would stand next to them.
+    let forged = dcall_with(
+        &mut backend,
+        "SEND with a $.lt property",
+        &[b"SEND", b"dev-a", b"forged", b"x"],
+        &[("color", "red"), ("$.lt", "forged-token")],
+    )
+    .await;
+    assert_eq!(forged.payload.as_ref(), b"-ERR invalid property name\r\n");
     for (id, body) in [("m2", "two"), ("m3", "three")] {
         assert_eq!(
             dcall(
@@ -351,6 +360,15 @@ async fn s3_push_to_an_offline_device_then_settle_complete_abandon_reject() {
     );
     wait_queue(&mut backend, "dev-a", (2, 1, 0)).await;
 
+    // The token's place with a guessed secret settles nothing.
+    assert_eq!(
+        t1.len(),
+        49,
+        "m, 16 hex digits of place, 32 of secret: {t1}"
+    );
+    let guessed = format!("{}{}", &t1[..17], "0".repeat(32));
+    assert_eq!(settle(&mut dev, "complete", &guessed).await, b":0\r\n");
+    wait_queue(&mut backend, "dev-a", (2, 1, 0)).await;
     assert_eq!(settle(&mut dev, "complete", &t1).await, b":1\r\n");
     assert_eq!(
         settle(&mut dev, "complete", &t1).await,
@@ -761,6 +779,17 @@ async fn s4_feedback_batches_arrive_with_exact_fields_and_feedback_complete_sett
     assert!(at.ends_with('Z') && at.len() == 24, "{at}");
     assert!(now_ms() - started < 60_000);
     for token in &tokens {
+        // The count of tokens issued is in the token; the secret after it is not guessable.
+        let guessed = format!("{}{}", &token[..17], "0".repeat(32));
+        assert_eq!(
+            dcall(
+                &mut backend,
+                "FEEDBACK COMPLETE with a guessed token",
+                &[b"FEEDBACK", b"COMPLETE", guessed.as_bytes()]
+            )
+            .await,
+            b":0\r\n"
+        );
         assert_eq!(
             dcall(
                 &mut backend,

@@ -2,17 +2,19 @@
 //! parser and the device topic parser must never panic; an accepted request
 //! respects every limit, agrees with `sniff_device_verb` and re-encodes to a
 //! payload that parses to the same request; every parse error encodes as
-//! `-ERR ...\r\n`; a parsed topic agrees with `device_activity`.
+//! `-ERR ...\r\n`; a parsed topic agrees with `device_activity`; the same bytes
+//! as user properties give application properties without `__` or `$.` names,
+//! or `invalid property name` exactly when a name starts with `$.`.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use statestore_node_fuzz::devicebound::{
     DeviceRequest, DeviceTopicError, DeviceboundLimits, MAX_DEVICE_ID_BYTES, MAX_MESSAGE_ID_BYTES,
-    device_activity, encode_device_request, is_valid_lock_token, parse_device_request,
-    parse_device_topic, sniff_device_verb,
+    application_properties, device_activity, encode_device_request, is_valid_lock_token,
+    parse_device_request, parse_device_topic, sniff_device_verb,
 };
-use statestore_node_fuzz::protocol::{ErrorReply, Reply};
+use statestore_node_fuzz::protocol::{ErrorReply, ProtocolError, Reply};
 
 fn check_request(payload: &[u8], limits: &DeviceboundLimits) {
     match parse_device_request(payload, limits) {
@@ -57,6 +59,33 @@ fn check_topic(topic: &str) {
     }
 }
 
+/// `text` as user properties: one `name=value` per line (a line without `=` is
+/// a name with an empty value).
+fn check_properties(text: &str) {
+    let pairs: Vec<(&str, &str)> = text
+        .split('\n')
+        .map(|line| line.split_once('=').unwrap_or((line, "")))
+        .collect();
+    let system_name = pairs
+        .iter()
+        .any(|(name, _)| !name.starts_with("__") && name.starts_with("$."));
+    match application_properties(pairs.iter().copied()) {
+        Ok(kept) => {
+            assert!(!system_name);
+            let expected: Vec<(String, String)> = pairs
+                .iter()
+                .filter(|(name, _)| !name.starts_with("__"))
+                .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+                .collect();
+            assert_eq!(kept, expected);
+        }
+        Err(error) => {
+            assert!(system_name);
+            assert_eq!(error, ProtocolError::InvalidPropertyName);
+        }
+    }
+}
+
 fuzz_target!(|payload: &[u8]| {
     check_request(payload, &DeviceboundLimits::default());
     check_request(
@@ -71,4 +100,5 @@ fuzz_target!(|payload: &[u8]| {
     if let Ok(topic) = std::str::from_utf8(payload) {
         check_topic(topic);
     }
+    check_properties(&String::from_utf8_lossy(payload));
 });

@@ -355,16 +355,32 @@ pub fn sniff_device_verb(payload: &[u8]) -> DeviceVerb {
         .map_or(DeviceVerb::Unknown, DeviceVerb::from_name)
 }
 
+/// The prefix of the names a delivery gives its own properties (`$.mid`,
+/// `$.lt`, `$.exp`, `$.ct`, `$.ce`; IoT Hub reserves every `$.` name for its
+/// system properties).
+pub const SYSTEM_PROPERTY_PREFIX: &str = "$.";
+
 /// The application properties of a SEND: its MQTT 5 user properties whose
 /// names do not start with `__` (the envelope's `__srcId`, `__ts`, ...), in
-/// order, duplicates kept (devicebound.md §1).
+/// order, duplicates kept (devicebound.md §1); or
+/// [`ProtocolError::InvalidPropertyName`] if a name starts with `$.`. Such a
+/// property would stand in the delivery's property bag and user properties next
+/// to the delivery's own `$.lt`, `$.mid`, ... (a second lock token or message
+/// id, which a device may read first). Any other name, the empty one included,
+/// is carried as it is: the bag percent-encodes every byte that is not
+/// unreserved, so no name can break it.
 pub fn application_properties<'p>(
     user_properties: impl IntoIterator<Item = (&'p str, &'p str)>,
-) -> Vec<ApplicationProperty> {
+) -> Result<Vec<ApplicationProperty>, ProtocolError> {
     user_properties
         .into_iter()
         .filter(|(name, _)| !name.starts_with("__"))
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .map(|(name, value)| {
+            if name.starts_with(SYSTEM_PROPERTY_PREFIX) {
+                return Err(ProtocolError::InvalidPropertyName);
+            }
+            Ok((name.to_owned(), value.to_owned()))
+        })
         .collect()
 }
 

@@ -4,7 +4,9 @@
 //!
 //! A request without a reply is sent again with the same correlation data every
 //! [`RESEND_EVERY`] until the deadline: the store remembers replies (§6), so a retried write
-//! takes effect once, and a retry reaches the next leader after a failover.
+//! takes effect once, and a retry reaches the next leader after a failover. The correlation
+//! data of each request is 16 random bytes ([`new_correlation`]): whoever could guess it could
+//! claim this client's identity and correlation data for a request of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,12 @@ use tokio::time::Instant;
 
 use crate::error::NodeError;
 use crate::transport::REQUEST_TOPIC;
+
+/// The correlation data of a new request: 16 bytes from the thread's CSPRNG (kept across the
+/// request's own resends).
+pub fn new_correlation() -> Bytes {
+    Bytes::copy_from_slice(&rand::random::<[u8; 16]>())
+}
 
 /// A request without a reply is published again this often (same correlation data).
 pub const RESEND_EVERY: Duration = Duration::from_secs(2);
@@ -57,7 +65,6 @@ pub struct Session {
     client: AsyncClient,
     client_id: String,
     incoming: mpsc::Receiver<Incoming>,
-    next_correlation: u64,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -147,7 +154,6 @@ impl Session {
             client,
             client_id: target.client_id.clone(),
             incoming,
-            next_correlation: 0,
             task,
         };
         session.subscribe(&session.response_topic(), within).await?;
@@ -201,11 +207,7 @@ impl Session {
         extra_user_properties: &[(&str, &str)],
         within: Duration,
     ) -> Result<Bytes, NodeError> {
-        self.next_correlation += 1;
-        let mut correlation = [0u8; 16];
-        correlation[..8].copy_from_slice(&self.next_correlation.to_be_bytes());
-        correlation[8..].copy_from_slice(&std::process::id().to_be_bytes().repeat(2));
-        let correlation = Bytes::copy_from_slice(&correlation);
+        let correlation = new_correlation();
         let deadline = Instant::now() + within;
         loop {
             self.publish(payload, correlation.clone(), extra_user_properties)
@@ -294,5 +296,24 @@ fn describe(err: &ConnectionError) -> String {
             format!("the broker refused the connection: {code:?}")
         }
         other => format!("MQTT connection: {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn correlation_data_is_16_random_bytes_per_request() {
+        let drawn: Vec<Bytes> = (0..64).map(|_| new_correlation()).collect();
+        assert!(drawn.iter().all(|c| c.len() == 16));
+        let distinct: std::collections::HashSet<&Bytes> = drawn.iter().collect();
+        assert_eq!(distinct.len(), drawn.len(), "never the same twice");
+        // Every byte varies (a counter, or a process id, would keep some of them fixed); a
+        // random position repeats one value over 64 draws with probability 2^-504.
+        for position in 0..16 {
+            let values: std::collections::HashSet<u8> = drawn.iter().map(|c| c[position]).collect();
+            assert!(values.len() > 1, "byte {position} never changes");
+        }
     }
 }

@@ -36,7 +36,7 @@ use crate::outbound::{Charge, LaneQueues, Queued};
 use crate::stall::StallDetector;
 use crate::transport::{
     DEVICE_FILTERS, DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage,
-    PROBE_TOPIC, REQUEST_TOPIC,
+    PROBE_TOPIC, PubackAnswer, REQUEST_TOPIC,
 };
 
 /// The request topics the serving leader subscribes to, with the device topics (No Local:
@@ -227,6 +227,7 @@ fn probe() -> OutboundMessage {
         topic: PROBE_TOPIC.to_owned(),
         payload: bytes::Bytes::new(),
         correlation_data: None,
+        response_topic: None,
         message_expiry_secs: Some(1),
         content_type: None,
         user_properties: Vec::new(),
@@ -294,6 +295,14 @@ impl Connected<'_> {
                     if let Some(kind) = &kind {
                         metrics.publish_dropped(kind);
                     }
+                    return;
+                }
+                if let Some(OutboundKind::DeviceForward { ack: waiter }) = &kind {
+                    waiter.report(match ack.reason_code {
+                        PublishAckReason::Success => PubackAnswer::Accepted,
+                        PublishAckReason::NoMatchingSubscribers => PubackAnswer::NoSubscribers,
+                        _ => PubackAnswer::Refused,
+                    });
                     return;
                 }
                 if ack.reason_code == PublishAckReason::NoMatchingSubscribers {
@@ -517,6 +526,7 @@ impl Connected<'_> {
             topic,
             payload,
             correlation_data,
+            response_topic,
             message_expiry_secs,
             content_type,
             user_properties,
@@ -524,6 +534,7 @@ impl Connected<'_> {
         } = message;
         let builder = self.sink.publish(ByteString::from(topic)).properties(|p| {
             p.correlation_data = correlation_data.map(|c| NtexBytes::copy_from_slice(&c));
+            p.response_topic = response_topic.map(ByteString::from);
             p.message_expiry_interval = message_expiry_secs.and_then(NonZeroU32::new);
             p.content_type = content_type.map(ByteString::from_static);
             p.user_properties = user_properties

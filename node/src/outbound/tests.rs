@@ -61,6 +61,7 @@ fn message(kind: OutboundKind, bytes: usize) -> OutboundMessage {
         topic: String::new(),
         payload: Bytes::from(vec![0; payload]),
         correlation_data: None,
+        response_topic: None,
         message_expiry_secs: None,
         content_type: None,
         user_properties: Vec::new(),
@@ -89,6 +90,7 @@ fn a_message_is_charged_for_all_it_holds() {
         topic: "t".repeat(10),
         payload: Bytes::from_static(b"12345"),
         correlation_data: Some(Bytes::from_static(&[0; 16])),
+        response_topic: None,
         message_expiry_secs: Some(3),
         content_type: Some("application/octet-stream"),
         user_properties: vec![

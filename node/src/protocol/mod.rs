@@ -100,6 +100,10 @@ pub enum ProtocolError {
     /// properties would not fit in a delivery topic (devicebound.md §2, §3).
     #[error("{}", ErrorReply::MessageTooLarge.message())]
     MessageTooLarge,
+    /// Device-bound SEND: an application property name is empty or starts with
+    /// `$.`, the prefix of the delivery's own properties (`$.mid`, `$.lt`, ...).
+    #[error("{}", ErrorReply::InvalidPropertyName.message())]
+    InvalidPropertyName,
 }
 
 #[cfg(test)]
@@ -132,6 +136,7 @@ mod tests {
             (ProtocolError::InvalidDeviceId, "invalid device id"),
             (ProtocolError::InvalidMessageId, "invalid message id"),
             (ProtocolError::MessageTooLarge, "message too large"),
+            (ProtocolError::InvalidPropertyName, "invalid property name"),
         ];
         for (error, wire_message) in cases {
             assert_eq!(error.to_string(), wire_message, "{error:?}");

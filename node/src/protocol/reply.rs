@@ -45,6 +45,10 @@ pub enum ErrorReply {
     InvalidMessageId,
     /// Device-bound SEND: body over `max_message_bytes` (devicebound.md §2).
     MessageTooLarge,
+    /// Device-bound SEND: an application property name that is empty or starts
+    /// with `$.` (statestore's addition to devicebound.md §2: such a name would
+    /// stand next to, or for, the delivery's own `$.mid`, `$.lt`, `$.exp`, ...).
+    InvalidPropertyName,
 }
 
 /// One row of the error table: the wire message and the metric label.
@@ -55,7 +59,7 @@ struct ErrorText {
 
 impl ErrorReply {
     /// Every error reply of both services.
-    pub const ALL: [ErrorReply; 16] = [
+    pub const ALL: [ErrorReply; 17] = [
         ErrorReply::TimestampSkew,
         ErrorReply::FencingTokenRequired,
         ErrorReply::FencingTokenSkew,
@@ -72,6 +76,7 @@ impl ErrorReply {
         ErrorReply::InvalidDeviceId,
         ErrorReply::InvalidMessageId,
         ErrorReply::MessageTooLarge,
+        ErrorReply::InvalidPropertyName,
     ];
 
     /// The errors the state store service can answer (spec §5.1), for
@@ -93,7 +98,7 @@ impl ErrorReply {
 
     /// The errors the device-bound service can answer (devicebound.md §2), for
     /// registering its metric label values up front.
-    pub const DEVICEBOUND: [ErrorReply; 8] = [
+    pub const DEVICEBOUND: [ErrorReply; 9] = [
         ErrorReply::QuotaExceeded,
         ErrorReply::Syntax,
         ErrorReply::UnknownCommand,
@@ -102,6 +107,7 @@ impl ErrorReply {
         ErrorReply::InvalidDeviceId,
         ErrorReply::InvalidMessageId,
         ErrorReply::MessageTooLarge,
+        ErrorReply::InvalidPropertyName,
     ];
 
     /// THE error table (spec §5.1): the only place wire messages and metric
@@ -136,6 +142,7 @@ impl ErrorReply {
             ErrorReply::InvalidDeviceId => ("invalid device id", "invalid_device_id"),
             ErrorReply::InvalidMessageId => ("invalid message id", "invalid_message_id"),
             ErrorReply::MessageTooLarge => ("message too large", "message_too_large"),
+            ErrorReply::InvalidPropertyName => ("invalid property name", "invalid_property_name"),
         };
         ErrorText {
             message,
@@ -164,6 +171,7 @@ impl From<ProtocolError> for ErrorReply {
             ProtocolError::InvalidDeviceId => ErrorReply::InvalidDeviceId,
             ProtocolError::InvalidMessageId => ErrorReply::InvalidMessageId,
             ProtocolError::MessageTooLarge => ErrorReply::MessageTooLarge,
+            ProtocolError::InvalidPropertyName => ErrorReply::InvalidPropertyName,
         }
     }
 }
@@ -235,7 +243,7 @@ mod tests {
     #[test]
     fn section_5_1_error_table_is_byte_exact() {
         // (variant, exact wire payload per spec §5.1, metric label)
-        let cases: [(ErrorReply, &[u8], &str); 16] = [
+        let cases: [(ErrorReply, &[u8], &str); 17] = [
             (
                 ErrorReply::TimestampSkew,
                 b"-ERR the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized\r\n",
@@ -293,6 +301,11 @@ mod tests {
                 b"-ERR message too large\r\n",
                 "message_too_large",
             ),
+            (
+                ErrorReply::InvalidPropertyName,
+                b"-ERR invalid property name\r\n",
+                "invalid_property_name",
+            ),
         ];
         for (error, wire, label) in cases {
             assert_eq!(Reply::Error(error).encode(), wire, "{error:?}");
@@ -318,9 +331,9 @@ mod tests {
             .iter()
             .map(|error| error.result_label())
             .collect();
-        assert_eq!(variants.len(), 16, "ALL has no duplicates");
-        assert_eq!(messages.len(), 16, "messages are distinct");
-        assert_eq!(labels.len(), 16, "labels are distinct");
+        assert_eq!(variants.len(), 17, "ALL has no duplicates");
+        assert_eq!(messages.len(), 17, "messages are distinct");
+        assert_eq!(labels.len(), 17, "labels are distinct");
         let per_service: HashSet<ErrorReply> = ErrorReply::STATE_STORE
             .into_iter()
             .chain(ErrorReply::DEVICEBOUND)
@@ -367,6 +380,10 @@ mod tests {
                 ErrorReply::InvalidMessageId,
             ),
             (ProtocolError::MessageTooLarge, ErrorReply::MessageTooLarge),
+            (
+                ProtocolError::InvalidPropertyName,
+                ErrorReply::InvalidPropertyName,
+            ),
         ];
         for (protocol_error, reply) in cases {
             assert_eq!(ErrorReply::from(protocol_error), reply);

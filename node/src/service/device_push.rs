@@ -5,8 +5,10 @@
 //! locked message QoS 1 to its delivery topic. A PUBACK 0x10 (nobody subscribed: the device
 //! is offline) gives the delivery back (`Undeliver`) and backs the device off, 1 s doubling
 //! to 30 s, until the device publishes anything under its `messages/` topics.
-//! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity.
-//! Malformed device topics are dropped (and counted) without a reply.
+//! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity; at
+//! a node that no longer serves, settlements and pulls are forwarded to the serving leader
+//! ([`crate::service::device_forward`]). Malformed device topics are dropped (and counted)
+//! without a reply.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -26,8 +28,9 @@ use crate::devicebound::{
     Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
     message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
 };
-use crate::mqtt::SessionEvent;
+use crate::mqtt::{SessionEvent, SessionState};
 use crate::service::envelope::{self, Envelope};
+use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{Service, Unavailable};
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
 
@@ -159,6 +162,9 @@ pub struct DevicePush<O: Outbox> {
     service: Arc<Service<O>>,
     /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
     feedback_paused_until: Mutex<Option<Instant>>,
+    /// The MQTT session's state (`None` without a session): a forward waits until this node
+    /// no longer subscribes to the device topics.
+    session: Option<watch::Receiver<SessionState>>,
 }
 
 /// First pause before a refused device request is proposed again.
@@ -170,17 +176,27 @@ pub const RETRY_FOR: Duration = Duration::from_secs(2);
 pub const FEEDBACK_PAUSE: Duration = Duration::from_secs(1);
 
 impl<O: Outbox> DevicePush<O> {
-    /// A push publishing through `service`'s outbox.
-    pub fn new(service: Arc<Service<O>>) -> Arc<Self> {
+    /// A push publishing through `service`'s outbox, whose MQTT session reports its state on
+    /// `session`.
+    pub fn new(
+        service: Arc<Service<O>>,
+        session: Option<watch::Receiver<SessionState>>,
+    ) -> Arc<Self> {
         Arc::new(DevicePush {
             service,
             feedback_paused_until: Mutex::new(None),
+            session,
         })
     }
 
     /// The service it pushes for.
     pub fn service(&self) -> &Arc<Service<O>> {
         &self.service
+    }
+
+    /// The MQTT session's state, if there is a session.
+    pub fn session_state(&self) -> Option<watch::Receiver<SessionState>> {
+        self.session.clone()
     }
 
     /// True while feedback publishing pauses after a PUBACK 0x10.
@@ -354,17 +370,6 @@ impl<O: Outbox> DevicePush<O> {
                 return;
             }
         };
-        if !self.service.is_serving() {
-            metrics.dropped("not_leader");
-            return;
-        }
-        // Any publish under the device's messages/ topics says it is online.
-        if self
-            .service
-            .with_device_backoffs(|b| b.reset(topic.device_id()))
-        {
-            self.service.device_wake().notify_one();
-        }
         // A reply goes only under the device's own topics or the reply prefixes (§3); a pull or
         // settlement asking for one elsewhere is refused before it locks or settles anything.
         let envelope = match envelope::check_device(
@@ -381,6 +386,22 @@ impl<O: Outbox> DevicePush<O> {
             }
             Err(_) => None,
         };
+        // A deposed leader forwards settlements and pulls to the serving one (dropped, a
+        // settlement would leave its message locked until the lock ran out).
+        if !self.service.is_serving()
+            && !self
+                .forward_if_deposed(&topic, &message, envelope.is_some())
+                .await
+        {
+            return;
+        }
+        // Any publish under the device's messages/ topics says it is online.
+        if self
+            .service
+            .with_device_backoffs(|b| b.reset(topic.device_id()))
+        {
+            self.service.device_wake().notify_one();
+        }
         let device = topic.device_id().as_bytes().to_vec();
         let (kind, command) = match topic {
             DeviceTopic::Activity { .. } => {
@@ -420,7 +441,13 @@ impl<O: Outbox> DevicePush<O> {
             .with_label_values(&[kind])
             .inc();
         let outcome = self
-            .propose_retrying(envelope.as_ref(), message.message_expiry_secs, command)
+            .propose_retrying(
+                envelope
+                    .as_ref()
+                    .map(|envelope| (envelope, request_digest(&message, EffectProperties::None))),
+                message.message_expiry_secs,
+                command,
+            )
             .await;
         let mut result = match outcome {
             Ok(Outcome::Device(outcome)) => outcome.result,
@@ -466,7 +493,7 @@ impl<O: Outbox> DevicePush<O> {
     /// under the reply memory.
     async fn propose_retrying(
         &self,
-        envelope: Option<&Envelope>,
+        asked: Option<(&Envelope, u128)>,
         message_expiry_secs: Option<u32>,
         command: DeviceCommand,
     ) -> Result<Outcome, Unavailable> {
@@ -475,7 +502,7 @@ impl<O: Outbox> DevicePush<O> {
         loop {
             let outcome = self
                 .service
-                .propose_device(envelope, message_expiry_secs, command.clone())
+                .propose_device(asked, message_expiry_secs, command.clone())
                 .await;
             match outcome {
                 Err(Unavailable::NotLeader | Unavailable::Overloaded)
@@ -503,6 +530,7 @@ impl<O: Outbox> DevicePush<O> {
             topic: envelope.response_topic.clone(),
             payload: Bytes::from(reply.payload),
             correlation_data: Some(envelope.correlation_data.clone()),
+            response_topic: None,
             message_expiry_secs: expiry,
             content_type: None,
             user_properties: owned_properties(reply.user_properties),
@@ -564,6 +592,7 @@ async fn publish_delivery<O: Outbox>(service: &Service<O>, delivered: MessageDel
         topic,
         payload: Bytes::from(delivered.message.body),
         correlation_data: None,
+        response_topic: None,
         message_expiry_secs: Some(expiry),
         content_type: None,
         user_properties,

@@ -237,6 +237,7 @@ pub fn feedback_message(batch: FeedbackDelivery, now_ms: u64) -> OutboundMessage
         topic: FEEDBACK_TOPIC.to_owned(),
         payload: Bytes::from(encode_feedback_batch(&records)),
         correlation_data: None,
+        response_topic: None,
         message_expiry_secs: Some(message_expiry_interval_secs(batch.expires_at_ms, now_ms)),
         content_type: Some(FEEDBACK_CONTENT_TYPE),
         user_properties: feedback_user_properties(&batch.token, batch.cut_ms)

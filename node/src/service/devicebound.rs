@@ -20,6 +20,7 @@ use crate::devicebound::{
 use crate::protocol::{ErrorReply, Reply};
 use crate::service::envelope::{self, Envelope};
 use crate::service::reply_room::ReplyRoom;
+use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
 use crate::transport::{InboundMessage, Outbox};
 
@@ -173,6 +174,12 @@ impl<O: Outbox> Service<O> {
         if !self.is_serving() {
             return Err(Unavailable::NotLeader);
         }
+        let effect = if matches!(request, DeviceRequest::Send(_)) {
+            EffectProperties::DeviceSend
+        } else {
+            EffectProperties::None
+        };
+        let asked = (envelope, request_digest(message, effect));
         let command = match request {
             DeviceRequest::Queue { device_id } => {
                 self.raft.ensure_linearizable().await?;
@@ -198,12 +205,15 @@ impl<O: Outbox> Service<O> {
                 }
             }
             DeviceRequest::Send(send) => {
-                let properties = application_properties(
+                let properties = match application_properties(
                     message
                         .user_properties
                         .iter()
                         .map(|(k, v)| (k.as_str(), v.as_str())),
-                );
+                ) {
+                    Ok(properties) => properties,
+                    Err(err) => return Ok(DeviceAnswer::error(err.into())),
+                };
                 if let Err(err) = check_delivery_fits(&send, &properties) {
                     return Ok(DeviceAnswer::error(err.into()));
                 }
@@ -212,7 +222,7 @@ impl<O: Outbox> Service<O> {
                     self.with_device_backoffs(|b| b.blocked(send.device_id, Instant::now()));
                 if !offline {
                     let outcome = self
-                        .send_and_deliver(envelope, message.message_expiry_secs, command)
+                        .send_and_deliver(asked, message.message_expiry_secs, command)
                         .await?;
                     return Ok(answer::from_outcome(outcome).reply.into());
                 }
@@ -236,7 +246,7 @@ impl<O: Outbox> Service<O> {
             },
         };
         let outcome = self
-            .propose_device(Some(envelope), message.message_expiry_secs, command)
+            .propose_device(Some(asked), message.message_expiry_secs, command)
             .await?;
         Ok(answer::from_outcome(outcome).reply.into())
     }
@@ -269,7 +279,7 @@ impl<O: Outbox> Service<O> {
     /// until its lock runs out.
     async fn send_and_deliver(
         self: &Arc<Self>,
-        envelope: &Envelope,
+        (envelope, digest): (&Envelope, u128),
         message_expiry_secs: Option<u32>,
         send: SendMessage,
     ) -> Result<Outcome, Unavailable> {
@@ -279,7 +289,7 @@ impl<O: Outbox> Service<O> {
             async move {
                 let mut outcome = service
                     .propose_device(
-                        Some(&envelope),
+                        Some((&envelope, digest)),
                         message_expiry_secs,
                         DeviceCommand::SendAndDeliver(send),
                     )
@@ -295,18 +305,18 @@ impl<O: Outbox> Service<O> {
             .map_err(|err| Unavailable::Internal(format!("SEND task: {err}")))?
     }
 
-    /// Proposes `command`; with an `envelope`, under the reply memory (a retry gets the
-    /// remembered outcome and changes nothing).
+    /// Proposes `command`; with a request's envelope and digest, under the reply memory (a
+    /// retry gets the remembered outcome and changes nothing).
     pub(super) async fn propose_device(
         &self,
-        envelope: Option<&Envelope>,
+        asked: Option<(&Envelope, u128)>,
         message_expiry_secs: Option<u32>,
         command: DeviceCommand,
     ) -> Result<Outcome, Unavailable> {
-        let Some(envelope) = envelope else {
+        let Some((envelope, digest)) = asked else {
             return self.propose(None, Mutation::Device(command), None).await;
         };
-        let request = self.request_id(envelope, message_expiry_secs);
+        let request = self.request_id(envelope, message_expiry_secs, digest);
         if let Some(outcome) =
             read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {

@@ -183,6 +183,7 @@ pub fn reply(
         topic: envelope.response_topic.clone(),
         payload: Bytes::from(payload),
         correlation_data: Some(envelope.correlation_data.clone()),
+        response_topic: None,
         message_expiry_secs: expiry_secs,
         content_type: Some(CONTENT_TYPE),
         user_properties,
@@ -200,6 +201,7 @@ pub fn unsupported_version(
         topic: envelope.response_topic.clone(),
         payload: Bytes::new(),
         correlation_data: Some(envelope.correlation_data.clone()),
+        response_topic: None,
         message_expiry_secs: expiry_secs,
         content_type: None,
         user_properties: vec![

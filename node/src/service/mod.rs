@@ -10,6 +10,7 @@
 //! from one [`WallClock`], the system's unless [`Service::with_wall_clock`] injects another.
 
 pub mod answer;
+pub mod device_forward;
 pub mod device_push;
 pub mod device_sweep;
 pub mod devicebound;
@@ -20,13 +21,14 @@ pub mod notify;
 pub mod notify_queue;
 pub mod reply_room;
 pub mod reply_topic;
+pub mod request_digest;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use statestore_raft::RaftNode;
-use statestore_storage::devicebound::DeviceIndex;
+use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
 use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
@@ -361,7 +363,9 @@ impl<O: Outbox> Service<O> {
                 request_ts,
             }) => (mutation, request_ts),
         };
-        let request = self.request_id(envelope, message.message_expiry_secs);
+        let digest =
+            request_digest::request_digest(message, request_digest::EffectProperties::StateStore);
+        let request = self.request_id(envelope, message.message_expiry_secs, digest);
         if let Some(outcome) =
             read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {
@@ -474,8 +478,14 @@ impl<O: Outbox> Service<O> {
         })
     }
 
-    /// Who asked what (§6): the reply memory's key for a request with `envelope`.
-    fn request_id(&self, envelope: &Envelope, message_expiry_secs: Option<u32>) -> RequestId {
+    /// Who asked what (§6): the reply memory's key for a request with `envelope` and the
+    /// digest of what it asks ([`request_digest`]).
+    fn request_id(
+        &self,
+        envelope: &Envelope,
+        message_expiry_secs: Option<u32>,
+        digest: u128,
+    ) -> RequestId {
         RequestId {
             client: envelope
                 .client_id
@@ -485,6 +495,7 @@ impl<O: Outbox> Service<O> {
                 .to_vec(),
             correlation: envelope.correlation_data.to_vec(),
             remember_for_ms: self.dedup_window(message_expiry_secs),
+            digest,
         }
     }
 
@@ -630,11 +641,16 @@ impl<O: Outbox> Service<O> {
                     .map_err(|e| Unavailable::Internal(e.to_string()))?,
                 None => clock.now(),
             };
+            // The randomness of the lock tokens a device-bound command may issue: apply
+            // derives their secrets from it and reads no random source itself.
+            let token_seed = matches!(mutation, Mutation::Device(_))
+                .then(|| TokenSeed(rand::random::<[u8; 32]>()));
             let proposal = Proposal {
                 stamp,
                 wall_ms: clock.wall_ms(),
                 request,
                 mutation,
+                token_seed,
             };
             // Submitted under the clock lock: stamps enter the log in increasing order. The
             // log append, fsync and apply spans of its batch hang under `commit`.

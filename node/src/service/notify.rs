@@ -135,6 +135,7 @@ impl Announcement {
             topic: notify_topic(client_id, key),
             payload: self.payload.clone(),
             correlation_data: None,
+            response_topic: None,
             message_expiry_secs: None,
             content_type: Some(CONTENT_TYPE),
             user_properties: vec![
@@ -417,6 +418,7 @@ mod tests {
                 stamp,
                 wall_ms: 1_000,
                 request: None,
+                token_seed: None,
                 mutation,
             };
             let mut txn = Overlay::new(&*map);

@@ -71,6 +71,7 @@ fn payload(choices: &mut Choices) -> EntryPayload {
         stamp,
         wall_ms: 1_700_000_000_000,
         request: None,
+        token_seed: None,
         mutation: Mutation::Set {
             key: b"k".to_vec(),
             value: choices.take(len).to_vec(),

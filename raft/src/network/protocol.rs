@@ -27,8 +27,9 @@ use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 /// (device-bound commands), 3 with data format 5 (message lock tokens name their message, so a
 /// settlement applies differently), 4 with data format 6 (device rows carry their messages'
 /// delivery state, snapshots hold no queue index tables, and a SEND can be refused at the
-/// store-wide message cap), 5 with data format 7 (the limits carry the per-key observer cap,
-/// and a KEYNOTIFY registration stores a floor).
+/// store-wide message cap), 5 with data format 7 (the limits carry the per-key observer cap, a
+/// KEYNOTIFY registration stores a floor, device-bound entries carry the seed of their lock
+/// tokens' secrets, request ids and remembered replies a request digest).
 pub const PROTOCOL_VERSION: u32 = 5;
 /// Largest frame accepted once the hello was: a full AppendEntries of proposal batches (the
 /// batcher keeps a batch near 4 MiB plus one value of at most 4 MiB; openraft sends at most

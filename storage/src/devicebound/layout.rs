@@ -8,7 +8,7 @@
 //! order, due locks and expiries, devices with deliverable messages) is the in-memory
 //! [`crate::devicebound::DeviceIndex`], rebuilt from these two tables; the feedback batches
 //! keep their due-time and lock-token tables here. A message lock token names its message's
-//! place ([`message_token`]), so messages need no token index.
+//! place ([`crate::devicebound::token::message_token`]), so messages need no token index.
 
 use crate::keyspace::layout::Table;
 
@@ -154,46 +154,6 @@ pub fn due_bound(table: u8, time_ms: u64) -> Vec<u8> {
         }
         None => vec![table + 1],
     }
-}
-
-/// The lock token of a message delivery: `m`, the message's place in its device's queue and
-/// the store-wide count of tokens issued, 16 hex digits each (33 bytes). The count makes it
-/// unique forever; the place lets a settlement find the message with one read of its own
-/// device's queue, so no token index is kept.
-pub fn message_token(seq: u64, issued: u64) -> String {
-    let mut token = String::with_capacity(33);
-    token.push('m');
-    push_hex(&mut token, seq);
-    push_hex(&mut token, issued);
-    token
-}
-
-/// Appends `n` as 16 lower-case hex digits (what `{:016x}` writes, without the formatting
-/// machinery: a token is made per delivery).
-fn push_hex(out: &mut String, n: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for shift in (0..16).rev() {
-        let digit = (n >> (shift * 4)) & 0xf;
-        out.push(char::from(DIGITS[usize::try_from(digit).unwrap_or(0)]));
-    }
-}
-
-/// The lock token of a feedback batch delivery: `f` and the store-wide count of tokens issued,
-/// 16 hex digits (its batch is found through [`DeviceTable::BatchTokens`]).
-pub fn batch_token(issued: u64) -> String {
-    let mut token = String::with_capacity(17);
-    token.push('f');
-    push_hex(&mut token, issued);
-    token
-}
-
-/// The queue place a [`message_token`] names (`None`: not a message token).
-pub fn message_token_seq(token: &str) -> Option<u64> {
-    let digits = token.strip_prefix('m')?;
-    if digits.len() != 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u64::from_str_radix(digits.get(..16)?, 16).ok()
 }
 
 /// Prefix of the dead letters of `device`, oldest first.

@@ -19,6 +19,7 @@ mod outcome;
 pub mod read;
 mod record;
 mod settings;
+pub mod token;
 
 pub use apply::{MAX_SWEEP_PER_ENTRY, apply_to, write_meta};
 pub use command::{Ack, DeviceCommand, Expiry, FeedbackSettlement, SendMessage, Settlement};
@@ -32,6 +33,7 @@ pub use record::{
     FeedbackStatus, LockState, Message, StoredMessage,
 };
 pub use settings::DeviceboundSettings;
+pub use token::TokenSeed;
 
 #[cfg(test)]
 mod tests;

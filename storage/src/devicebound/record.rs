@@ -206,7 +206,8 @@ pub struct DeviceboundMeta {
     pub messages: u64,
     /// Dead letters of all devices.
     pub dead_letters: u64,
-    /// Lock tokens issued so far (messages and batches); the next token derives from it.
+    /// Lock tokens issued so far (messages and batches): a batch token carries its count, and
+    /// the count before an entry's first token picks the stream of its secrets.
     pub tokens_issued: u64,
     /// Sequence number of the next feedback record.
     pub next_feedback_seq: u64,

@@ -21,6 +21,8 @@ struct Replica {
     index: DeviceIndex,
     wall_ms: u64,
     counter: u64,
+    /// Mixed into every entry's token seed (replicas with another salt issue other secrets).
+    seed_salt: u8,
 }
 
 impl Replica {
@@ -30,6 +32,7 @@ impl Replica {
             index: DeviceIndex::default(),
             wall_ms: T0,
             counter: 0,
+            seed_salt: 0,
         }
     }
 
@@ -49,6 +52,9 @@ impl Replica {
             wall_ms: self.wall_ms,
             request,
             mutation: Mutation::Device(command),
+            token_seed: Some(TokenSeed(std::array::from_fn(|i| {
+                self.counter.to_le_bytes()[i % 8] ^ self.seed_salt ^ (i as u8)
+            }))),
         }
     }
 
@@ -218,32 +224,123 @@ fn layout_prefixes_are_distinct_and_inside_the_digested_range() {
 }
 
 #[test]
-fn a_message_token_names_its_place_and_nothing_else_parses() {
-    for (seq, issued) in [(0, 1), (7, 8), (u64::MAX, u64::MAX), (1 << 40, 3)] {
-        let token = layout::message_token(seq, issued);
-        assert!(token.len() <= 64, "spec: at most 64 bytes: {token}");
-        assert_eq!(layout::message_token_seq(&token), Some(seq), "{token}");
-    }
-    assert_ne!(layout::message_token(1, 2), layout::message_token(1, 3));
-    // The place and the count, 16 lower-case hex digits each.
+fn lock_tokens_derive_from_the_entry_seed_the_same_on_every_replica() {
+    // Two replicas applying the same entries issue the same tokens (apply draws nothing).
+    let run = |salt: u8| {
+        let mut r = Replica::new();
+        r.seed_salt = salt;
+        for i in 0..3 {
+            assert_eq!(r.send(DEV, &format!("m{i}")), sent());
+        }
+        assert_eq!(r.send(OTHER, "m"), sent());
+        let mut tokens: Vec<String> = r.deliver(DEV, 1).into_iter().map(|d| d.token).collect();
+        tokens.extend(r.deliver(OTHER, 1).into_iter().map(|d| d.token));
+        make_feedback(&mut r, 1);
+        r.advance(15_000);
+        assert_eq!(r.cut(), 1);
+        tokens.extend(r.deliver_feedback(1).into_iter().map(|b| b.token));
+        (tokens, r.map)
+    };
+    let (tokens, map) = run(0);
+    let (again, same_map) = run(0);
+    assert_eq!(tokens, again, "same entries, same tokens");
+    assert!(map == same_map, "and the same rows");
     assert_eq!(
-        layout::message_token(0xabc, 0x1f),
-        "m0000000000000abc000000000000001f"
+        tokens.len(),
+        3,
+        "two message deliveries and a batch: {tokens:?}"
     );
-    assert_eq!(layout::batch_token(u64::MAX), "fffffffffffffffff");
-    let not_message_tokens = [
-        "",
-        "m",
-        "f00000000000000070000000000000008",
-        "m0000000000000007000000000000008",
-        "m000000000000000700000000000000080",
-        "m000000000000000g0000000000000008",
-        "m+0000000000000070000000000000008",
-        "m0000000000000001",
-    ];
-    for token in not_message_tokens {
-        assert_eq!(layout::message_token_seq(token), None, "{token:?}");
+    for token in &tokens {
+        assert_eq!(token.len(), token::TOKEN_BYTES, "{token}");
+        assert!(
+            token
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() || b == b'm' || b == b'f')
+        );
     }
+    assert_eq!(
+        token::message_token_seq(&tokens[0]),
+        Some(record::FIRST_TAIL_SEQ)
+    );
+    assert!(tokens[2].starts_with('f'));
+    let (other, _) = run(1);
+    for (token, other) in tokens.iter().zip(&other) {
+        assert_eq!(token[..17], other[..17], "the same place");
+        assert_ne!(token[17..], other[17..], "another seed, another secret");
+    }
+}
+
+#[test]
+fn a_token_with_the_right_place_and_a_guessed_secret_settles_nothing() {
+    let mut r = Replica::new();
+    assert_eq!(r.send(DEV, "m0"), sent());
+    let delivery = r.deliver_one(DEV);
+    let place = &delivery.token[..17];
+    let guesses = [
+        format!("{place}{}", "0".repeat(32)),
+        format!("{place}{}", &delivery.token[18..]), // one digit short
+        format!("{}0", &delivery.token[..48]),
+        format!("{}1", &delivery.token[..48]),
+        format!("{}0", delivery.token), // one digit long
+        delivery.token.to_uppercase(),
+    ];
+    for guess in &guesses {
+        if *guess == delivery.token {
+            continue; // the one-in-sixteen case of the last-digit guesses
+        }
+        for settlement in [
+            Settlement::Complete,
+            Settlement::Abandon,
+            Settlement::Reject,
+        ] {
+            assert!(!r.settle(DEV, guess, settlement), "{guess} settled");
+        }
+        assert_eq!(
+            r.run(DeviceCommand::Undeliver {
+                device: DEV.to_vec(),
+                token: guess.clone(),
+            })
+            .result,
+            DeviceResult::Undelivered { restored: false },
+            "{guess} gave the delivery back"
+        );
+    }
+    assert_eq!(r.stats(DEV).invisible, 1, "still locked");
+    assert!(r.settle(DEV, &delivery.token, Settlement::Complete));
+}
+
+#[test]
+fn section_4_feedback_complete_with_a_guessed_token_settles_nothing() {
+    let mut r = Replica::new();
+    make_feedback(&mut r, 1);
+    r.advance(15_000);
+    assert_eq!(r.cut(), 1);
+    let batch = r.deliver_feedback(1).remove(0);
+    let count = &batch.token[..17];
+    for guess in [
+        format!("{count}{}", "0".repeat(32)),
+        format!("{}0", &batch.token[..48]),
+        format!("{}1", &batch.token[..48]),
+        // The next token of data format 6: `f` and the count.
+        count.to_owned(),
+    ] {
+        if guess == batch.token {
+            continue;
+        }
+        for settlement in [FeedbackSettlement::Complete, FeedbackSettlement::Abandon] {
+            assert!(!r.settle_feedback(&guess, settlement), "{guess} settled");
+        }
+        assert_eq!(
+            r.run(DeviceCommand::UndeliverFeedback {
+                token: guess.clone()
+            })
+            .result,
+            DeviceResult::Undelivered { restored: false }
+        );
+    }
+    assert_eq!(r.meta().feedback_batches, 1);
+    assert!(r.settle_feedback(&batch.token, FeedbackSettlement::Complete));
+    assert_eq!(r.meta().feedback_batches, 0);
 }
 
 #[test]
@@ -947,6 +1044,7 @@ fn retried_send_takes_effect_once_and_counts_nothing_the_second_time() {
         client: b"backend".to_vec(),
         correlation: b"c-1".to_vec(),
         remember_for_ms: 10_000,
+        digest: 0,
     };
     let proposal = r.proposal(send(DEV, "m", Ack::None, Expiry::Default), Some(request));
     let first = r.apply_proposal(&proposal);
@@ -1056,6 +1154,9 @@ fn send_and_deliver_writes_what_send_then_deliver_write() {
         let DeviceResult::Sent { expires_at_ms } = sent_first.result else {
             panic!("the SEND was refused")
         };
+        // The Deliver carries the seed the combined entry carried (the seed follows the
+        // counter), so both issue the same tokens.
+        two_steps.counter -= 1;
         let delivered = two_steps.run(DeviceCommand::Deliver {
             device: DEV.to_vec(),
             max: u32::MAX,
@@ -1241,7 +1342,7 @@ fn a_message_to_an_idle_device_and_its_completion_read_no_row() {
 fn commands_that_change_nothing_write_no_device_bound_row() {
     // A device with one locked and one waiting message.
     let mut r = queued_replica(DeviceboundSettings::default(), 1, 1);
-    let made_up = layout::message_token(1 << 63, 999);
+    let made_up = token::message_token(1 << 63, &[9; token::SECRET_BYTES]);
     let unchanged: [DeviceCommand; 4] = [
         DeviceCommand::Settle {
             device: DEV.to_vec(),

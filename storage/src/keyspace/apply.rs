@@ -87,6 +87,16 @@
 //!   of proposals into transactions. Lowering a cap evicts nothing by itself; the next request
 //!   whose reply is to be remembered evicts down to the new cap at once (work proportional to
 //!   what it removes, in one proposal).
+//! - **Replays only of the same request (§6).** Client ids and correlation data are claims, so
+//!   a remembered reply also holds the digest of its request ([`RequestId::digest`]), and only
+//!   a request with that digest gets it. Another request with the same client and correlation
+//!   data is executed as new and its reply replaces the remembered one (one entry per client
+//!   and correlation data, as before, so the caps above still bound the memory);
+//!   `reply_mismatches` counts these. A client that really reuses correlation data for a new
+//!   request gets that request executed, not the old one's reply; a forger who guessed a
+//!   victim's correlation data gets its own request executed, never the victim's reply, and
+//!   the victim's later retry (a mismatch again) is executed again, not answered with the
+//!   forger's.
 
 use crate::codec;
 use crate::devicebound::{self, DeviceCounters, DeviceIndex, DeviceOutcome, DeviceboundMeta};
@@ -181,7 +191,8 @@ struct ReplySlot<'p> {
     replaced: Option<Replaced>,
 }
 
-/// An expired reply that a retry's new reply replaces (it was not pruned yet).
+/// A reply that the new one replaces: expired but not pruned yet, or a live one of another
+/// request with the same client and correlation data.
 struct Replaced {
     expires_at_ms: u64,
     /// Its counted size ([`reply_size`]).
@@ -336,8 +347,13 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                         .insert(devicebound::read::meta(&*self.txn)?),
                 };
                 let index = self.devices.get(&*self.txn)?;
-                let (outcome, changed) =
-                    devicebound::apply_to(&mut *self.txn, index, device_meta, time, command)?;
+                let (outcome, changed) = devicebound::apply_to(
+                    &mut *self.txn,
+                    index,
+                    device_meta,
+                    (time, proposal.token_seed.as_ref()),
+                    command,
+                )?;
                 self.device_meta_changed |= changed;
                 Outcome::Device(Box::new(outcome))
             }
@@ -647,9 +663,12 @@ impl<'t, T: Txn> Keyspace<'t, T> {
     }
 
     /// Looks the request up in the reply memory (§6): `Err(outcome)` if a retry at `time` must
-    /// get the remembered outcome, otherwise where its reply will be remembered.
+    /// get the remembered outcome, otherwise where its reply will be remembered. A live reply
+    /// of another request (same client and correlation data, another digest) is never given:
+    /// this request is executed as new, its reply replaces that one, and the mismatch is
+    /// counted.
     fn reply_slot<'p>(
-        &self,
+        &mut self,
         request: &'p RequestId,
         time: u64,
     ) -> Result<Result<ReplySlot<'p>, Outcome>> {
@@ -658,7 +677,11 @@ impl<'t, T: Txn> Keyspace<'t, T> {
             Some(bytes) => {
                 let old: RememberedReply = codec::decode("remembered reply", &bytes)?;
                 if old.expires_at_ms > time {
-                    return Ok(Err(old.outcome));
+                    if old.digest == request.digest {
+                        return Ok(Err(old.outcome));
+                    }
+                    self.meta.reply_mismatches = self.meta.reply_mismatches.saturating_add(1);
+                    self.meta_changed = true;
                 }
                 Some(Replaced {
                     expires_at_ms: old.expires_at_ms,
@@ -674,8 +697,9 @@ impl<'t, T: Txn> Keyspace<'t, T> {
         }))
     }
 
-    /// Remembers the reply (§6), replacing an expired one of the same request, then evicts the
-    /// earliest-expiring replies while the memory is over a cap (see the module docs).
+    /// Remembers the reply (§6), replacing an expired one of the same request (or a live one of
+    /// another request with the same identity), then evicts the earliest-expiring replies while
+    /// the memory is over a cap (see the module docs).
     fn remember(&mut self, slot: ReplySlot<'_>, outcome: &Outcome, time: u64) -> Result<()> {
         let ReplySlot {
             request,
@@ -701,11 +725,13 @@ impl<'t, T: Txn> Keyspace<'t, T> {
                 };
                 codec::encode(&RememberedReplyOut {
                     expires_at_ms,
+                    digest: request.digest,
                     outcome: &Outcome::Device(Box::new(quiet)),
                 })
             }
             _ => codec::encode(&RememberedReplyOut {
                 expires_at_ms,
+                digest: request.digest,
                 outcome,
             }),
         };

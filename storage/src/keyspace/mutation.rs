@@ -3,14 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::devicebound::DeviceCommand;
+use crate::devicebound::{DeviceCommand, TokenSeed};
 use crate::hlc::Hlc;
 
 /// One log entry's payload.
 ///
 /// Everything apply needs to decide the outcome is in here: the leader's HLC stamp (the
-/// version hint), the leader's wall time (expiry decisions) and the limits; apply never reads a
-/// clock or the local configuration.
+/// version hint), the leader's wall time (expiry decisions), the limits, and for device-bound
+/// commands the randomness of their lock tokens; apply never reads a clock, a random source or
+/// the local configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Proposal {
     /// The leader's HLC after merging the request `__ts`; the write's version is at least this.
@@ -22,9 +23,15 @@ pub struct Proposal {
     pub request: Option<RequestId>,
     /// The change itself.
     pub mutation: Mutation,
+    /// For a [`Mutation::Device`]: 32 bytes the leader drew from the operating system's CSPRNG,
+    /// from which apply derives the secret of every lock token the command issues
+    /// ([`crate::devicebound::token`]). `None` for every other mutation (a SET entry stays
+    /// small).
+    pub token_seed: Option<TokenSeed>,
 }
 
-/// (client, correlation data) of a request, and how long its reply must be remembered.
+/// (client, correlation data) of a request, a digest of what it asks, and how long its reply
+/// must be remembered.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RequestId {
     /// The requester's id (`__srcId`, or what its response topic names).
@@ -35,6 +42,10 @@ pub struct RequestId {
     pub correlation: Vec<u8>,
     /// How long a retry may still arrive: the request's message expiry.
     pub remember_for_ms: u64,
+    /// Digest of the request (its topic, payload and the properties that change its effect,
+    /// computed at the door). A remembered reply answers only a request with the same digest:
+    /// another request that claims the same client and correlation data is executed as new.
+    pub digest: u128,
 }
 
 /// The SET condition (protocol §2).

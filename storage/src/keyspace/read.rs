@@ -56,7 +56,9 @@ pub fn read_time(meta: &KeyspaceMeta, wall_ms: u64) -> u64 {
     store_time(meta.time_floor_ms, wall_ms)
 }
 
-/// The remembered reply of `request` if a retry at `time_ms` must still get it (§6).
+/// The remembered reply of `request` if a retry at `time_ms` must still get it (§6): only a
+/// reply to a request with the same digest (another request that claims the same client and
+/// correlation data gets `None` and is executed as new).
 pub fn remembered_reply(
     view: &(impl OrderedRead + ?Sized),
     request: &RequestId,
@@ -67,7 +69,10 @@ pub fn remembered_reply(
         return Ok(None);
     };
     let remembered: RememberedReply = codec::decode("remembered reply", &bytes)?;
-    Ok((remembered.expires_at_ms > time_ms).then_some(remembered.outcome))
+    Ok(
+        (remembered.expires_at_ms > time_ms && remembered.digest == request.digest)
+            .then_some(remembered.outcome),
+    )
 }
 
 /// Up to `limit` keys whose expiry instant is `<= time_ms`, earliest first.

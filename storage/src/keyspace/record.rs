@@ -54,6 +54,9 @@ pub struct KeyspaceMeta {
     /// New KEYNOTIFY registrations refused because their key already had
     /// `limits.max_observers_per_key` observers, since the store began (never decreases).
     pub observer_cap_refusals: u64,
+    /// Requests that found a live remembered reply of their client and correlation data for
+    /// another request (another digest), since the store began: each was executed as new.
+    pub reply_mismatches: u64,
     /// Quotas in force.
     pub limits: Limits,
 }
@@ -63,6 +66,8 @@ pub struct KeyspaceMeta {
 pub struct RememberedReply {
     /// After this instant a retry is treated as a new request.
     pub expires_at_ms: u64,
+    /// [`crate::keyspace::RequestId::digest`] of the request it answered.
+    pub digest: u128,
     /// What the original request got.
     pub outcome: Outcome,
 }
@@ -94,6 +99,7 @@ pub(crate) struct RecordOut<'a> {
 #[derive(Debug, Serialize)]
 pub(crate) struct RememberedReplyOut<'a> {
     pub expires_at_ms: u64,
+    pub digest: u128,
     pub outcome: &'a Outcome,
 }
 
@@ -174,10 +180,12 @@ mod tests {
         ] {
             let reply = RememberedReply {
                 expires_at_ms: 1_234_567,
+                digest: u128::MAX - 5,
                 outcome: outcome.clone(),
             };
             let out = RememberedReplyOut {
                 expires_at_ms: 1_234_567,
+                digest: u128::MAX - 5,
                 outcome: &outcome,
             };
             assert_eq!(codec::encode(&out), codec::encode(&reply));

@@ -29,6 +29,7 @@ impl Replica {
             wall_ms: self.wall_ms,
             request,
             mutation,
+            token_seed: None,
         }
     }
 
@@ -330,6 +331,7 @@ fn observe_and_remember(r: &mut Replica) {
         client: b"client".to_vec(),
         correlation: b"1".to_vec(),
         remember_for_ms: 60_000,
+        digest: 0,
     };
     let proposal = r.proposal(set(b"b", b"2"), Some(request));
     r.apply_proposal(&proposal);
@@ -576,6 +578,7 @@ fn section_6_retried_request_gets_the_remembered_reply_and_runs_once() {
         client: b"c1".to_vec(),
         correlation: vec![7; 16],
         remember_for_ms: 10_000,
+        digest: 0,
     };
     let first = r.proposal(
         set_with(b"k", b"v", SetCondition::IfAbsent, None, None),
@@ -621,6 +624,74 @@ fn section_6_retried_request_gets_the_remembered_reply_and_runs_once() {
 }
 
 #[test]
+fn section_6_a_remembered_reply_answers_only_the_request_with_its_digest() {
+    let mut r = Replica::new();
+    let victim = RequestId {
+        client: b"victim".to_vec(),
+        correlation: b"guessable-1".to_vec(),
+        remember_for_ms: 10_000,
+        digest: 0x5e7,
+    };
+    let first = r.proposal(set(b"k", b"victim's"), Some(victim.clone()));
+    let original = r.apply_proposal(&first);
+    assert!(matches!(original.outcome, Outcome::Stored { .. }));
+    // The same digest: the remembered reply, nothing executed, nothing counted.
+    let retry = r.proposal(set(b"k", b"victim's"), Some(victim.clone()));
+    assert_eq!(r.apply_proposal(&retry).outcome, original.outcome);
+    assert_eq!(
+        read::remembered_reply(&r.map, &victim, r.wall_ms).expect("read"),
+        Some(original.outcome.clone()),
+        "the door finds it too"
+    );
+    assert_eq!(r.meta().reply_mismatches, 0);
+
+    // Another request claiming the victim's identity and correlation data: the door does not
+    // answer it with the victim's reply, and apply executes it as new.
+    let forger = RequestId {
+        digest: 0xbad,
+        ..victim.clone()
+    };
+    assert_eq!(
+        read::remembered_reply(&r.map, &forger, r.wall_ms).expect("read"),
+        None
+    );
+    let forged = r.proposal(del(b"k", None), Some(forger.clone()));
+    let executed = r.apply_proposal(&forged);
+    assert!(
+        matches!(executed.outcome, Outcome::Deleted { .. }),
+        "{:?}",
+        executed.outcome
+    );
+    assert_eq!(r.get(b"k"), None);
+    assert_eq!(r.meta().reply_mismatches, 1, "counted");
+    assert_eq!(
+        r.meta().remembered_replies,
+        1,
+        "its reply replaced the victim's"
+    );
+    let forged_retry = r.proposal(del(b"k", None), Some(forger));
+    assert_eq!(
+        r.apply_proposal(&forged_retry).outcome,
+        executed.outcome,
+        "the forger's own retry gets its own reply"
+    );
+
+    // The victim's late retry is never answered with the forger's reply: executed again.
+    let late = r.proposal(set(b"k", b"victim's"), Some(victim));
+    let again = r.apply_proposal(&late);
+    assert!(matches!(again.outcome, Outcome::Stored { .. }));
+    assert_ne!(again.outcome, original.outcome, "a new version");
+    assert_eq!(
+        r.get(b"k").map(|record| record.value),
+        Some(b"victim's".to_vec())
+    );
+    assert_eq!(r.meta().reply_mismatches, 2);
+    assert_eq!(r.meta().remembered_replies, 1);
+    // One index entry (the replaced reply's went with it) and exact byte counters.
+    r.assert_counters_exact();
+}
+
+#[test]
 fn section_6_reply_memory_is_pruned_after_expiry() {
     let mut r = Replica::new();
     for i in 0..100u8 {
@@ -628,6 +699,7 @@ fn section_6_reply_memory_is_pruned_after_expiry() {
             client: b"c".to_vec(),
             correlation: vec![i],
             remember_for_ms: 1_000,
+            digest: 0,
         };
         let p = r.proposal(set(b"k", &[i]), Some(request));
         r.apply_proposal(&p);
@@ -996,6 +1068,7 @@ impl Replica {
             client: b"c".to_vec(),
             correlation: n.to_be_bytes().to_vec(),
             remember_for_ms,
+            digest: 0,
         };
         self.proposal(mutation, Some(request))
     }
@@ -1623,6 +1696,7 @@ fn section_6_the_reply_byte_cap_evicts_the_earliest_expiry_first() {
         client: b"c".to_vec(),
         correlation: vec![b'x'; 4 + 2 * small as usize],
         remember_for_ms: 4_000,
+        digest: 0,
     };
     let pb = r.proposal(set(b"big", b""), Some(big.clone()));
     let stored = r.apply_proposal(&pb).outcome;
@@ -1689,6 +1763,7 @@ fn section_6_a_retry_after_expiry_replaces_the_reply_and_its_counts() {
         client: b"c".to_vec(),
         correlation: b"retried".to_vec(),
         remember_for_ms: 10,
+        digest: 0,
     };
     let first = r.proposal(set(b"k", b"1"), Some(request.clone()));
     r.apply_proposal(&first);
@@ -1747,6 +1822,7 @@ fn section_6_and_7_caps_give_the_same_state_whatever_the_grouping() {
             client: client.as_bytes().to_vec(),
             correlation: vec![(n % 11) as u8; 1 + (n % 4) as usize * 20],
             remember_for_ms: if n % 5 == 0 { 1_000 } else { u64::from(n % 10) },
+            digest: 0,
         };
         steps.push(a.proposal(mutation, Some(request)));
     }

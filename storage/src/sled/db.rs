@@ -32,8 +32,9 @@ const FORMAT_FILE: &str = "FORMAT";
 /// tokens without the message's place, so a settlement applies differently there and replicas
 /// of the two would diverge; format 5 stored each message's delivery state in its message row
 /// and kept four index tables of the queues in sled, which this build neither writes nor reads;
-/// format 6 has no per-key observer cap in its limits and meta, so neither its state, nor its
-/// snapshots, nor its `SetLimits` entries decode here.)
+/// format 6 has no per-key observer cap in its limits and meta, issued lock tokens without a
+/// secret and remembered replies without the digest of their request, so neither its state,
+/// nor its snapshots, nor its log entries decode here.)
 const FORMAT: &str = "statestore-data 7\n";
 
 /// Where and how to open the store.
@@ -153,7 +154,8 @@ fn sync_files(path: &Path) -> Result<()> {
 const EARLIER_FORMATS: [(&str, &str); 5] = [
     (
         "statestore-data 6\n",
-        "before the per-key observer cap and the registration floors",
+        "before the per-key observer cap and the registration floors, whose lock tokens \
+         carried no secret and whose remembered replies did not hold the digest of their request",
     ),
     (
         "statestore-data 5\n",
@@ -182,7 +184,7 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// Accepts an empty or format-6 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty or format-7 directory (writing the marker if new); refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
@@ -250,6 +252,7 @@ mod tests {
             ("statestore-data 3", "device-bound"),
             ("statestore-data 4", "lock tokens"),
             ("statestore-data 5", "delivery state"),
+            ("statestore-data 6", "no secret"),
         ] {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join(FORMAT_FILE), format!("{earlier}\n")).expect("write");

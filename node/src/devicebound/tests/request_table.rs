@@ -1089,8 +1089,59 @@ fn section_1_application_properties_skip_double_underscore_names_and_keep_order(
     .iter()
     .map(|&(name, value)| (name.to_owned(), value.to_owned()))
     .collect();
-    assert_eq!(application_properties(user_properties), expected);
-    assert!(application_properties([]).is_empty());
+    assert_eq!(application_properties(user_properties), Ok(expected));
+    assert_eq!(application_properties([]), Ok(Vec::new()));
+}
+
+#[test]
+fn section_2_application_properties_named_like_the_delivery_s_own_are_refused() {
+    // (user properties, expected): a `$.` name would stand next to the delivery's own
+    // `$.mid`, `$.lt`, `$.exp`, `$.ct`, `$.ce` in the property bag and user properties.
+    type Pairs = Vec<(&'static str, &'static str)>;
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        Result<Pairs, ProtocolError>,
+    );
+    const REFUSED: Result<Pairs, ProtocolError> = Err(ProtocolError::InvalidPropertyName);
+    let cases: &[Case] = &[
+        (&[("$.lt", "forged-token")], REFUSED),
+        (&[("$.mid", "m")], REFUSED),
+        (&[("$.exp", "2099-01-01T00:00:00.000Z")], REFUSED),
+        (&[("$.ct", "text/plain")], REFUSED),
+        (&[("$.ce", "utf-8")], REFUSED),
+        (&[("$.", "bare prefix")], REFUSED),
+        (&[("$.LT", "any case")], REFUSED),
+        (&[("$.to", "any other system name")], REFUSED),
+        (&[("color", "red"), ("$.lt", "after a good one")], REFUSED),
+        (&[("$.lt", "x"), ("__srcId", "c")], REFUSED),
+        // Not the prefix: carried as they are.
+        (&[("$", "v")], Ok(vec![("$", "v")])),
+        (&[("$lt", "v")], Ok(vec![("$lt", "v")])),
+        (&[("%24.lt", "v")], Ok(vec![("%24.lt", "v")])),
+        (&[(" $.lt", "v")], Ok(vec![(" $.lt", "v")])),
+        (&[("x$.lt", "v")], Ok(vec![("x$.lt", "v")])),
+        (&[("lt", "$.lt")], Ok(vec![("lt", "$.lt")])),
+        // An envelope property is no application property, whatever follows.
+        (&[("__$.lt", "v")], Ok(vec![])),
+    ];
+    for (user_properties, expected) in cases {
+        let expected = expected.clone().map(|pairs| {
+            pairs
+                .iter()
+                .map(|&(name, value)| (name.to_owned(), value.to_owned()))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(
+            application_properties(user_properties.iter().copied()),
+            expected,
+            "{user_properties:?}"
+        );
+    }
+    assert_eq!(
+        Reply::Error(ErrorReply::from(ProtocolError::InvalidPropertyName)).encode(),
+        b"-ERR invalid property name\r\n"
+    );
+    assert!(ErrorReply::DEVICEBOUND.contains(&ErrorReply::InvalidPropertyName));
 }
 
 #[test]

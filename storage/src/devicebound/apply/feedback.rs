@@ -286,7 +286,11 @@ impl<T: Txn> Machine<'_, T> {
             .map(u64::from_be_bytes)
             .map_err(|_| corrupt("batch token", format!("{} bytes", bytes.len())))?;
         let batch = self.batch(seq)?;
-        if batch.lock.as_ref().is_none_or(|lock| lock.token != token) {
+        if batch
+            .lock
+            .as_ref()
+            .is_none_or(|lock| !crate::devicebound::token::tokens_match(&lock.token, token))
+        {
             return Ok(None);
         }
         Ok(Some((seq, batch)))

@@ -48,12 +48,14 @@
 //!   `max` are locked. UndeliverFeedback gives a delivery back; SettleFeedback needs the lock
 //!   to hold and the batch not to be expired; ExpireFeedbackLocks makes batches with a due lock
 //!   Enqueued (they are published again); ExpireFeedbackBatches drops batches past their TTL.
-//! - Lock tokens carry the store-wide count of tokens issued, 16 hex digits: unique forever,
-//!   the same on every replica, no clock, no randomness. A batch token is `f` and the count; a
-//!   message token is `m`, the message's place in its device's queue, then the count
-//!   ([`layout::message_token`]). A settlement looks up the message at that place in the
-//!   settling device's queue and settles only if it is locked by exactly this token, so a token
-//!   of another device, an earlier lock or a made-up one settles nothing.
+//! - Lock tokens ([`crate::devicebound::token`]) carry 128 secret bits drawn from the seed of
+//!   the entry that issues them (the same on every replica: no clock, no randomness read
+//!   here). A batch token is `f`, the store-wide count of tokens issued and the secret; a
+//!   message token is `m`, the message's place in its device's queue and the secret. A
+//!   settlement looks up the message at that place in the settling device's queue and settles
+//!   only if it is locked by exactly this token (compared in constant time), so a token of
+//!   another device, an earlier lock, or one with the right place and a guessed secret settles
+//!   nothing.
 //!
 //! # Rows and cost
 //!
@@ -89,6 +91,7 @@ use crate::devicebound::record::{
     DeadLetter, DeadLetterReason, DeviceboundMeta, FeedbackBatch, FeedbackStatus, LockState,
     Message, StoredMessage,
 };
+use crate::devicebound::token::{self, TokenSecrets, TokenSeed};
 use crate::error::{Result, StorageError};
 use crate::keyspace::Txn;
 
@@ -107,16 +110,16 @@ pub const MAX_MESSAGE_LIFETIME_MS: u64 = 2 * 24 * 60 * 60 * 1_000;
 
 /// Applies `command` at store time `time_ms` to the rows in `txn` and to `index`, the index of
 /// those rows as the commands before it left them, and to `meta`, the device-bound meta record
-/// likewise. The caller (`Keyspace`, the one way device commands are applied) reads the record
-/// once per transaction and writes it back once with [`write_meta`] if any call returned
-/// `true` (meta changed): decoding and encoding it per command was 8 % of a device-bound
-/// apply. On an error the transaction is abandoned, `meta` with it, and `index` must be
-/// rebuilt.
+/// likewise; the lock tokens it issues draw their secrets from `seed`, the entry's. The caller
+/// (`Keyspace`, the one way device commands are applied) reads the record once per transaction
+/// and writes it back once with [`write_meta`] if any call returned `true` (meta changed):
+/// decoding and encoding it per command was 8 % of a device-bound apply. On an error the
+/// transaction is abandoned, `meta` with it, and `index` must be rebuilt.
 pub fn apply_to<T: Txn>(
     txn: &mut T,
     index: &mut DeviceIndex,
     meta: &mut DeviceboundMeta,
-    time_ms: u64,
+    (time_ms, seed): (u64, Option<&TokenSeed>),
     command: &DeviceCommand,
 ) -> Result<(DeviceOutcome, bool)> {
     let mut machine = Machine {
@@ -126,6 +129,7 @@ pub fn apply_to<T: Txn>(
         meta,
         meta_changed: false,
         counters: DeviceCounters::default(),
+        secrets: TokenSecrets::new(seed),
     };
     let result = machine.run(command)?;
     Ok((
@@ -149,6 +153,8 @@ struct Machine<'t, T: Txn> {
     meta: &'t mut DeviceboundMeta,
     meta_changed: bool,
     counters: DeviceCounters,
+    /// The secrets of the tokens this entry issues.
+    secrets: TokenSecrets,
 }
 
 /// Whether a delivery respects the push window (`device_window` Invisible at most).
@@ -371,23 +377,24 @@ impl<T: Txn> Machine<'_, T> {
         Ok(queued)
     }
 
-    /// Counts one more token issued; returns the count.
-    fn issue_token(&mut self) -> u64 {
+    /// Counts one more token issued; returns the count and the token's secret.
+    fn issue_token(&mut self) -> (u64, [u8; token::SECRET_BYTES]) {
+        let secret = self.secrets.next(self.meta.tokens_issued);
         self.meta.tokens_issued = self.meta.tokens_issued.saturating_add(1);
         self.meta_changed = true;
-        self.meta.tokens_issued
+        (self.meta.tokens_issued, secret)
     }
 
     /// A fresh lock token for the message at `seq`.
     fn message_token(&mut self, seq: u64) -> String {
-        let issued = self.issue_token();
-        layout::message_token(seq, issued)
+        let (_, secret) = self.issue_token();
+        token::message_token(seq, &secret)
     }
 
     /// A fresh lock token for a feedback batch.
     fn batch_token(&mut self) -> String {
-        let issued = self.issue_token();
-        layout::batch_token(issued)
+        let (issued, secret) = self.issue_token();
+        token::batch_token(issued, &secret)
     }
 
     // -- dead letters ------------------------------------------------------------------------
@@ -761,9 +768,12 @@ impl<T: Txn> Machine<'_, T> {
     fn locked_message(&self, device: &[u8], token: &str) -> Option<(u64, Locked)> {
         // Only the settling device's own queue is looked at: a device cannot touch another
         // device's message.
-        let seq = layout::message_token_seq(token)?;
+        let seq = token::message_token_seq(token)?;
         let queued = self.index.device(device)?.message(seq)?;
-        let lock = queued.lock.as_ref().filter(|lock| lock.token == token)?;
+        let lock = queued
+            .lock
+            .as_ref()
+            .filter(|lock| token::tokens_match(&lock.token, token))?;
         Some((
             seq,
             Locked {
