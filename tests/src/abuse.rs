@@ -32,7 +32,7 @@ use crate::sdk::SdkClient;
 pub const DROP_FORBIDDEN_RESPONSE_TOPIC: &str = "forbidden_response_topic";
 /// `statestore_server_requests_dropped_total{reason}` of a request refused at the door for
 /// carrying too many user properties.
-pub const DROP_TOO_MANY_USER_PROPERTIES: &str = "too_many_user_properties";
+pub const DROP_TOO_MANY_USER_PROPERTIES: &str = "too_many_properties";
 /// Reply to a registration beyond `limits.max_observers_per_key`.
 pub const QUOTA_EXCEEDED: &[u8] = b"-ERR the quota has been exceeded\r\n";
 /// Reply to a SCAN pattern over the per-class or per-pattern range caps.
@@ -698,12 +698,37 @@ impl PeakWatch {
 // Metrics over a cluster
 // ---------------------------------------------------------------------------------------------
 
+/// Where a refused publish is counted: the request services' drops, or the device topics'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drops {
+    /// `statestore_server_requests_dropped_total{reason}` (state store and device-bound service).
+    Requests,
+    /// `statestore_devicebound_device_publishes_dropped_total{reason}` (settlements, pulls).
+    DevicePublishes,
+}
+
+impl Drops {
+    fn series(self, reason: &str) -> String {
+        let family = match self {
+            Drops::Requests => "statestore_server_requests_dropped_total",
+            Drops::DevicePublishes => "statestore_devicebound_device_publishes_dropped_total",
+        };
+        format!("{family}{{reason=\"{reason}\"}}")
+    }
+}
+
 /// `statestore_server_requests_dropped_total{reason}` summed over the running nodes.
 pub async fn dropped_on(cluster: &mut crate::cluster::Cluster, reason: &str) -> f64 {
+    drops_on(cluster, Drops::Requests, reason).await
+}
+
+/// The drops of `kind` for `reason`, summed over the running nodes.
+pub async fn drops_on(cluster: &mut crate::cluster::Cluster, kind: Drops, reason: &str) -> f64 {
+    let series = kind.series(reason);
     let mut sum = 0.0;
     for node in cluster.nodes.iter_mut() {
         if node.is_running() {
-            sum += crate::raw_helpers::dropped(node, reason).await;
+            sum += node.metric(&series).await.unwrap_or(0.0);
         }
     }
     sum
@@ -716,9 +741,20 @@ pub async fn wait_dropped_on(
     at_least: f64,
     within: Duration,
 ) -> f64 {
+    wait_drops_on(cluster, Drops::Requests, reason, at_least, within).await
+}
+
+/// Waits (at most `within`) until [`drops_on`] reaches `at_least`; returns the last sum.
+pub async fn wait_drops_on(
+    cluster: &mut crate::cluster::Cluster,
+    kind: Drops,
+    reason: &str,
+    at_least: f64,
+    within: Duration,
+) -> f64 {
     let deadline = Instant::now() + within;
     loop {
-        let now = dropped_on(cluster, reason).await;
+        let now = drops_on(cluster, kind, reason).await;
         if now >= at_least || Instant::now() >= deadline {
             return now;
         }

@@ -201,15 +201,21 @@ async fn forged_pull_replies_go_nowhere_and_lock_nothing() {
     );
     let attacker = Flooder::connect(port, mallory, &[&format!("devices/{mallory}/inbox")]).await;
     let receive = format!("devices/{mallory}/messages/receive");
-    let dropped_before = dropped_on(&mut cluster, DROP_FORBIDDEN_RESPONSE_TOPIC).await;
+    let dropped_before = drops_on(
+        &mut cluster,
+        Drops::DevicePublishes,
+        DROP_FORBIDDEN_RESPONSE_TOPIC,
+    )
+    .await;
     for topic in &forged_topics {
         let mut p = attacker.properties();
         p.response_topic = Some(topic.clone());
         attacker.publish(&receive, Vec::new(), p).await;
     }
     // The refusals counted mark the end (at most 5 s: a build that answers them counts none).
-    wait_dropped_on(
+    wait_drops_on(
         &mut cluster,
+        Drops::DevicePublishes,
         DROP_FORBIDDEN_RESPONSE_TOPIC,
         dropped_before + forged_topics.len() as f64,
         Duration::from_secs(5),
@@ -231,7 +237,13 @@ async fn forged_pull_replies_go_nowhere_and_lock_nothing() {
         "pull replies were published on forged topics: {forged:?}"
     );
     assert_eq!(
-        dropped_on(&mut cluster, DROP_FORBIDDEN_RESPONSE_TOPIC).await - dropped_before,
+        drops_on(
+            &mut cluster,
+            Drops::DevicePublishes,
+            DROP_FORBIDDEN_RESPONSE_TOPIC
+        )
+        .await
+            - dropped_before,
         forged_topics.len() as f64,
         "every forged pull is counted as {DROP_FORBIDDEN_RESPONSE_TOPIC}"
     );

@@ -409,7 +409,10 @@ impl Connected<'_> {
             if replies_in_a_row >= REPLIES_PER_PUSH {
                 replies_in_a_row = 0;
                 if let Ok(queued) = queues.lanes.pushes.try_recv() {
-                    if !self.publish(queued.message, Some(queued.charge), in_flight).await {
+                    if !self
+                        .publish(queued.message, Some(queued.charge), in_flight)
+                        .await
+                    {
                         return self.drop_dead_connection("PUBACK");
                     }
                     continue;
