@@ -468,11 +468,15 @@ def details():
                  [(f"statestore_server_request_budget_used_bytes{{{SEL}}}", "{{instance}}")], "bytes",
                  steps(GREEN, (32 * 2**20, ORANGE), (64 * 2**20, RED)))
     d.timeseries("Outbound budget used", "Bytes of messages queued for the broker or awaiting its PUBACK, "
-                 "per member and lane (replies; pushes: notifications, device deliveries, feedback; each half "
-                 "of limits.outbound_budget_mb, 32 MiB by default), and publishes that waited for room per second.",
+                 "per member and lane (replies: up to 16 KiB; bulk: notifications, device deliveries, feedback and "
+                 "larger replies; each half of limits.outbound_budget_mb, 32 MiB by default), publishes that "
+                 "waited for room per second, and times per second the bulk lane was held to its pace "
+                 "(limits.bulk_egress_mb_per_sec, limits.bulk_egress_messages_per_sec).",
                  [(f"statestore_mqtt_outbound_bytes{{{SEL}}}", "{{instance}} {{lane}}"),
                   (f"sum by (lane) (rate(statestore_mqtt_outbound_waits_total{{{SEL}}}[{RATE}]))",
-                   "waits/s {{lane}}")], "bytes",
+                   "waits/s {{lane}}"),
+                  (f"sum by (job) (rate(statestore_mqtt_bulk_paced_total{{{SEL}}}[{RATE}]))",
+                   "bulk paced/s")], "bytes",
                  steps(GREEN, (16 * 2**20, ORANGE), (32 * 2**20, RED)))
     d.timeseries("Retries and protocol refusals", "Retried requests answered from the reply memory, and "
                  "requests refused with __stat 505 (unsupported protocol version), per second.",

@@ -37,6 +37,10 @@ const COUNTERS: &[&str] = &[
 struct Run<'a> {
     args: &'a AbuseArgs,
     plan: &'a AbusePlan,
+    /// Where the attackers run: a runtime of their own, on its own thread, so their work
+    /// (decoding 4 MiB replies, thousands of notifications) never holds up the well-behaved
+    /// client's tasks inside this process; only the machine is shared, as with a real attacker.
+    attackers: tokio::runtime::Handle,
     target: Statestore,
     broker: Broker,
     log_from: Vec<u64>,
@@ -229,7 +233,13 @@ async fn attack_row(run: &mut Run<'_>, attack: Attack) -> AttackRow {
         window: run.plan.warmup + run.plan.duration,
     };
     eprintln!("== {}: preparing", attack.name());
-    let running = match abuse_attacks::start(attack, &context).await {
+    let started = run
+        .attackers
+        .spawn(async move { abuse_attacks::start(attack, &context).await })
+        .await
+        .map_err(|err| anyhow::anyhow!("attack task: {err}"))
+        .and_then(|started| started);
+    let running = match started {
         Ok(running) => running,
         Err(err) => {
             let failure = format!("{}: could not start: {err:#}", attack.name());
@@ -248,7 +258,14 @@ async fn attack_row(run: &mut Run<'_>, attack: Attack) -> AttackRow {
     };
     eprintln!("== {}: under attack", attack.name());
     let under = run.window(attack.name().to_owned()).await;
-    let mut stats = running.finish().await;
+    let mut stats = match run.attackers.spawn(running.finish()).await {
+        Ok(stats) => stats,
+        Err(err) => {
+            run.failures
+                .push(format!("{}: attack task: {err}", attack.name()));
+            Default::default()
+        }
+    };
     match settle(&run.target.cluster).await {
         Some(took) => stats.notes.push(format!(
             "the nodes finished its requests {:.1} s after it stopped",
@@ -314,9 +331,15 @@ pub async fn abuse(args: AbuseArgs) -> anyhow::Result<bool> {
     );
     abuse_attacks::prepare_store(&broker).await?;
     let log_from = log_offsets(&target.cluster);
+    let attackers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("attackers")
+        .enable_all()
+        .build()?;
     let mut run = Run {
         args: &args,
         plan: &plan,
+        attackers: attackers.handle().clone(),
         target,
         broker,
         log_from,
@@ -327,6 +350,8 @@ pub async fn abuse(args: AbuseArgs) -> anyhow::Result<bool> {
     for attack in &args.attacks {
         rows.push(attack_row(&mut run, *attack).await);
     }
+    // Dropped inside this async context a runtime would block on its threads: let them go.
+    attackers.shutdown_background();
     let quiet_p99_median_ms = fill_ratios(&mut rows);
     let mut checks = goal_checks(&rows);
     let (timeouts, errors) = run

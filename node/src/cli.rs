@@ -123,6 +123,13 @@ pub struct RunArgs {
     /// KEYNOTIFY registrations of one key, all clients together (default 1000, 1–1,000,000).
     #[arg(long, value_name = "N")]
     pub max_observers_per_key: Option<u32>,
+    /// Pace of the bulk lane (notifications, device deliveries, feedback, replies over 16 KiB),
+    /// MiB a second of payload and topic (default 8).
+    #[arg(long, value_name = "MIB")]
+    pub bulk_egress_mb_per_sec: Option<u64>,
+    /// Pace of the bulk lane, messages a second (default 20,000).
+    #[arg(long, value_name = "N")]
+    pub bulk_egress_messages_per_sec: Option<u64>,
     /// Replies remembered for retries (§6, default 1,000,000); over it the earliest-expiring
     /// are evicted.
     #[arg(long, value_name = "N")]
@@ -487,6 +494,14 @@ impl RunArgs {
         set(
             &mut config.limits.max_observers_per_key,
             self.max_observers_per_key,
+        );
+        set(
+            &mut config.limits.bulk_egress_mb_per_sec,
+            self.bulk_egress_mb_per_sec,
+        );
+        set(
+            &mut config.limits.bulk_egress_messages_per_sec,
+            self.bulk_egress_messages_per_sec,
         );
         set(
             &mut config.limits.max_remembered_replies,

@@ -483,6 +483,8 @@ pub struct MqttMetrics {
     pub outbound_bytes: IntGaugeVec,
     /// `statestore_mqtt_outbound_waits_total{lane}`
     pub outbound_waits_total: IntCounterVec,
+    /// `statestore_mqtt_bulk_paced_total`
+    pub bulk_paced_total: IntCounter,
 }
 
 const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
@@ -543,7 +545,7 @@ impl MqttMetrics {
         let outbound_bytes = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_mqtt_outbound_bytes",
-                "Bytes of messages queued for the broker or awaiting its PUBACK, by lane (replies; pushes: notifications, device deliveries, feedback); each lane is half of limits.outbound_budget_mb."
+                "Bytes of messages queued for the broker or awaiting its PUBACK, by lane (replies: replies up to 16 KiB; bulk: notifications, device deliveries, feedback, forwards and larger replies); each lane is half of limits.outbound_budget_mb."
             ),
             &["lane"]
         ));
@@ -561,6 +563,10 @@ impl MqttMetrics {
         let metrics = MqttMetrics {
             connection_state,
             connects_total,
+            bulk_paced_total: metric!(IntCounter::new(
+                "statestore_mqtt_bulk_paced_total",
+                "Times the bulk lane (notifications, device deliveries, feedback, large replies) held queued messages back to keep to limits.bulk_egress_mb_per_sec and limits.bulk_egress_messages_per_sec."
+            )),
             disconnects_total: metric!(IntCounter::new(
                 "statestore_mqtt_disconnects_total",
                 "Broker connections lost."
@@ -691,6 +697,7 @@ impl NodeMetrics {
         register(&registry, &mqtt.tls_client_cert_not_after_seconds)?;
         register(&registry, &mqtt.outbound_bytes)?;
         register(&registry, &mqtt.outbound_waits_total)?;
+        register(&registry, &mqtt.bulk_paced_total)?;
         let build_info = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_build_info",

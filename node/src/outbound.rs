@@ -8,8 +8,9 @@
 //! or its connection is lost (a [`Charge`] gives its bytes back when dropped).
 //!
 //! Two lanes with a share each, so a flood of one never delays the other: [`Lane::Replies`]
-//! (replies to requests) and [`Lane::Pushes`] (notifications, device deliveries, feedback). A
-//! message larger than its whole lane is charged the whole lane and goes alone.
+//! (replies to requests of at most [`LARGE_REPLY_BYTES`]) and [`Lane::Bulk`] (notifications,
+//! device deliveries, feedback, forwards and larger replies), whose rate is also paced
+//! ([`pacer`]). A message larger than its whole lane is charged the whole lane and goes alone.
 //!
 //! A reply whose size is known only once it has been read (a GET of a large value) takes its
 //! room *before* it is built ([`LaneBudget::try_charge`]); if there is none, the request gives
@@ -22,6 +23,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::transport::{OutboundKind, OutboundMessage};
 
+pub mod pacer;
+
+/// Replies larger than this (as [`message_bytes`] counts them) go in the bulk lane: a small
+/// reply never waits behind a large one, nor behind the bulk lane's pace.
+pub const LARGE_REPLY_BYTES: usize = 16 << 10;
+
 /// Fixed cost of a message besides its bytes: the queued command, its in-flight entry, and the
 /// MQTT encoding's headers.
 pub const MESSAGE_OVERHEAD_BYTES: usize = 256;
@@ -32,32 +39,42 @@ pub const PROPERTY_OVERHEAD_BYTES: usize = 64;
 /// Which share of the budget a message takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
-    /// Replies to requests: served first.
+    /// Replies to requests, up to [`LARGE_REPLY_BYTES`]: served first.
     Replies,
-    /// Notifications, device deliveries and feedback.
-    Pushes,
+    /// Notifications, device deliveries, feedback, forwards and larger replies: paced.
+    Bulk,
 }
 
 impl Lane {
     /// Every lane.
-    pub const ALL: [Lane; 2] = [Lane::Replies, Lane::Pushes];
+    pub const ALL: [Lane; 2] = [Lane::Replies, Lane::Bulk];
 
     /// Metric label.
     pub fn label(self) -> &'static str {
         match self {
             Lane::Replies => "replies",
-            Lane::Pushes => "pushes",
+            Lane::Bulk => "bulk",
         }
     }
 
-    /// The lane of a message of `kind` (probes are the session's own and take no room).
-    pub fn of(kind: &OutboundKind) -> Lane {
-        match kind {
-            OutboundKind::Response | OutboundKind::Probe => Lane::Replies,
+    /// The lane of `message` (probes are the session's own and take no room).
+    pub fn of(message: &OutboundMessage) -> Lane {
+        match message.kind {
+            OutboundKind::Response => Lane::for_reply(message_bytes(message)),
+            OutboundKind::Probe => Lane::Replies,
             OutboundKind::Notification { .. }
             | OutboundKind::DeviceMessage { .. }
             | OutboundKind::Feedback { .. }
-            | OutboundKind::DeviceForward { .. } => Lane::Pushes,
+            | OutboundKind::DeviceForward { .. } => Lane::Bulk,
+        }
+    }
+
+    /// The lane of a reply of `bytes` (as [`message_bytes`] counts it).
+    pub fn for_reply(bytes: usize) -> Lane {
+        if bytes <= LARGE_REPLY_BYTES {
+            Lane::Replies
+        } else {
+            Lane::Bulk
         }
     }
 }
@@ -199,7 +216,7 @@ fn permits(cost: usize) -> u32 {
 #[derive(Clone)]
 pub struct OutboundBudget {
     replies: LaneBudget,
-    pushes: LaneBudget,
+    bulk: LaneBudget,
 }
 
 impl OutboundBudget {
@@ -218,7 +235,7 @@ impl OutboundBudget {
         };
         OutboundBudget {
             replies: lane(Lane::Replies),
-            pushes: lane(Lane::Pushes),
+            bulk: lane(Lane::Bulk),
         }
     }
 
@@ -226,7 +243,7 @@ impl OutboundBudget {
     pub fn lane(&self, lane: Lane) -> &LaneBudget {
         match lane {
             Lane::Replies => &self.replies,
-            Lane::Pushes => &self.pushes,
+            Lane::Bulk => &self.bulk,
         }
     }
 }
@@ -246,7 +263,7 @@ pub struct Queued {
 pub struct Outlet {
     budget: OutboundBudget,
     replies: mpsc::Sender<Queued>,
-    pushes: mpsc::Sender<Queued>,
+    bulk: mpsc::Sender<Queued>,
 }
 
 /// The receiving ends of an [`Outlet`]'s lanes (the MQTT session reads them).
@@ -254,24 +271,24 @@ pub struct Outlet {
 pub struct LaneQueues {
     /// Replies, served first.
     pub replies: mpsc::Receiver<Queued>,
-    /// Notifications, device deliveries, feedback.
-    pub pushes: mpsc::Receiver<Queued>,
+    /// Notifications, device deliveries, feedback, forwards, large replies.
+    pub bulk: mpsc::Receiver<Queued>,
 }
 
 impl Outlet {
     /// An outlet charging `budget`, each lane queueing at most `capacity` messages.
     pub fn new(budget: OutboundBudget, capacity: usize) -> (Outlet, LaneQueues) {
         let (replies, replies_rx) = mpsc::channel(capacity);
-        let (pushes, pushes_rx) = mpsc::channel(capacity);
+        let (bulk, bulk_rx) = mpsc::channel(capacity);
         (
             Outlet {
                 budget,
                 replies,
-                pushes,
+                bulk,
             },
             LaneQueues {
                 replies: replies_rx,
-                pushes: pushes_rx,
+                bulk: bulk_rx,
             },
         )
     }
@@ -285,7 +302,7 @@ impl Outlet {
     /// reply took before it was built), else room taken now (waiting for it). False if the
     /// session is gone (the bytes are given back with the message).
     pub async fn publish(&self, message: OutboundMessage, prepaid: Option<Charge>) -> bool {
-        let lane = Lane::of(&message.kind);
+        let lane = Lane::of(&message);
         let budget = self.budget.lane(lane);
         let cost = budget.cost(message_bytes(&message));
         let charge = match prepaid {
@@ -297,7 +314,7 @@ impl Outlet {
         };
         let queue = match lane {
             Lane::Replies => &self.replies,
-            Lane::Pushes => &self.pushes,
+            Lane::Bulk => &self.bulk,
         };
         queue.send(Queued { message, charge }).await.is_ok()
     }

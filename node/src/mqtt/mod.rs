@@ -95,8 +95,11 @@ pub struct SessionConfig {
     /// Longest reconnect delay.
     pub reconnect_max: Duration,
     /// Bytes of publishes queued or awaiting their PUBACK (`limits.outbound_budget_mb`), half
-    /// for replies, half for pushes.
+    /// for small replies, half for the bulk lane.
     pub outbound_budget_bytes: usize,
+    /// The bulk lane's pace (`limits.bulk_egress_mb_per_sec`,
+    /// `limits.bulk_egress_messages_per_sec`).
+    pub bulk_pace: crate::outbound::pacer::PaceLimits,
 }
 
 /// What the session tells the service.

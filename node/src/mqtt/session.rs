@@ -32,6 +32,7 @@ use super::liveness::Liveness;
 use super::{BrokerAddress, Command, SessionConfig, SessionEvent, SessionEvents, SessionState};
 use crate::admission::{Delivery, Intake};
 use crate::metrics::MqttMetrics;
+use crate::outbound::pacer::{PaceLimits, Pacer, paced_bytes};
 use crate::outbound::{Charge, LaneQueues, Queued};
 use crate::stall::StallDetector;
 use crate::transport::{
@@ -94,6 +95,7 @@ pub(super) async fn run(
                 let session = Connected {
                     sink: client.sink(),
                     ack_timeout: config.ack_timeout,
+                    bulk_pace: config.bulk_pace,
                     liveness: Rc::new(Liveness::new(config.ack_timeout, Instant::now())),
                     state: &state,
                     metrics: &metrics,
@@ -196,7 +198,7 @@ async fn wait_offline(
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return false,
             Some(queued) = queues.lanes.replies.recv() => metrics.publish_dropped(&queued.message.kind),
-            Some(queued) = queues.lanes.pushes.recv() => metrics.publish_dropped(&queued.message.kind),
+            Some(queued) = queues.lanes.bulk.recv() => metrics.publish_dropped(&queued.message.kind),
             command = queues.commands.recv() => match command {
                 None => return true,
                 Some(Command::Shutdown(done)) => {
@@ -238,6 +240,8 @@ fn probe() -> OutboundMessage {
 struct Connected<'a> {
     sink: MqttSink,
     ack_timeout: Duration,
+    /// The bulk lane's rates.
+    bulk_pace: PaceLimits,
     /// When the broker was last heard from (the dead-connection rule).
     liveness: Rc<Liveness>,
     state: &'a watch::Sender<SessionState>,
@@ -403,12 +407,18 @@ impl Connected<'_> {
         let mut liveness_check = tokio::time::interval(LIVENESS_CHECK);
         liveness_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut replies_in_a_row = 0usize;
+        let mut pacer = Pacer::new(self.bulk_pace, tokio::time::Instant::now());
         loop {
-            // Pushes are not starved by a steady stream of replies: after
-            // `REPLIES_PER_PUSH` replies in a row, one waiting push goes first.
+            let now = tokio::time::Instant::now();
+            let bulk_at = pacer.ready_at(now);
+            let bulk_ready = bulk_at <= now;
+            // The bulk lane is not starved by a steady stream of replies: after
+            // `REPLIES_PER_PUSH` replies in a row, one waiting bulk message goes first (if its
+            // pace allows).
             if replies_in_a_row >= REPLIES_PER_PUSH {
                 replies_in_a_row = 0;
-                if let Ok(queued) = queues.lanes.pushes.try_recv() {
+                if bulk_ready && let Ok(queued) = queues.lanes.bulk.try_recv() {
+                    pacer.spend(paced_bytes(&queued.message), now);
                     if !self
                         .publish(queued.message, Some(queued.charge), in_flight)
                         .await
@@ -419,9 +429,10 @@ impl Connected<'_> {
                 }
             }
             // Biased: the connection's end, then the liveness check (ready once a second),
-            // subscription changes, replies, and only then pushes, so a flood of notifications
-            // or deliveries never delays a reply by more than one push in `REPLIES_PER_PUSH`
-            // (each lane keeps its own order).
+            // subscription changes, replies, and only then the bulk lane, at its pace, so a
+            // flood of notifications, deliveries or large replies never delays a small reply
+            // by more than one bulk message in `REPLIES_PER_PUSH` (each lane keeps its own
+            // order).
             tokio::select! {
                 biased;
                 _ = &mut closed => return Ended::Disconnected,
@@ -468,10 +479,16 @@ impl Connected<'_> {
                         return self.drop_dead_connection("PUBACK");
                     }
                 }
-                Some(queued) = queues.lanes.pushes.recv() => {
+                Some(queued) = queues.lanes.bulk.recv(), if bulk_ready => {
                     replies_in_a_row = 0;
+                    pacer.spend(paced_bytes(&queued.message), tokio::time::Instant::now());
                     if !self.publish(queued.message, Some(queued.charge), in_flight).await {
                         return self.drop_dead_connection("PUBACK");
+                    }
+                }
+                _ = tokio::time::sleep_until(bulk_at), if !bulk_ready => {
+                    if !queues.lanes.bulk.is_empty() {
+                        self.metrics.bulk_paced_total.inc();
                     }
                 }
             }
@@ -481,7 +498,7 @@ impl Connected<'_> {
     /// Publishes what both lanes hold right now, replies first. False if the broker stopped
     /// answering meanwhile.
     async fn flush(&self, lanes: &mut LaneQueues, in_flight: &RefCell<VecDeque<Sent>>) -> bool {
-        for lane in [&mut lanes.replies, &mut lanes.pushes] {
+        for lane in [&mut lanes.replies, &mut lanes.bulk] {
             while let Ok(Queued { message, charge }) = lane.try_recv() {
                 if !self.publish(message, Some(charge), in_flight).await {
                     return false;

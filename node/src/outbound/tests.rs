@@ -1,6 +1,6 @@
 //! The outbound budget with a fake session (the test reads the lanes and "acknowledges" by
 //! dropping what it read): publishers wait for room, room comes back on acknowledgement and on
-//! drop, and a full pushes lane never holds up a reply.
+//! drop, and a full bulk lane never holds up a small reply.
 
 use std::borrow::Cow;
 
@@ -112,19 +112,29 @@ fn a_message_is_charged_for_all_it_holds() {
 }
 
 #[test]
-fn lanes_by_kind() {
-    assert_eq!(Lane::of(&OutboundKind::Response), Lane::Replies);
-    assert_eq!(Lane::of(&OutboundKind::Probe), Lane::Replies);
-    assert_eq!(Lane::of(&notification()), Lane::Pushes);
-    let device = OutboundKind::DeviceMessage {
-        device: "d".to_owned(),
-        token: "t".to_owned(),
-    };
-    assert_eq!(Lane::of(&device), Lane::Pushes);
-    let feedback = OutboundKind::Feedback {
-        token: "t".to_owned(),
-    };
-    assert_eq!(Lane::of(&feedback), Lane::Pushes);
+fn lanes_by_kind_and_reply_size() {
+    let of = |kind: OutboundKind| Lane::of(&message(kind, MESSAGE_OVERHEAD_BYTES));
+    assert_eq!(of(OutboundKind::Response), Lane::Replies);
+    assert_eq!(of(OutboundKind::Probe), Lane::Replies);
+    assert_eq!(of(notification()), Lane::Bulk);
+    assert_eq!(
+        of(OutboundKind::DeviceMessage {
+            device: "d".to_owned(),
+            token: "t".to_owned(),
+        }),
+        Lane::Bulk
+    );
+    assert_eq!(
+        of(OutboundKind::Feedback {
+            token: "t".to_owned(),
+        }),
+        Lane::Bulk
+    );
+    // Issue 27: a small reply never waits behind large ones (a GET of a 4 MiB value).
+    let reply = |bytes| Lane::of(&message(OutboundKind::Response, bytes));
+    assert_eq!(reply(LARGE_REPLY_BYTES), Lane::Replies);
+    assert_eq!(reply(LARGE_REPLY_BYTES + 1), Lane::Bulk);
+    assert_eq!(Lane::for_reply(LARGE_REPLY_BYTES + 1), Lane::Bulk);
 }
 
 /// A publisher waits while its lane is spent and goes on once an earlier message is
@@ -137,21 +147,21 @@ async fn a_publisher_waits_for_room_and_proceeds_when_the_broker_acknowledges() 
             .publish(message(notification(), 3000), None)
             .await
     );
-    assert_eq!(fake.charged(Lane::Pushes), 3000);
+    assert_eq!(fake.charged(Lane::Bulk), 3000);
     let waiting = tokio::spawn({
         let outlet = fake.outlet.clone();
         async move { outlet.publish(message(notification(), 2000), None).await }
     });
     settle().await;
     assert!(!waiting.is_finished(), "queued beyond the lane's budget");
-    assert_eq!(fake.waits(Lane::Pushes), 1);
+    assert_eq!(fake.waits(Lane::Bulk), 1);
     assert_eq!(
-        fake.charged(Lane::Pushes),
+        fake.charged(Lane::Bulk),
         3000,
         "a waiting publisher holds nothing"
     );
 
-    let first = fake.lanes.pushes.recv().await.expect("queued");
+    let first = fake.lanes.bulk.recv().await.expect("queued");
     assert_eq!(first.charge.bytes(), 3000);
     // Sent and in flight: still charged until its PUBACK.
     settle().await;
@@ -161,11 +171,11 @@ async fn a_publisher_waits_for_room_and_proceeds_when_the_broker_acknowledges() 
     );
     drop(first); // the PUBACK
     assert!(waiting.await.expect("task"), "queued once room came back");
-    assert_eq!(fake.charged(Lane::Pushes), 2000);
-    let second = fake.lanes.pushes.recv().await.expect("queued");
+    assert_eq!(fake.charged(Lane::Bulk), 2000);
+    let second = fake.lanes.bulk.recv().await.expect("queued");
     drop(second);
-    assert_eq!(fake.charged(Lane::Pushes), 0);
-    assert_eq!(fake.outlet.budget().lane(Lane::Pushes).available(), 4096);
+    assert_eq!(fake.charged(Lane::Bulk), 0);
+    assert_eq!(fake.outlet.budget().lane(Lane::Bulk).available(), 4096);
 }
 
 /// A message the session drops (disconnected, publish failed) or can no longer take (the
@@ -197,7 +207,7 @@ async fn room_comes_back_when_a_message_is_dropped() {
     assert_eq!(outlet.budget().lane(Lane::Replies).available(), 4096);
 }
 
-/// Issue 27: the pushes lane full (notifications the broker has not acknowledged) does not
+/// Issue 27: the bulk lane full (notifications the broker has not acknowledged) does not
 /// hold up a reply; the replies lane full does not hold up a notification.
 #[tokio::test]
 async fn a_full_lane_never_blocks_the_other() {
@@ -212,19 +222,19 @@ async fn a_full_lane_never_blocks_the_other() {
         async move { outlet.publish(message(notification(), 1000), None).await }
     });
     settle().await;
-    assert!(!blocked.is_finished(), "the pushes lane is full");
+    assert!(!blocked.is_finished(), "the bulk lane is full");
     assert!(
         fake.outlet
             .publish(message(OutboundKind::Response, 4096), None)
             .await,
-        "a reply goes out while the pushes lane is full"
+        "a reply goes out while the bulk lane is full"
     );
     assert_eq!(fake.charged(Lane::Replies), 4096);
     assert_eq!(fake.waits(Lane::Replies), 0);
     let reply = fake.lanes.replies.recv().await.expect("reply queued");
     assert_eq!(reply.message.kind, OutboundKind::Response);
     drop(reply);
-    drop(fake.lanes.pushes.recv().await.expect("first notification"));
+    drop(fake.lanes.bulk.recv().await.expect("first notification"));
     assert!(blocked.await.expect("task"));
 }
 
@@ -234,19 +244,19 @@ async fn a_message_larger_than_its_lane_goes_alone() {
     let mut fake = fake(8192);
     assert!(
         fake.outlet
-            .publish(message(OutboundKind::Response, 1 << 20), None)
+            .publish(message(notification(), 1 << 20), None)
             .await
     );
-    assert_eq!(fake.charged(Lane::Replies), 4096);
+    assert_eq!(fake.charged(Lane::Bulk), 4096);
     assert!(
         fake.outlet
             .budget()
-            .lane(Lane::Replies)
+            .lane(Lane::Bulk)
             .try_charge(1)
             .is_none()
     );
-    drop(fake.lanes.replies.recv().await.expect("queued"));
-    assert_eq!(fake.outlet.budget().lane(Lane::Replies).available(), 4096);
+    drop(fake.lanes.bulk.recv().await.expect("queued"));
+    assert_eq!(fake.outlet.budget().lane(Lane::Bulk).available(), 4096);
 }
 
 /// Room taken before a reply is built is used as it is when it covers the reply, and given
@@ -292,7 +302,7 @@ async fn order_within_a_lane_is_kept() {
         assert!(fake.outlet.publish(m, None).await);
     }
     for n in 0..10 {
-        let queued = fake.lanes.pushes.recv().await.expect("queued");
+        let queued = fake.lanes.bulk.recv().await.expect("queued");
         assert_eq!(queued.message.topic, n.to_string());
     }
 }

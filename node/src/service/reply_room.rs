@@ -83,15 +83,16 @@ impl ReplyRoom {
             return true;
         }
         self.charge = None;
-        self.charge = outbox.try_charge(Lane::Replies, bytes);
+        self.charge = outbox.try_charge(Lane::for_reply(bytes), bytes);
         self.charge.is_some()
     }
 
-    /// Waits until the replies lane has room for `bytes`, holding no room meanwhile (a task
-    /// holding room while it waits for more could wait for ever on others doing the same).
+    /// Waits until the reply's lane (the bulk lane for a large reply) has room for `bytes`,
+    /// holding no room meanwhile (a task holding room while it waits for more could wait for
+    /// ever on others doing the same).
     pub async fn wait(&mut self, outbox: &impl Outbox, bytes: usize) {
         self.charge = None;
-        self.charge = Some(outbox.charge(Lane::Replies, bytes).await);
+        self.charge = Some(outbox.charge(Lane::for_reply(bytes), bytes).await);
     }
 
     /// The room held, for [`Outbox::publish_charged`].
