@@ -457,8 +457,10 @@ const BIG_VALUE_BYTES: usize = (4 << 20) - 1024;
 /// Attacker connections of the GET flood, and GETs each keeps unanswered.
 const GET_FLOODERS: usize = 2;
 const GETS_IN_FLIGHT: u64 = 128;
-/// 4 MiB replies the flood must have received to count as one.
-const GET_FLOOD_AT_LEAST: u64 = 100;
+/// 4 MiB replies the flood must have received to count as one: 160 MiB, two and a half times
+/// the outbound budget. Replies this large go in the bulk lane, paced at 8 MiB/s by default
+/// (`limits.bulk_egress_mb_per_sec`), so about 20 s of the flood.
+const GET_FLOOD_AT_LEAST: u64 = 40;
 
 /// GETs of `big` with `in_flight` unanswered at a time until `stop`; returns how many sent.
 async fn get_flood(attacker: Arc<Flooder>, in_flight: u64, stop: Arc<AtomicBool>) -> u64 {
