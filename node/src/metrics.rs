@@ -485,6 +485,8 @@ pub struct MqttMetrics {
     pub outbound_waits_total: IntCounterVec,
     /// `statestore_mqtt_bulk_paced_total`
     pub bulk_paced_total: IntCounter,
+    /// `statestore_mqtt_write_backpressure_total`
+    pub write_backpressure_total: IntCounter,
 }
 
 const CONNECTION_STATES: [&str; 3] = ["connected", "connecting", "disconnected"];
@@ -566,6 +568,10 @@ impl MqttMetrics {
             bulk_paced_total: metric!(IntCounter::new(
                 "statestore_mqtt_bulk_paced_total",
                 "Times the bulk lane (notifications, device deliveries, feedback, large replies) held queued messages back to keep to limits.bulk_egress_mb_per_sec and limits.bulk_egress_messages_per_sec."
+            )),
+            write_backpressure_total: metric!(IntCounter::new(
+                "statestore_mqtt_write_backpressure_total",
+                "Times the connection's write buffer filled up and publishing paused until the broker read it (large messages, a slow broker)."
             )),
             disconnects_total: metric!(IntCounter::new(
                 "statestore_mqtt_disconnects_total",
@@ -698,6 +704,7 @@ impl NodeMetrics {
         register(&registry, &mqtt.outbound_bytes)?;
         register(&registry, &mqtt.outbound_waits_total)?;
         register(&registry, &mqtt.bulk_paced_total)?;
+        register(&registry, &mqtt.write_backpressure_total)?;
         let build_info = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_build_info",

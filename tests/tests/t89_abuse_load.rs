@@ -550,6 +550,23 @@ async fn a_get_flood_of_a_big_value_stays_within_the_budgets() {
         flood()
     );
     assert_growth_within("GET-bigkey flood", &grown, bound);
+    // 4 MiB replies fill the socket's write buffer: counted, not logged once per reply.
+    let mut backpressure = 0.0;
+    for (n, node) in cluster.nodes.iter().enumerate() {
+        backpressure += node
+            .metric("statestore_mqtt_write_backpressure_total")
+            .await
+            .unwrap_or(0.0);
+        assert!(
+            !node.log().contains("Control service is not configured"),
+            "node {} logged ntex-mqtt's default control warning",
+            n + 1
+        );
+    }
+    assert!(
+        backpressure >= 1.0,
+        "the big replies filled the write buffer at least once ({backpressure})"
+    );
     let mut after = RawClient::connect(port, "t89-after-big").await;
     assert_still_serving(&mut after, "after the GET flood").await;
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use ntex_bytes::{ByteString, Bytes as NtexBytes};
 use ntex_io::IoBoxed;
+use ntex_mqtt::Control;
 use ntex_mqtt::v5::client::{Client, Connect, MqttConnector, ProtocolMessage};
 use ntex_mqtt::v5::codec::{
     self, PublishAckReason, RetainHandling, SubscribeAckReason, SubscriptionOptions,
@@ -389,8 +390,23 @@ impl Connected<'_> {
         // The dispatcher reads the socket (PUBACKs, SUBACKs, requests); it runs as its own
         // task so that waiting for an ack below never stops it.
         let (closed_tx, mut closed) = tokio::sync::oneshot::channel::<()>();
+        // The dispatcher's own events: write back-pressure (the socket's buffer full, e.g.
+        // while a large message goes out) is counted, not logged (ntex-mqtt's default control
+        // service logs a WARN for each); a stop is seen by the loop below.
+        let backpressure = self.metrics.write_backpressure_total.clone();
+        let control = fn_service(move |control: Control<Infallible>| {
+            match control {
+                Control::WrBackpressure(state) => {
+                    if state.enabled() {
+                        backpressure.inc();
+                    }
+                }
+                Control::Stop(reason) => tracing::debug!(?reason, "MQTT dispatcher stopping"),
+            }
+            std::future::ready(Ok::<_, Infallible>(None))
+        });
         ntex_rt::spawn(async move {
-            if let Err(err) = client.start(handler).await {
+            if let Err(err) = client.start_with_control(handler, control).await {
                 tracing::debug!(error = ?err, "MQTT dispatcher ended");
             }
             let _ = closed_tx.send(());
