@@ -30,6 +30,10 @@ pub enum NodeError {
     /// process exits so that its supervisor restarts it on the same data directory.
     #[error("raft stopped on a fatal error, exiting: {0}")]
     RaftFatal(String),
+    /// One of the node's tasks or threads panicked or ended while the node was running
+    /// ([`crate::supervisor`]); the process exits so that its supervisor restarts it.
+    #[error("{0}; exiting")]
+    TaskFailed(crate::supervisor::Failure),
     /// An admin call to a node failed.
     #[error("admin: {0}")]
     Admin(String),

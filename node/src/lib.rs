@@ -25,6 +25,7 @@ pub mod outbound;
 pub mod protocol;
 pub mod service;
 pub mod stall;
+pub mod supervisor;
 pub mod telemetry;
 pub mod tls;
 pub mod transport;

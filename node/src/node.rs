@@ -2,6 +2,7 @@
 //! HTTP; then graceful shutdown on SIGTERM/SIGINT (release the request subscription, finish
 //! in-flight requests, stop Raft, flush).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -27,17 +28,25 @@ use crate::service::notify::{self, NotifySink};
 use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
 use crate::service::{Service, expiry, leader};
 use crate::stall::StallDetector;
+use crate::supervisor::{FAILPOINT_ENV, Supervisor, Task};
 use crate::transport::{Admitted, DEVICE_TOPIC_PREFIX, DEVICEBOUND_REQUEST_TOPIC};
 
 /// Admitted requests queued between the MQTT session and the dispatcher (the request budget
 /// bounds them; this only sizes the channel).
 const REQUEST_QUEUE: usize = 4_096;
 
-/// Runs a node until SIGTERM or SIGINT.
+/// How long shutdown waits for the node's tasks to end before aborting the rest.
+const TASKS_JOIN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Runs a node until SIGTERM or SIGINT, or until Raft or one of the node's tasks fails.
 pub async fn run(config: Config) -> Result<(), NodeError> {
     // First: unusable TLS files (or a password file) stop the node before it opens anything.
     let session = config.session()?;
     let metrics = Arc::new(NodeMetrics::new()?);
+    let mut supervisor = Supervisor::new(
+        &metrics.registry,
+        std::env::var(FAILPOINT_ENV).ok().as_deref(),
+    )?;
     let store = Store::open(&StoreConfig::new(
         config.data_dir.clone(),
         config.storage.cache_capacity_mb.saturating_mul(1 << 20),
@@ -75,7 +84,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     {
         let raft = raft.clone();
         let stop = stop.clone();
-        tokio::spawn(async move { raft.serve_peers(raft_listener, stop).await });
+        supervisor.spawn(Task::RaftPeers, async move {
+            raft.serve_peers(raft_listener, stop).await;
+        });
     }
     if config.cluster.join {
         tracing::info!(advertise = %config.advertise_addr(), "waiting to be added to a cluster (statestore cluster add-node)");
@@ -97,15 +108,23 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
             .requests_dropped_total
             .with_label_values(&["too_many_properties"]),
     );
-    let stalls = StallDetector::start(metrics.service.stalls_total.clone())?;
+    let stalls = StallDetector::start(
+        metrics.service.stalls_total.clone(),
+        supervisor.exit_guard(Task::StallDetector),
+    )?;
     if let Some(tls) = &session.tls {
-        tokio::spawn(watch_tls_files(
-            tls.clone(),
-            metrics.mqtt.clone(),
-            stop.clone(),
-        ));
+        supervisor.spawn(
+            Task::MqttTlsWatch,
+            watch_tls_files(tls.clone(), metrics.mqtt.clone(), stop.clone()),
+        );
     }
-    let (mqtt, session_events) = MqttHandle::start(session, intake, metrics.mqtt.clone(), stalls)?;
+    let (mqtt, session_events) = MqttHandle::start(
+        session,
+        intake,
+        metrics.mqtt.clone(),
+        stalls,
+        supervisor.exit_guard(Task::MqttSession),
+    )?;
     let service = Arc::new(Service::new(
         raft.clone(),
         &config.node_name(),
@@ -128,73 +147,91 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     match http_tls {
         Some(tls) => {
             let listener = TlsListener::new(http_listener, tls)?;
-            tokio::spawn(serve(listener, router, stop.clone(), "https"));
+            supervisor.spawn(Task::Http, serve(listener, router, stop.clone(), "https"));
         }
         None => {
             let listener = http_listener.tap_io(|tcp| {
                 let _ = tcp.set_nodelay(true);
             });
-            tokio::spawn(serve(listener, router, stop.clone(), "http"));
+            supervisor.spawn(Task::Http, serve(listener, router, stop.clone(), "http"));
         }
     }
-    tokio::spawn(leader::run(
-        service.clone(),
-        mqtt.clone(),
-        serving.clone(),
-        config.quota(),
-        config.devicebound_settings(),
-        config.leader_timing(),
-        stop.clone(),
-    ));
-    tokio::spawn(expiry::run(
-        service.clone(),
-        Duration::from_millis(config.expiry.sweep_interval_ms),
-        config.expiry.batch_size,
-        stop.clone(),
-    ));
-    tokio::spawn(notify::run_notifier(
-        event_rx,
-        raft.view(),
-        Arc::new(mqtt.clone()),
-        metrics.clone(),
-    ));
+    supervisor.spawn(
+        Task::Leader,
+        leader::run(
+            service.clone(),
+            mqtt.clone(),
+            serving.clone(),
+            config.quota(),
+            config.devicebound_settings(),
+            config.leader_timing(),
+            stop.clone(),
+        ),
+    );
+    supervisor.spawn(
+        Task::Expiry,
+        expiry::run(
+            service.clone(),
+            Duration::from_millis(config.expiry.sweep_interval_ms),
+            config.expiry.batch_size,
+            stop.clone(),
+        ),
+    );
+    supervisor.spawn(
+        Task::Notifier,
+        until_stopped(
+            stop.clone(),
+            notify::run_notifier(
+                event_rx,
+                raft.view(),
+                Arc::new(mqtt.clone()),
+                metrics.clone(),
+            ),
+        ),
+    );
     let push = DevicePush::new(service.clone(), Some(mqtt.state()));
-    tokio::spawn(notify::run_forgetter(
-        session_events.forget,
-        service.clone(),
-        stop.clone(),
-    ));
-    tokio::spawn(push.clone().run_events(session_events.device, stop.clone()));
-    tokio::spawn(push.clone().run(stop.clone()));
-    tokio::spawn(device_sweep::run(push.clone(), stop.clone()));
-    tokio::spawn(sample_gauges(
-        raft.clone(),
-        store.clone(),
-        metrics.clone(),
-        stop.clone(),
-    ));
-    let dispatcher = {
+    supervisor.spawn(
+        Task::Forgetter,
+        notify::run_forgetter(session_events.forget, service.clone(), stop.clone()),
+    );
+    supervisor.spawn(
+        Task::DeviceEvents,
+        push.clone().run_events(session_events.device, stop.clone()),
+    );
+    supervisor.spawn(Task::DevicePush, push.clone().run(stop.clone()));
+    supervisor.spawn(
+        Task::DeviceSweep,
+        device_sweep::run(push.clone(), stop.clone()),
+    );
+    supervisor.spawn(
+        Task::Gauges,
+        sample_gauges(raft.clone(), store.clone(), metrics.clone(), stop.clone()),
+    );
+    {
         let service = service.clone();
         let push = push.clone();
-        tokio::spawn(async move {
-            while let Some(Admitted { message, admission }) = request_rx.recv().await {
-                // Boxed: the request future is large, and tokio would otherwise copy it by
-                // value several times on its way into the task (2 % of the leader's CPU).
-                let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-                    if message.topic == DEVICEBOUND_REQUEST_TOPIC {
-                        Box::pin(service.clone().handle_device(message))
-                    } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
-                        Box::pin(push.clone().handle_inbound(message))
-                    } else {
-                        Box::pin(service.clone().handle(message))
-                    };
-                tokio::spawn(async move {
-                    handled.await;
-                    drop(admission);
-                });
-            }
-        })
-    };
+        supervisor.spawn(
+            Task::Dispatcher,
+            until_stopped(stop.clone(), async move {
+                while let Some(Admitted { message, admission }) = request_rx.recv().await {
+                    // Boxed: the request future is large, and tokio would otherwise copy it by
+                    // value several times on its way into the task (2 % of the leader's CPU).
+                    let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                        if message.topic == DEVICEBOUND_REQUEST_TOPIC {
+                            Box::pin(service.clone().handle_device(message))
+                        } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
+                            Box::pin(push.clone().handle_inbound(message))
+                        } else {
+                            Box::pin(service.clone().handle(message))
+                        };
+                    tokio::spawn(async move {
+                        handled.await;
+                        drop(admission);
+                    });
+                }
+            }),
+        );
+    }
     tracing::info!(
         http = %config.listen.http,
         raft = %config.listen.raft,
@@ -209,7 +246,11 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         () = wait_for_signal() => None,
         reason = raft.fatal() => {
             tracing::error!(%reason, "raft stopped on a fatal error; the node exits (non-zero) so its supervisor restarts it");
-            Some(reason)
+            Some(NodeError::RaftFatal(reason))
+        }
+        failure = supervisor.failure() => {
+            tracing::error!(%failure, "a task of the node stopped while it was running; the node exits (non-zero) so its supervisor restarts it");
+            Some(NodeError::TaskFailed(failure))
         }
     };
     tracing::info!("shutting down: releasing the request subscription");
@@ -232,21 +273,27 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         );
     }
     mqtt.shutdown().await;
-    dispatcher.abort();
+    let aborted = supervisor.join(TASKS_JOIN_DEADLINE).await;
+    if !aborted.is_empty() {
+        tracing::warn!(?aborted, "tasks did not stop in time and were aborted");
+    }
     match tokio::time::timeout(Duration::from_secs(5), raft.shutdown()).await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => tracing::warn!(error = %err, "raft shutdown"),
         Err(_) => tracing::warn!("raft did not stop in time"),
     }
-    if let Some(reason) = fatal {
+    if let Some(error @ NodeError::RaftFatal(_)) = fatal {
         // No final flush: the disk that failed is not trusted, and Raft's log (not the
         // state database) is what a restart recovers from.
-        return Err(NodeError::RaftFatal(reason));
+        return Err(error);
     }
     let flushing = store.clone();
     tokio::task::spawn_blocking(move || flushing.flush())
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
+    if let Some(error) = fatal {
+        return Err(error);
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -268,6 +315,14 @@ async fn serve<L>(
         .await
     {
         tracing::error!(listener = name, error = %err, "listener failed");
+    }
+}
+
+/// Runs `future` until it ends or the node stops (for tasks that do not watch `stop`).
+async fn until_stopped(mut stop: watch::Receiver<bool>, future: impl Future<Output = ()>) {
+    tokio::select! {
+        () = future => {}
+        _ = stop.wait_for(|stopped| *stopped) => {}
     }
 }
 

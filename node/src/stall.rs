@@ -28,8 +28,12 @@ pub struct StallDetector {
 }
 
 impl StallDetector {
-    /// Starts the ticker thread; stalls are counted in `stalls`.
-    pub fn start(stalls: prometheus::IntCounter) -> std::io::Result<Arc<StallDetector>> {
+    /// Starts the ticker thread (holding `exit` for the supervisor); stalls are counted in
+    /// `stalls`.
+    pub fn start(
+        stalls: prometheus::IntCounter,
+        exit: crate::supervisor::ExitGuard,
+    ) -> std::io::Result<Arc<StallDetector>> {
         let detector = Arc::new(StallDetector {
             epoch: Instant::now(),
             last_tick_us: AtomicU64::new(0),
@@ -41,6 +45,7 @@ impl StallDetector {
         std::thread::Builder::new()
             .name("stall-detector".into())
             .spawn(move || {
+                let _exit = exit;
                 loop {
                     std::thread::sleep(TICK);
                     ticker.tick(Instant::now());

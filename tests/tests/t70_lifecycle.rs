@@ -1,5 +1,6 @@
 //! Node lifecycle against a real broker: it reconnects (and takes the request subscription
-//! back) when the broker goes away, and it shuts down cleanly on SIGTERM.
+//! back) when the broker goes away, it shuts down cleanly on SIGTERM, and it exits non-zero
+//! when one of its tasks dies.
 
 use std::time::Duration;
 
@@ -85,6 +86,11 @@ async fn sigterm_shuts_down_cleanly_and_keeps_acknowledged_writes() {
     assert!(
         node.log().contains("released the request subscription") || node.log().contains("stopped")
     );
+    assert!(
+        !node.log().contains("did not stop in time and were aborted"),
+        "every task stopped by itself on SIGTERM:\n{}",
+        node.log_tail(30)
+    );
 
     node.spawn();
     node.wait_ready(Duration::from_secs(30)).await;
@@ -99,4 +105,50 @@ async fn sigterm_shuts_down_cleanly_and_keeps_acknowledged_writes() {
         expected.extend_from_slice(b"\r\n");
         assert_eq!(&reply.payload[..], &expected[..], "{key}");
     }
+}
+
+/// A node whose task panics does not stay up half dead: with the failpoint
+/// `STATESTORE_FAILPOINT_PANIC=<task>` (a panic one second after the task starts) the node
+/// exits non-zero by itself, its log naming the task at ERROR; restarted without the failpoint
+/// it serves the data it had.
+#[tokio::test]
+async fn a_panicking_task_makes_the_node_exit_non_zero() {
+    let broker = Broker::start();
+    let mut node = StatestoreNode::start(&broker, NodeSpec::default());
+    node.wait_ready(Duration::from_secs(30)).await;
+    let mut client = RawClient::connect(broker.port, "task-failure-client").await;
+    let reply = client
+        .request(&resp(&[b"SET", b"kept", b"v"]))
+        .await
+        .expect("reply");
+    assert_eq!(&reply.payload[..], b"+OK\r\n");
+    for task in ["expiry", "notifier", "dispatcher"] {
+        node.kill();
+        node.set_env(vec![(
+            "STATESTORE_FAILPOINT_PANIC".to_string(),
+            task.to_string(),
+        )]);
+        node.spawn();
+        let status = node
+            .wait_exit(Duration::from_secs(30))
+            .await
+            .expect("the node exits by itself");
+        assert!(!status.success(), "{task}: exit status {status:?}");
+        let log = node.log();
+        let named = format!("task {task} panicked");
+        assert!(
+            log.lines()
+                .any(|line| line.contains("ERROR") && line.contains(&named)),
+            "{task}: no ERROR line naming the task:\n{}",
+            node.log_tail(30)
+        );
+    }
+    node.set_env(Vec::new());
+    node.spawn();
+    node.wait_ready(Duration::from_secs(30)).await;
+    let reply = client
+        .request(&resp(&[b"GET", b"kept"]))
+        .await
+        .expect("reply");
+    assert_eq!(&reply.payload[..], b"$1\r\nv\r\n");
 }

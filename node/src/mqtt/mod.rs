@@ -153,12 +153,14 @@ const PUBLISH_QUEUE: usize = 16_384;
 const COMMAND_QUEUE: usize = 64;
 
 impl MqttHandle {
-    /// Starts the session thread. Requests are forwarded to `requests`.
+    /// Starts the session thread (holding `exit` for the supervisor: it ends only after
+    /// [`MqttHandle::shutdown`]). Requests are forwarded to `requests`.
     pub fn start(
         config: SessionConfig,
         requests: Intake,
         metrics: Arc<MqttMetrics>,
         stalls: Arc<StallDetector>,
+        exit: crate::supervisor::ExitGuard,
     ) -> std::io::Result<(MqttHandle, SessionEventQueues)> {
         let (commands, command_rx) = mpsc::channel(COMMAND_QUEUE);
         let budget = OutboundBudget::new(
@@ -175,6 +177,7 @@ impl MqttHandle {
         std::thread::Builder::new()
             .name("mqtt-session".into())
             .spawn(move || {
+                let _exit = exit;
                 ntex_rt::System::new("statestore-mqtt", ntex_net::DefaultRuntime).block_on(
                     session::run(
                         config,

@@ -83,6 +83,9 @@ pub async fn watch_tls_files(
     // The system's CA certificates are read once: only given files are followed.
     let nothing_to_follow = files.ca.is_none() && files.client.is_none();
     let Some(interval) = tls.reload_interval.filter(|_| !nothing_to_follow) else {
+        // Nothing to follow: idle until the node stops (the supervisor reads an earlier end
+        // as a failure).
+        let _ = stop.wait_for(|stopped| *stopped).await;
         return;
     };
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
