@@ -19,7 +19,14 @@ while [ $# -gt 0 ]; do
 done
 
 ./scripts/prereqs.sh
-cargo build --release --locked --bin statestore
+# The binary is wherever cargo put it (CARGO_TARGET_DIR or build.target-dir, else ./target):
+# the build's own report of the executable says where.
+statestore_bin=$(cargo build --release --locked --bin statestore --message-format=json-render-diagnostics |
+  sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+if [ ! -x "$statestore_bin" ]; then
+  echo "cargo built no statestore binary (looked for its path in cargo's report)" >&2
+  exit 1
+fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 mqtt_port="${MQTT_PORT:-1883}"
@@ -57,13 +64,13 @@ if [ "$nodes" -gt 1 ]; then
 fi
 for i in $(seq 1 "$nodes"); do
   offset=$(( (i - 1) * 10 ))
-  ./target/release/statestore run --id "$i" --data-dir "$state/cluster-of-$nodes/node-$i" --broker "127.0.0.1:$mqtt_port" \
+  "$statestore_bin" run --id "$i" --data-dir "$state/cluster-of-$nodes/node-$i" --broker "127.0.0.1:$mqtt_port" \
     --http "127.0.0.1:$((7480 + offset))" --raft "127.0.0.1:$((7481 + offset))" "${peers[@]}" \
     2> >(sed -u "s/^/[node-$i] /" >&2) &
   pids+=($!)
 done
 
-echo "statestore: $nodes node(s) on MQTT broker 127.0.0.1:$mqtt_port"
+echo "statestore: $nodes node(s) on MQTT broker 127.0.0.1:$mqtt_port ($statestore_bin)"
 for i in $(seq 1 "$nodes"); do echo "  node $i: http://127.0.0.1:$((7480 + (i - 1) * 10))/metrics  /readyz  /admin/status"; done
 echo "Ctrl-C to stop."
 wait

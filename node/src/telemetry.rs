@@ -11,6 +11,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use tracing::Level;
@@ -198,8 +199,11 @@ pub fn layers(
 ) -> Result<(Layers, Option<SdkTracerProvider>), NodeError> {
     let throttle = log_throttle(true)?;
     let _ = LOG_THROTTLE.set(throttle.metrics().clone());
+    // Colour only for a person at a terminal: a file, a pipe or a container runtime's log
+    // collector gets plain text.
     let logs = fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(true)
         .with_filter(log_filter.and(ThrottledWarnings::new(throttle)));
     let mut layers: Layers = vec![logs.boxed()];

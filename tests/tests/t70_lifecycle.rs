@@ -87,6 +87,11 @@ async fn sigterm_shuts_down_cleanly_and_keeps_acknowledged_writes() {
         node.log().contains("released the request subscription") || node.log().contains("stopped")
     );
     assert!(
+        !node.log().contains('\x1b'),
+        "no colour escapes in a log written to a file:\n{}",
+        node.log_tail(5)
+    );
+    assert!(
         !node.log().contains("did not stop in time and were aborted"),
         "every task stopped by itself on SIGTERM:\n{}",
         node.log_tail(30)
