@@ -210,27 +210,26 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     {
         let service = service.clone();
         let push = push.clone();
-        supervisor.spawn(
-            Task::Dispatcher,
-            until_stopped(stop.clone(), async move {
-                while let Some(Admitted { message, admission }) = request_rx.recv().await {
-                    // Boxed: the request future is large, and tokio would otherwise copy it by
-                    // value several times on its way into the task (2 % of the leader's CPU).
-                    let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-                        if message.topic == DEVICEBOUND_REQUEST_TOPIC {
-                            Box::pin(service.clone().handle_device(message))
-                        } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
-                            Box::pin(push.clone().handle_inbound(message))
-                        } else {
-                            Box::pin(service.clone().handle(message))
-                        };
-                    tokio::spawn(async move {
-                        handled.await;
-                        drop(admission);
-                    });
-                }
-            }),
-        );
+        // Ends when the session's intake is gone (after `mqtt.shutdown`): what was admitted
+        // before is still handled, as the shutdown's grace period promises.
+        supervisor.spawn(Task::Dispatcher, async move {
+            while let Some(Admitted { message, admission }) = request_rx.recv().await {
+                // Boxed: the request future is large, and tokio would otherwise copy it by
+                // value several times on its way into the task (2 % of the leader's CPU).
+                let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                    if message.topic == DEVICEBOUND_REQUEST_TOPIC {
+                        Box::pin(service.clone().handle_device(message))
+                    } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
+                        Box::pin(push.clone().handle_inbound(message))
+                    } else {
+                        Box::pin(service.clone().handle(message))
+                    };
+                tokio::spawn(async move {
+                    handled.await;
+                    drop(admission);
+                });
+            }
+        });
     }
     tracing::info!(
         http = %config.listen.http,
