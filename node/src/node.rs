@@ -38,6 +38,9 @@ const REQUEST_QUEUE: usize = 4_096;
 /// How long shutdown waits for the node's tasks to end before aborting the rest.
 const TASKS_JOIN_DEADLINE: Duration = Duration::from_secs(2);
 
+/// How long a task's failure waits for a Raft fatal error that may have caused it.
+const RAFT_FATAL_GRACE: Duration = Duration::from_millis(500);
+
 /// Runs a node until SIGTERM or SIGINT, or until Raft or one of the node's tasks fails.
 pub async fn run(config: Config) -> Result<(), NodeError> {
     // First: unusable TLS files (or a password file) stop the node before it opens anything.
@@ -242,15 +245,20 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     );
 
     let fatal = tokio::select! {
-        () = wait_for_signal() => None,
-        reason = raft.fatal() => {
-            tracing::error!(%reason, "raft stopped on a fatal error; the node exits (non-zero) so its supervisor restarts it");
-            Some(NodeError::RaftFatal(reason))
-        }
+        biased;
+        reason = raft.fatal() => Some(raft_fatal(reason)),
         failure = supervisor.failure() => {
-            tracing::error!(%failure, "a task of the node stopped while it was running; the node exits (non-zero) so its supervisor restarts it");
-            Some(NodeError::TaskFailed(failure))
+            // A task may end because Raft stopped (the notifier's queue closes with it): then
+            // Raft's reason is the one to report, and its path (no final flush) the one to take.
+            match tokio::time::timeout(RAFT_FATAL_GRACE, raft.fatal()).await {
+                Ok(reason) => Some(raft_fatal(reason)),
+                Err(_) => {
+                    tracing::error!(%failure, "a task of the node stopped while it was running; the node exits (non-zero) so its supervisor restarts it");
+                    Some(NodeError::TaskFailed(failure))
+                }
+            }
         }
+        () = wait_for_signal() => None,
     };
     tracing::info!("shutting down: releasing the request subscription");
     let _ = stop_tx.send(true);
@@ -281,18 +289,15 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         Ok(Err(err)) => tracing::warn!(error = %err, "raft shutdown"),
         Err(_) => tracing::warn!("raft did not stop in time"),
     }
-    if let Some(error @ NodeError::RaftFatal(_)) = fatal {
-        // No final flush: the disk that failed is not trusted, and Raft's log (not the
-        // state database) is what a restart recovers from.
+    if let Some(error) = fatal {
+        // No final flush: a disk that failed is not trusted (a flush to a full one retries
+        // for ever), and Raft's log (not the state database) is what a restart recovers from.
         return Err(error);
     }
     let flushing = store.clone();
     tokio::task::spawn_blocking(move || flushing.flush())
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    if let Some(error) = fatal {
-        return Err(error);
-    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -315,6 +320,12 @@ async fn serve<L>(
     {
         tracing::error!(listener = name, error = %err, "listener failed");
     }
+}
+
+/// Logs Raft's fatal error and makes it the node's.
+fn raft_fatal(reason: String) -> NodeError {
+    tracing::error!(%reason, "raft stopped on a fatal error; the node exits (non-zero) so its supervisor restarts it");
+    NodeError::RaftFatal(reason)
 }
 
 /// Runs `future` until it ends or the node stops (for tasks that do not watch `stop`).

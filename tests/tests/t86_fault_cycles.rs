@@ -137,6 +137,13 @@ async fn inject(lab: &NetLab, cluster: &mut Cluster, fault: Fault, skews_done: &
                 fill.bytes,
                 node.log_tail(40)
             );
+            // Raft's error is the one reported (not a task that ended with it).
+            assert!(
+                node.log_tail(60).contains("raft stopped on a fatal error"),
+                "node {} exited without naming Raft's error; log:\n{}",
+                node.id,
+                node.log_tail(40)
+            );
             drop(fill);
             node.spawn();
         }
