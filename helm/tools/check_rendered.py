@@ -353,6 +353,10 @@ def secure_by_default(m, name, container, pod, configs):
         ),
         "default: [admin.tls] and admin.token_file, no allow_insecure_http",
     )
+    check(
+        all(c.get("telemetry", {}).get("log_format") == "json" for c in configs.values()),
+        "default: telemetry.log_format = json (one JSON object per log line)",
+    )
     secret = m.one("Secret", f"{name}-tls")
     check(secret.get("type") == "kubernetes.io/tls" and set(secret["data"]) == {"ca.crt", "tls.crt", "tls.key"}, f"generated Secret {name}-tls: ca.crt, tls.crt, tls.key")
     volumes = {v["name"]: v for v in pod["volumes"]}

@@ -146,6 +146,9 @@ pub struct RunArgs {
     /// Log filter, e.g. `info` or `statestore_node=debug`.
     #[arg(long, value_name = "FILTER")]
     pub log: Option<String>,
+    /// Log lines as text (default) or one JSON object per line.
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<crate::config::LogFormat>,
     /// OTLP/gRPC endpoint for traces, e.g. http://127.0.0.1:4317.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
@@ -517,6 +520,7 @@ impl RunArgs {
             self.cache_capacity_mb,
         );
         set(&mut config.telemetry.log, self.log);
+        set(&mut config.telemetry.log_format, self.log_format);
         set(
             &mut config.telemetry.trace_sample_ratio,
             self.trace_sample_ratio,

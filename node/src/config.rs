@@ -367,6 +367,20 @@ pub struct TelemetryConfig {
     /// Fraction of requests traced when an endpoint is set (0.0–1.0). A request whose
     /// `traceparent` is sampled is always traced, one whose `traceparent` is not never is.
     pub trace_sample_ratio: f64,
+    /// How log lines are written.
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line of text per event (coloured only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, target, fields, the current span and its
+    /// parents), for log pipelines such as Loki or Elasticsearch.
+    Json,
 }
 
 /// Device-bound message queues (devicebound.md §5). Every setting has a range
@@ -635,6 +649,7 @@ impl Default for TelemetryConfig {
             log: "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
             otlp_endpoint: None,
             trace_sample_ratio: 0.01,
+            log_format: LogFormat::Text,
         }
     }
 }

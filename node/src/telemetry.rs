@@ -23,7 +23,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 use tracing_throttle::{Policy, TracingRateLimitLayer};
 
-use crate::config::TelemetryConfig;
+use crate::config::{LogFormat, TelemetryConfig};
 use crate::error::NodeError;
 
 /// The counters of the process's log throttle, once [`init`] installed it.
@@ -199,14 +199,26 @@ pub fn layers(
 ) -> Result<(Layers, Option<SdkTracerProvider>), NodeError> {
     let throttle = log_throttle(true)?;
     let _ = LOG_THROTTLE.set(throttle.metrics().clone());
-    // Colour only for a person at a terminal: a file, a pipe or a container runtime's log
-    // collector gets plain text.
-    let logs = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(true)
-        .with_filter(log_filter.and(ThrottledWarnings::new(throttle)));
-    let mut layers: Layers = vec![logs.boxed()];
+    let filter = log_filter.and(ThrottledWarnings::new(throttle));
+    let logs = match config.log_format {
+        // Colour only for a person at a terminal: a file, a pipe or a container runtime's log
+        // collector gets plain text.
+        LogFormat::Text => fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_target(true)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_target(true)
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let mut layers: Layers = vec![logs];
 
     let Some(endpoint) = config.otlp_endpoint.clone() else {
         return Ok((layers, None));

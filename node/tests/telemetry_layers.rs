@@ -76,6 +76,7 @@ async fn spans_exist_only_where_a_layer_wants_them() {
         // Nothing listens there; with a sample ratio of 0 nothing is exported either.
         otlp_endpoint: Some("http://127.0.0.1:9".to_owned()),
         trace_sample_ratio: 0.0,
+        ..TelemetryConfig::default()
     };
     assert_eq!(
         created_spans(&traces),

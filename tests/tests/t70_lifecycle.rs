@@ -157,3 +157,46 @@ async fn a_panicking_task_makes_the_node_exit_non_zero() {
         .expect("reply");
     assert_eq!(&reply.payload[..], b"$1\r\nv\r\n");
 }
+
+/// `--log-format json`: every line the node writes is one JSON object with a timestamp, a
+/// level, a target and the event's fields, so a log pipeline can read it.
+#[tokio::test]
+async fn json_logs_are_one_object_per_line() {
+    let broker = Broker::start();
+    let mut node = StatestoreNode::start(
+        &broker,
+        NodeSpec {
+            extra_args: vec!["--log-format".into(), "json".into()],
+            ..NodeSpec::default()
+        },
+    );
+    node.wait_ready(Duration::from_secs(30)).await;
+    let mut client = RawClient::connect(broker.port, "json-log-client").await;
+    let reply = client
+        .request(&resp(&[b"SET", b"k", b"v"]))
+        .await
+        .expect("reply");
+    assert_eq!(&reply.payload[..], b"+OK\r\n");
+    let status = node
+        .terminate(Duration::from_secs(15))
+        .expect("exits within the grace period");
+    assert!(status.success(), "exit status {status:?}");
+    let log = node.log();
+    let mut messages = Vec::new();
+    for line in log.lines().filter(|line| !line.is_empty()) {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("not a JSON object ({err}): {line}"));
+        for field in ["timestamp", "level", "target", "fields"] {
+            assert!(event.get(field).is_some(), "no {field:?} in {line}");
+        }
+        if let Some(message) = event["fields"]["message"].as_str() {
+            messages.push(message.to_owned());
+        }
+    }
+    for expected in ["statestore node started", "stopped"] {
+        assert!(
+            messages.iter().any(|message| message == expected),
+            "no {expected:?} event among {messages:?}"
+        );
+    }
+}

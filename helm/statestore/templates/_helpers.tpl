@@ -225,6 +225,12 @@ tolerations:
 {{- if $admin -}}
 {{- $_ := set $cfg "admin" $admin -}}
 {{- end -}}
+{{- /* JSON log lines for the cluster's log pipeline, unless config.telemetry says otherwise. */ -}}
+{{- $telemetry := get $cfg "telemetry" | default dict -}}
+{{- if not (hasKey $telemetry "log_format") -}}
+{{- $_ := set $telemetry "log_format" "json" -}}
+{{- end -}}
+{{- $_ := set $cfg "telemetry" $telemetry -}}
 # Node {{ add $i 1 }}, pod {{ include "statestore.fullname" $root }}-{{ $i }}: written by the statestore chart.
 {{- if lt $i (int $root.Values.cluster.bootstrapReplicas) }}
 # One of the {{ $root.Values.cluster.bootstrapReplicas }} members that bootstrap the cluster (the same peers on each).
