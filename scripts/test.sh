@@ -10,16 +10,21 @@ promtool check rules dashboards/alerts.yaml >/dev/null
 promtool test rules dashboards/alerts_test.yaml
 # Grafana dashboards: JSON Schema from @grafana/schema (npm tools cached outside the repo).
 ./scripts/check-dashboards.sh
-# The black-box tests start the real binary: build it first (same profile as the tests).
-cargo build --locked --bin statestore
+# The black-box tests start the real binary: build it first (same profile as the tests). It is
+# wherever cargo puts it (CARGO_TARGET_DIR, build.target-dir, else ./target): cargo's own
+# report of the executable says where.
+statestore_bin=$(cargo build --locked --bin statestore --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$statestore_bin" ] || { echo "cargo built no statestore binary" >&2; exit 1; }
 # The Helm chart: lint, schema and manifest checks, then a rehearsal of its StatefulSet with
 # this binary and Mosquitto (tools pinned, cached in ~/.cache/statestore-helm).
-STATESTORE_BIN="${CARGO_TARGET_DIR:-target}/debug/statestore" ./scripts/check-helm.sh
+STATESTORE_BIN="$statestore_bin" ./scripts/check-helm.sh
 cargo test --locked --workspace "$@"
 # The newest official SDK (1.5.0-beta1: SCAN) in its own crate and lock file (Cargo allows one
-# 1.x version of a crate per build graph); it runs the same binary.
+# 1.x version of a crate per build graph); it runs the same binary, and builds into the same
+# target directory.
 if [ "$#" -eq 0 ]; then
-    target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
-    CARGO_TARGET_DIR="$target_dir" STATESTORE_BIN="$target_dir/debug/statestore" \
+    target_dir=$(dirname "$(dirname "$statestore_bin")")
+    CARGO_TARGET_DIR="$target_dir" STATESTORE_BIN="$statestore_bin" \
         cargo test --locked --manifest-path tests/sdk-next/Cargo.toml
 fi
