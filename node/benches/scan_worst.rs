@@ -16,10 +16,10 @@
 
 use std::time::{Duration, Instant};
 
-use statestore_node::protocol::glob::{
+use statestore_protocol::glob::{
     Glob, GlobError, MAX_CLASS_RANGES, MAX_PATTERN_ELEMENTS, MAX_PATTERN_RANGES,
 };
-use statestore_node::protocol::scan::{PageEnd, PageLimits, StoredKey, page_until};
+use statestore_protocol::scan::{PageEnd, PageLimits, StoredKey, page_until};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
     Carry, Keyspace, Mutation, Overlay, Proposal, SetCondition, read,
@@ -162,7 +162,7 @@ fn patterns() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "64 KiB of unclosed [",
-            vec![b'['; statestore_node::protocol::ProtocolLimits::DEFAULT_MAX_KEY_BYTES],
+            vec![b'['; statestore_protocol::ProtocolLimits::DEFAULT_MAX_KEY_BYTES],
         ),
         (
             "unclosed [ between stars: (*[)x512",
@@ -305,7 +305,7 @@ fn main() {
     }
 
     // One key at the key limit: the most one key can cost (a page finishes the key it is at).
-    let limit = statestore_node::protocol::ProtocolLimits::DEFAULT_MAX_KEY_BYTES;
+    let limit = statestore_protocol::ProtocolLimits::DEFAULT_MAX_KEY_BYTES;
     let long_key = vec![b'a'; limit];
     let four = "[a\u{100}\u{102}\u{104}]";
     let singles: Vec<(&str, Vec<u8>)> = vec![

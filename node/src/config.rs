@@ -15,13 +15,13 @@ use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::Limits;
 
-use crate::devicebound::DeviceboundLimits;
 use crate::error::NodeError;
 use crate::mqtt::{BrokerAddress, BrokerTls, SessionConfig};
-use crate::protocol::ProtocolLimits;
 use crate::service::ServiceConfig;
 use crate::service::leader::LeaderTiming;
 use crate::tls::{ClientIdentity, Reloading, TlsFiles};
+use statestore_protocol::ProtocolLimits;
+use statestore_protocol::devicebound::DeviceboundLimits;
 
 /// Everything a node needs to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -440,7 +440,7 @@ impl Default for DeviceboundConfig {
 /// One minute, the shortest default TTL (devicebound.md §1, §4).
 const MIN_TTL_MS: u64 = 60_000;
 /// Two days, the longest TTL (devicebound.md §1, §4).
-const MAX_TTL_MS: u64 = crate::devicebound::request::MAX_TTL_MS;
+const MAX_TTL_MS: u64 = statestore_protocol::devicebound::request::MAX_TTL_MS;
 
 impl DeviceboundConfig {
     /// THE range table of devicebound.md §5: every setting's name, value and
@@ -999,7 +999,7 @@ impl Config {
             node_client_id: self.mqtt_client_id(),
             request_timeout: Duration::from_millis(self.limits.request_timeout_ms),
             devicebound: self.devicebound_limits(),
-            scan_page: crate::protocol::scan::PageLimits::default(),
+            scan_page: statestore_protocol::scan::PageLimits::default(),
             reply_topics: crate::service::reply_topic::ReplyTopics::new(
                 self.mqtt.reply_topic_prefixes.iter().cloned(),
             ),

@@ -9,8 +9,8 @@ use prometheus::{
 };
 use statestore_storage::devicebound::{DEPTH_CLASSES, DeviceCounters, DeviceIndex};
 
-use crate::devicebound::{DeviceTopicError, DeviceVerb};
-use crate::protocol::ErrorReply;
+use statestore_protocol::ErrorReply;
+use statestore_protocol::devicebound::{DeviceTopicError, DeviceVerb};
 
 /// `result` labels of a device-bound request besides the error labels.
 const RESULTS: [&str; 7] = [

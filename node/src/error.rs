@@ -1,5 +1,5 @@
 //! The node crate's one error type (startup and shutdown failures; request-level errors are
-//! wire replies, see [`crate::protocol::ErrorReply`]).
+//! wire replies, see [`statestore_protocol::ErrorReply`]).
 
 /// Why the node could not start or run.
 #[derive(Debug, thiserror::Error)]

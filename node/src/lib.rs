@@ -1,11 +1,10 @@
-//! The statestore node: RESP3 protocol, request service, MQTT 5 session, CLI, metrics.
+//! The statestore node: request service, MQTT 5 session, CLI, metrics.
 //!
 //! Data flow: [`mqtt`] receives a request → [`service`] checks the envelope, parses it with
-//! [`protocol`], reads linearizably or proposes a typed mutation through
+//! `statestore_protocol` (the wire formats, their own crate), reads linearizably or proposes a typed mutation through
 //! `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
 //! assembles the pieces; [`cli`] and [`config`] describe them; [`http`] and [`metrics`] make
-//! them observable. [`devicebound`] holds the pure codecs of the device-bound message queues
-//! (IoT Hub cloud-to-device semantics).
+//! them observable.
 
 pub mod admin;
 pub mod admission;
@@ -13,7 +12,6 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod device_metrics;
-pub mod devicebound;
 pub mod error;
 pub mod http;
 pub mod https;
@@ -22,7 +20,6 @@ pub mod metrics;
 pub mod mqtt;
 pub mod node;
 pub mod outbound;
-pub mod protocol;
 pub mod service;
 pub mod stall;
 pub mod supervisor;

@@ -9,8 +9,8 @@ use prometheus::{
 
 use statestore_storage::keyspace::KeyspaceMeta;
 
-use crate::protocol::{CommandVerb, ErrorReply};
 use crate::transport::OutboundKind;
+use statestore_protocol::{CommandVerb, ErrorReply};
 
 macro_rules! metric {
     ($e:expr) => {
@@ -145,7 +145,7 @@ impl ServiceMetrics {
             ),
             &["end"]
         ));
-        for end in crate::protocol::scan::PageEnd::ALL {
+        for end in statestore_protocol::scan::PageEnd::ALL {
             scan_pages_total.with_label_values(&[end.label()]);
         }
         ServiceMetrics {

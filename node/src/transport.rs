@@ -12,7 +12,7 @@ use crate::outbound::{Charge, Lane};
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
 
 /// The request topic of the device-bound service (devicebound.md §2).
-pub const DEVICEBOUND_REQUEST_TOPIC: &str = crate::devicebound::REQUEST_TOPIC;
+pub const DEVICEBOUND_REQUEST_TOPIC: &str = statestore_protocol::devicebound::REQUEST_TOPIC;
 
 /// Prefix of every device topic (devicebound.md §3).
 pub const DEVICE_TOPIC_PREFIX: &str = "devices/";

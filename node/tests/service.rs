@@ -21,14 +21,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
-use statestore_node::protocol::scan::PageLimits;
-use statestore_node::protocol::{ProtocolLimits, resp3};
 use statestore_node::service::device_push::DevicePush;
 use statestore_node::service::{Service, ServiceConfig};
 use statestore_node::transport::{
     DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer,
     REQUEST_TOPIC,
 };
+use statestore_protocol::scan::PageLimits;
+use statestore_protocol::{ProtocolLimits, resp3};
 use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
 use statestore_storage::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
 use statestore_storage::sled::{Store, StoreConfig};

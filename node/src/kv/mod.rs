@@ -6,7 +6,6 @@
 //! connection failure, an error reply or no reply. Values go to stdout raw (`--hex`: hex).
 
 pub mod session;
-pub mod wire;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +17,7 @@ use crate::error::NodeError;
 use crate::tls::{ClientIdentity, TlsFiles};
 use crate::transport::NOTIFY_TOPIC_PREFIX;
 use session::{Session, Target};
+use statestore_protocol::client as wire;
 use wire::{Notification, Reply};
 
 /// Exit status: success.

@@ -5,7 +5,7 @@ use statestore_storage::devicebound::{DeviceRejection, DeviceResult};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{Outcome, Rejection};
 
-use crate::protocol::{ErrorReply, Reply};
+use statestore_protocol::{ErrorReply, Reply};
 
 /// A reply and the version to send as `__ts` with it.
 #[derive(Debug, Clone, PartialEq, Eq)]

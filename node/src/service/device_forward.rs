@@ -45,12 +45,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::devicebound::DeviceTopic;
 use crate::mqtt::SessionState;
 use crate::service::device_push::DevicePush;
 use crate::transport::{
     InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer, PubackWaiter,
 };
+use statestore_protocol::devicebound::DeviceTopic;
 
 /// The user property a forwarded publish carries: the forwarding node's client id.
 pub const FORWARD_MARK: &str = "__fwd";

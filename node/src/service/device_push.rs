@@ -24,15 +24,15 @@ use statestore_storage::keyspace::Outcome;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::devicebound::{
-    Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
-    message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
-};
 use crate::mqtt::{SessionEvent, SessionState};
 use crate::service::envelope::{self, Envelope};
 use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{Service, Unavailable};
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
+use statestore_protocol::devicebound::{
+    Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
+    message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
+};
 
 /// First backoff of an offline device.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);

@@ -17,13 +17,13 @@ use statestore_storage::devicebound::{
 use statestore_storage::keyspace::Outcome;
 use tokio::sync::watch;
 
-use crate::devicebound::{
-    FEEDBACK_CONTENT_TYPE, FEEDBACK_TOPIC, FeedbackRecord, FeedbackStatus, encode_feedback_batch,
-    feedback_user_properties, message_expiry_interval_secs,
-};
 use crate::service::device_push::DevicePush;
 use crate::service::{Service, Unavailable};
 use crate::transport::{OutboundKind, OutboundMessage, Outbox};
+use statestore_protocol::devicebound::{
+    FEEDBACK_CONTENT_TYPE, FEEDBACK_TOPIC, FeedbackRecord, FeedbackStatus, encode_feedback_batch,
+    feedback_user_properties, message_expiry_interval_secs,
+};
 
 /// Work one sweep entry may do.
 const BATCH: u32 = 256;

@@ -12,17 +12,17 @@ use statestore_storage::keyspace::{Mutation, Outcome, read};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::devicebound::{
-    self as codec, AckMode, DeadLetterEntry, DeviceRequest, Expiry, FeedbackSettlement, QueueStats,
-    SendRequest, application_properties, check_delivery_fits, encode_dead_letters,
-    encode_queue_stats, parse_device_request, sniff_device_verb,
-};
-use crate::protocol::{ErrorReply, Reply};
 use crate::service::envelope::{self, Envelope};
 use crate::service::reply_room::ReplyRoom;
 use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
 use crate::transport::{InboundMessage, Outbox};
+use statestore_protocol::devicebound::{
+    self as codec, AckMode, DeadLetterEntry, DeviceRequest, Expiry, FeedbackSettlement, QueueStats,
+    SendRequest, application_properties, check_delivery_fits, encode_dead_letters,
+    encode_queue_stats, parse_device_request, sniff_device_verb,
+};
+use statestore_protocol::{ErrorReply, Reply};
 
 /// A device-bound reply payload and its `result` label.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,11 +36,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::metrics::NodeMetrics;
-use crate::protocol::{self, Command, ErrorReply, ProtocolLimits, Reply};
 use crate::transport::{InboundMessage, Outbox};
 use answer::Answer;
 use envelope::Envelope;
 use reply_room::ReplyRoom;
+use statestore_protocol::{Command, ErrorReply, ProtocolLimits, Reply};
 
 /// Longest client id accepted for KEYNOTIFY registrations.
 pub const MAX_CLIENT_ID_BYTES: usize = 1024;
@@ -65,9 +65,9 @@ pub struct ServiceConfig {
     /// request gets no reply and the client's retry finds the remembered reply, if any.
     pub request_timeout: Duration,
     /// Door limits of the device-bound service.
-    pub devicebound: crate::devicebound::DeviceboundLimits,
+    pub devicebound: statestore_protocol::devicebound::DeviceboundLimits,
     /// What one SCAN page may cost.
-    pub scan_page: protocol::scan::PageLimits,
+    pub scan_page: statestore_protocol::scan::PageLimits,
     /// Where replies may be published (§1, devicebound.md §3).
     pub reply_topics: reply_topic::ReplyTopics,
 }
@@ -268,11 +268,12 @@ impl<O: Outbox> Service<O> {
             return;
         };
 
-        let parsed = tracing::debug_span!("validate")
-            .in_scope(|| protocol::parse_command(&message.payload, &self.config.protocol));
+        let parsed = tracing::debug_span!("validate").in_scope(|| {
+            statestore_protocol::parse_command(&message.payload, &self.config.protocol)
+        });
         let verb = match &parsed {
             Ok(command) => command.verb(),
-            Err(_) => protocol::sniff_verb(&message.payload),
+            Err(_) => statestore_protocol::sniff_verb(&message.payload),
         };
         let span = tracing::Span::current();
         span.record("command", verb.label());
@@ -427,9 +428,9 @@ impl<O: Outbox> Service<O> {
                 key: key.to_vec(),
                 value: value.to_vec(),
                 condition: match condition {
-                    protocol::SetCondition::Always => keyspace::SetCondition::Always,
-                    protocol::SetCondition::IfAbsent => keyspace::SetCondition::IfAbsent,
-                    protocol::SetCondition::IfAbsentOrEqual => {
+                    statestore_protocol::SetCondition::Always => keyspace::SetCondition::Always,
+                    statestore_protocol::SetCondition::IfAbsent => keyspace::SetCondition::IfAbsent,
+                    statestore_protocol::SetCondition::IfAbsentOrEqual => {
                         keyspace::SetCondition::IfAbsentOrEqual
                     }
                 },
@@ -561,7 +562,7 @@ impl<O: Outbox> Service<O> {
     }
 
     /// SCAN: one page of the live keys matching `pattern` after `after`, read linearizably like
-    /// GET; the page's work is bounded by [`protocol::scan::PageLimits`], its time by their
+    /// GET; the page's work is bounded by [`statestore_protocol::scan::PageLimits`], its time by their
     /// `max_duration`. The page is built off the runtime, on the blocking pool, in one of
     /// [`SCAN_SLOTS`] slots; a SCAN without a free slot waits for one (its request deadline
     /// still applies). The slot is held until the page is built, also when the request gave up
@@ -569,7 +570,7 @@ impl<O: Outbox> Service<O> {
     #[tracing::instrument(level = "debug", name = "read", skip_all)]
     async fn scan(
         &self,
-        pattern: protocol::glob::Glob,
+        pattern: statestore_protocol::glob::Glob,
         after: Option<&[u8]>,
     ) -> Result<Answer, Unavailable> {
         let slot = {
@@ -593,13 +594,15 @@ impl<O: Outbox> Service<O> {
             let started = Instant::now();
             let deadline = started + limits.max_duration;
             let stored = read::keys_after(&view, after.as_deref(), time).map(|entry| {
-                entry.map(|(key, live, stored_bytes)| protocol::scan::StoredKey {
-                    key,
-                    live,
-                    stored_bytes,
-                })
+                entry.map(
+                    |(key, live, stored_bytes)| statestore_protocol::scan::StoredKey {
+                        key,
+                        live,
+                        stored_bytes,
+                    },
+                )
             });
-            let built = protocol::scan::page_until(&pattern, stored, &limits, || {
+            let built = statestore_protocol::scan::page_until(&pattern, stored, &limits, || {
                 Instant::now() >= deadline
             });
             service
@@ -741,7 +744,7 @@ enum Prepared<'a> {
     Read { key: &'a [u8] },
     /// A linearizable SCAN page.
     Scan {
-        pattern: protocol::glob::Glob,
+        pattern: statestore_protocol::glob::Glob,
         after: Option<&'a [u8]>,
     },
     /// A typed mutation to propose, with the request's `__ts`.

@@ -34,11 +34,11 @@ use tracing::Instrument;
 
 use crate::metrics::NodeMetrics;
 use crate::mqtt::SessionEvent;
-use crate::protocol::{NOTIFY_DELETE_PAYLOAD, notify_set_payload};
 use crate::service::Service;
 use crate::service::envelope::{CONTENT_TYPE, PROTOCOL_VERSION};
 use crate::service::notify_queue::{EventQueueReceiver, EventQueueSender};
 use crate::transport::{NOTIFY_TOPIC_PREFIX, OutboundKind, OutboundMessage, Outbox};
+use statestore_protocol::{NOTIFY_DELETE_PAYLOAD, notify_set_payload};
 
 /// Registrations the notifier reads at a time.
 pub const OBSERVERS_PAGE: usize = 256;

@@ -7,9 +7,9 @@
 //! exists until the broker acknowledges it.
 
 use crate::outbound::{self, Charge, Lane, PROPERTY_OVERHEAD_BYTES};
-use crate::protocol::Reply;
 use crate::service::envelope::{self, Envelope};
 use crate::transport::Outbox;
+use statestore_protocol::Reply;
 
 /// Slack added to a payload estimate (a RESP3 bulk string's `$<len>\r\n` and `\r\n`).
 const PAYLOAD_FRAMING_BYTES: usize = 32;
@@ -138,7 +138,7 @@ mod tests {
                 Some("001795315360516:00042:a-long-node-name".to_owned()),
             ),
         ] {
-            let payload = crate::protocol::Reply::Bulk(value.clone()).encode();
+            let payload = statestore_protocol::Reply::Bulk(value.clone()).encode();
             let reply: OutboundMessage = envelope::reply(
                 &envelope,
                 payload,
@@ -160,7 +160,7 @@ mod tests {
     /// The estimate is never below the encoding (array headers included).
     #[test]
     fn payload_estimates_cover_the_encoding() {
-        use crate::protocol::scan::Page;
+        use statestore_protocol::scan::Page;
         let key = |n: usize| vec![b'k'; n];
         let replies = [
             Reply::Ok,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use bytes::Bytes;
 
 use super::*;
-use crate::devicebound::parse_device_topic;
+use statestore_protocol::devicebound::parse_device_topic;
 
 const SETTLE: &str = "devices/dev-1/messages/settle/complete/m8000000000000000abcdef";
 const RECEIVE: &str = "devices/dev-1/messages/receive";

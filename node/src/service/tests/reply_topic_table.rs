@@ -192,7 +192,7 @@ fn the_store_topics_cover_every_topic_the_store_serves_or_publishes() {
         REQUEST_TOPIC,
         DEVICEBOUND_REQUEST_TOPIC,
         PROBE_TOPIC,
-        crate::devicebound::FEEDBACK_TOPIC,
+        statestore_protocol::devicebound::FEEDBACK_TOPIC,
     ] {
         assert!(is_store_topic(topic), "{topic}");
     }
