@@ -8,8 +8,9 @@
 pub mod codec;
 pub mod devicebound;
 pub mod error;
-pub mod hlc;
 pub mod keyspace;
 pub mod sled;
 
 pub use error::{Result, StorageError};
+/// The hybrid logical clock, from [`statestore_vocab::hlc`] (re-exported where it always was).
+pub use statestore_vocab::hlc;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::devicebound::settings::DeviceboundSettings;
+pub use statestore_vocab::devicebound::{Expiry, FeedbackSettlement};
 
 /// A change to the device-bound state, inside [`crate::keyspace::Mutation::Device`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,17 +232,6 @@ impl Ack {
     }
 }
 
-/// When a SENT message expires. Whatever is asked, at most two days after enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Expiry {
-    /// `TTL ms`: this long after the entry's time.
-    Ttl(u64),
-    /// `EXPIRES unix-ms`: at this instant.
-    At(u64),
-    /// `default_ttl_ms` after the entry's time.
-    Default,
-}
-
 /// A device's settlement of a delivered message (spec §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Settlement {
@@ -251,13 +241,4 @@ pub enum Settlement {
     Abandon,
     /// Dead-lettered (`Rejected`).
     Reject,
-}
-
-/// The service's settlement of a feedback batch (spec §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FeedbackSettlement {
-    /// Removed.
-    Complete,
-    /// Enqueued again, its delivery count kept.
-    Abandon,
 }

@@ -13,6 +13,7 @@ use crate::devicebound::record::{
 use crate::error::{Result, StorageError};
 use crate::keyspace::OrderedRead;
 use crate::keyspace::layout::prefix_end;
+pub use statestore_vocab::devicebound::QueueStats;
 
 /// The store-wide device-bound record (defaults on an empty store).
 pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<DeviceboundMeta> {
@@ -30,27 +31,6 @@ pub fn device_state(
     view.get_ref(&layout::device_key(device))?
         .map(|bytes| codec::decode("device row", &bytes))
         .transpose()
-}
-
-/// The QUEUE reply (spec §2).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Messages Enqueued.
-    pub enqueued: u32,
-    /// Messages Invisible.
-    pub invisible: u32,
-    /// Dead letters kept.
-    pub dead_lettered: u32,
-    /// Earliest enqueued time of an Enqueued message, if any.
-    pub oldest_enqueued_ms: Option<u64>,
-}
-
-impl QueueStats {
-    /// The fourth QUEUE element: the oldest enqueued time, or -1.
-    pub fn oldest_enqueued_or_minus_one(&self) -> i64 {
-        self.oldest_enqueued_ms
-            .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX))
-    }
 }
 
 /// DEADLETTERS: up to `count` dead letters of `device`, oldest first.

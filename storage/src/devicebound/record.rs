@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::devicebound::command::Ack;
 use crate::devicebound::settings::DeviceboundSettings;
+pub use statestore_vocab::devicebound::{DeadLetterReason, FeedbackStatus};
 
 /// A message as the sender made it, plus the times apply gave it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,37 +92,6 @@ impl DeviceState {
 /// First tail sequence number of a device queue.
 pub const FIRST_TAIL_SEQ: u64 = 1 << 63;
 
-/// Why a message was dead-lettered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DeadLetterReason {
-    /// Its expiry passed.
-    Expired,
-    /// A delivery would have exceeded `max_delivery_count`.
-    DeliveryCountExceeded,
-    /// The device rejected it.
-    Rejected,
-}
-
-impl DeadLetterReason {
-    /// Wire text (DEADLETTERS reply).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeadLetterReason::Expired => "Expired",
-            DeadLetterReason::DeliveryCountExceeded => "DeliveryCountExceeded",
-            DeadLetterReason::Rejected => "Rejected",
-        }
-    }
-
-    /// The feedback status it reports.
-    pub fn feedback_status(self) -> FeedbackStatus {
-        match self {
-            DeadLetterReason::Expired => FeedbackStatus::Expired,
-            DeadLetterReason::DeliveryCountExceeded => FeedbackStatus::DeliveryCountExceeded,
-            DeadLetterReason::Rejected => FeedbackStatus::Rejected,
-        }
-    }
-}
-
 /// A dead-lettered message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadLetter {
@@ -133,34 +103,6 @@ pub struct DeadLetter {
     pub reason: DeadLetterReason,
     /// When (the entry's time).
     pub time_ms: u64,
-}
-
-/// Feedback status codes (spec §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FeedbackStatus {
-    /// Completed.
-    Success,
-    /// Expired.
-    Expired,
-    /// Dead-lettered at the delivery-count limit.
-    DeliveryCountExceeded,
-    /// Rejected by the device.
-    Rejected,
-    /// Purged.
-    Purged,
-}
-
-impl FeedbackStatus {
-    /// The `statusCode` (and `description`) text.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FeedbackStatus::Success => "Success",
-            FeedbackStatus::Expired => "Expired",
-            FeedbackStatus::DeliveryCountExceeded => "DeliveryCountExceeded",
-            FeedbackStatus::Rejected => "Rejected",
-            FeedbackStatus::Purged => "Purged",
-        }
-    }
 }
 
 /// One feedback record (spec §4).

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::devicebound::{DeviceCommand, TokenSeed};
 use crate::hlc::Hlc;
+pub use statestore_vocab::keyspace::SetCondition;
 
 /// One log entry's payload.
 ///
@@ -46,17 +47,6 @@ pub struct RequestId {
     /// computed at the door). A remembered reply answers only a request with the same digest:
     /// another request that claims the same client and correlation data is executed as new.
     pub digest: u128,
-}
-
-/// The SET condition (protocol §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum SetCondition {
-    /// Plain SET.
-    Always,
-    /// `NX`: only if the key does not exist.
-    IfAbsent,
-    /// `NEX`: only if the key does not exist or already holds this value.
-    IfAbsentOrEqual,
 }
 
 /// A typed change to the replicated state.

@@ -1,0 +1,106 @@
+//! Words of the device-bound queues (`shared/spec/devicebound.md`) shared by the node, which
+//! parses requests and writes replies, and the storage layer, which applies and stores them.
+//! [`Expiry`], [`FeedbackSettlement`], [`DeadLetterReason`] and [`FeedbackStatus`] are part of
+//! the replicated encoding (commands in the log, dead letters and feedback records on disk).
+
+use serde::{Deserialize, Serialize};
+
+/// When a SENT message expires. Whatever is asked, at most two days after enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Expiry {
+    /// `TTL ms`: this long after the entry's time.
+    Ttl(u64),
+    /// `EXPIRES unix-ms`: at this instant.
+    At(u64),
+    /// `default_ttl_ms` after the entry's time.
+    Default,
+}
+
+/// The service's settlement of a feedback batch (spec §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FeedbackSettlement {
+    /// Removed.
+    Complete,
+    /// Enqueued again, its delivery count kept.
+    Abandon,
+}
+
+/// Why a message was dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeadLetterReason {
+    /// Its expiry passed.
+    Expired,
+    /// A delivery would have exceeded `max_delivery_count`.
+    DeliveryCountExceeded,
+    /// The device rejected it.
+    Rejected,
+}
+
+impl DeadLetterReason {
+    /// Wire text (DEADLETTERS reply).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::Expired => "Expired",
+            DeadLetterReason::DeliveryCountExceeded => "DeliveryCountExceeded",
+            DeadLetterReason::Rejected => "Rejected",
+        }
+    }
+
+    /// The feedback status it reports.
+    pub fn feedback_status(self) -> FeedbackStatus {
+        match self {
+            DeadLetterReason::Expired => FeedbackStatus::Expired,
+            DeadLetterReason::DeliveryCountExceeded => FeedbackStatus::DeliveryCountExceeded,
+            DeadLetterReason::Rejected => FeedbackStatus::Rejected,
+        }
+    }
+}
+
+/// Feedback status codes (spec §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FeedbackStatus {
+    /// Completed.
+    Success,
+    /// Expired.
+    Expired,
+    /// Dead-lettered at the delivery-count limit.
+    DeliveryCountExceeded,
+    /// Rejected by the device.
+    Rejected,
+    /// Purged.
+    Purged,
+}
+
+impl FeedbackStatus {
+    /// The `statusCode` (and `description`) text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeedbackStatus::Success => "Success",
+            FeedbackStatus::Expired => "Expired",
+            FeedbackStatus::DeliveryCountExceeded => "DeliveryCountExceeded",
+            FeedbackStatus::Rejected => "Rejected",
+            FeedbackStatus::Purged => "Purged",
+        }
+    }
+}
+
+/// The QUEUE reply (spec §2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Messages Enqueued.
+    pub enqueued: u32,
+    /// Messages Invisible.
+    pub invisible: u32,
+    /// Dead letters kept.
+    pub dead_lettered: u32,
+    /// Earliest enqueued time of an Enqueued message, if any.
+    pub oldest_enqueued_ms: Option<u64>,
+}
+
+impl QueueStats {
+    /// The fourth QUEUE element: the oldest enqueued time, or -1.
+    pub fn oldest_enqueued_or_minus_one(&self) -> i64 {
+        self.oldest_enqueued_ms
+            .map_or(-1, |ms| i64::try_from(ms).unwrap_or(i64::MAX))
+    }
+}
