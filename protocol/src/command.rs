@@ -8,17 +8,7 @@ use super::resp3::{parse_decimal, parse_request, sniff_first_element};
 use super::scan::resume_after;
 use super::{ProtocolError, ProtocolLimits};
 
-/// The condition of a SET (spec §2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetCondition {
-    /// Plain SET: always write.
-    Always,
-    /// `NX`: write only if the key does not exist.
-    IfAbsent,
-    /// `NEX`: write only if the key does not exist or its current value equals
-    /// this SET's value (bare option; used to renew a lease).
-    IfAbsentOrEqual,
-}
+pub use statestore_vocab::keyspace::SetCondition;
 
 /// One parsed request (spec §2). Keys and values borrow from the payload.
 #[derive(Debug, Clone, PartialEq, Eq)]

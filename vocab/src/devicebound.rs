@@ -25,6 +25,16 @@ pub enum FeedbackSettlement {
     Abandon,
 }
 
+impl FeedbackSettlement {
+    /// The wire keyword, `COMPLETE` or `ABANDON` (`FEEDBACK COMPLETE token`).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            FeedbackSettlement::Complete => "COMPLETE",
+            FeedbackSettlement::Abandon => "ABANDON",
+        }
+    }
+}
+
 /// Why a message was dead-lettered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeadLetterReason {
@@ -37,6 +47,13 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
+    /// Every reason.
+    pub const ALL: [DeadLetterReason; 3] = [
+        DeadLetterReason::Expired,
+        DeadLetterReason::DeliveryCountExceeded,
+        DeadLetterReason::Rejected,
+    ];
+
     /// Wire text (DEADLETTERS reply).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -72,6 +89,15 @@ pub enum FeedbackStatus {
 }
 
 impl FeedbackStatus {
+    /// Every status.
+    pub const ALL: [FeedbackStatus; 5] = [
+        FeedbackStatus::Success,
+        FeedbackStatus::Expired,
+        FeedbackStatus::DeliveryCountExceeded,
+        FeedbackStatus::Rejected,
+        FeedbackStatus::Purged,
+    ];
+
     /// The `statusCode` (and `description`) text.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_storage::devicebound::{
-    self as store, DeviceCommand, DeviceResult, FeedbackDelivery, read as device_read,
+    DeviceCommand, DeviceResult, FeedbackDelivery, read as device_read,
 };
 use statestore_storage::keyspace::Outcome;
 use tokio::sync::watch;
@@ -21,7 +21,7 @@ use crate::service::device_push::DevicePush;
 use crate::service::{Service, Unavailable};
 use crate::transport::{OutboundKind, OutboundMessage, Outbox};
 use statestore_protocol::devicebound::{
-    FEEDBACK_CONTENT_TYPE, FEEDBACK_TOPIC, FeedbackRecord, FeedbackStatus, encode_feedback_batch,
+    FEEDBACK_CONTENT_TYPE, FEEDBACK_TOPIC, FeedbackRecord, encode_feedback_batch,
     feedback_user_properties, message_expiry_interval_secs,
 };
 
@@ -194,16 +194,6 @@ async fn deliver_feedback<O: Outbox>(service: &Service<O>) -> Result<(), String>
     Ok(())
 }
 
-fn status(status: store::FeedbackStatus) -> FeedbackStatus {
-    match status {
-        store::FeedbackStatus::Success => FeedbackStatus::Success,
-        store::FeedbackStatus::Expired => FeedbackStatus::Expired,
-        store::FeedbackStatus::DeliveryCountExceeded => FeedbackStatus::DeliveryCountExceeded,
-        store::FeedbackStatus::Rejected => FeedbackStatus::Rejected,
-        store::FeedbackStatus::Purged => FeedbackStatus::Purged,
-    }
-}
-
 /// The publish of one locked feedback batch (§4).
 pub fn feedback_message(batch: FeedbackDelivery, now_ms: u64) -> OutboundMessage {
     let texts: Vec<(String, String, Option<String>)> = batch
@@ -227,7 +217,7 @@ pub fn feedback_message(batch: FeedbackDelivery, now_ms: u64) -> OutboundMessage
             |(record, (message_id, device, generation))| FeedbackRecord {
                 original_message_id: message_id,
                 outcome_at_ms: record.time_ms,
-                status: status(record.status),
+                status: record.status,
                 device_id: device,
                 device_generation_id: generation.as_deref(),
             },

@@ -18,9 +18,9 @@ use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
 use crate::transport::{InboundMessage, Outbox};
 use statestore_protocol::devicebound::{
-    self as codec, AckMode, DeadLetterEntry, DeviceRequest, Expiry, FeedbackSettlement, QueueStats,
-    SendRequest, application_properties, check_delivery_fits, encode_dead_letters,
-    encode_queue_stats, parse_device_request, sniff_device_verb,
+    AckMode, DeadLetterEntry, DeviceRequest, SendRequest, application_properties,
+    check_delivery_fits, encode_dead_letters, encode_queue_stats, parse_device_request,
+    sniff_device_verb,
 };
 use statestore_protocol::{ErrorReply, Reply};
 
@@ -70,23 +70,8 @@ pub fn send_command(send: &SendRequest<'_>, properties: Vec<(String, String)>) -
             AckMode::Negative => store::Ack::Negative,
             AckMode::Full => store::Ack::Full,
         },
-        expiry: match send.expiry {
-            Some(Expiry::AfterMs(ms)) => store::Expiry::Ttl(ms),
-            Some(Expiry::AtUnixMs(ms)) => store::Expiry::At(ms),
-            None => store::Expiry::Default,
-        },
+        expiry: send.expiry,
         generation: send.generation.map(|g| g.as_bytes().to_vec()),
-    }
-}
-
-/// The node codec's reason for a stored dead letter's reason.
-fn reason(reason: store::DeadLetterReason) -> codec::DeadLetterReason {
-    match reason {
-        store::DeadLetterReason::Expired => codec::DeadLetterReason::Expired,
-        store::DeadLetterReason::DeliveryCountExceeded => {
-            codec::DeadLetterReason::DeliveryCountExceeded
-        }
-        store::DeadLetterReason::Rejected => codec::DeadLetterReason::Rejected,
     }
 }
 
@@ -184,12 +169,7 @@ impl<O: Outbox> Service<O> {
             DeviceRequest::Queue { device_id } => {
                 self.raft.ensure_linearizable().await?;
                 let stats = self.read_device_index(|index| index.queue_stats(device_id.as_bytes()));
-                return Ok(DeviceAnswer::read(encode_queue_stats(&QueueStats {
-                    enqueued: u64::from(stats.enqueued),
-                    invisible: u64::from(stats.invisible),
-                    dead_lettered: u64::from(stats.dead_lettered),
-                    oldest_enqueued_at_ms: stats.oldest_enqueued_ms,
-                })));
+                return Ok(DeviceAnswer::read(encode_queue_stats(&stats)));
             }
             DeviceRequest::DeadLetters { device_id, count } => {
                 // Up to COUNT bodies: room for the reply is taken before it is kept (see
@@ -239,10 +219,7 @@ impl<O: Outbox> Service<O> {
                 lock_token,
             } => DeviceCommand::SettleFeedback {
                 token: lock_token.to_owned(),
-                settlement: match settlement {
-                    FeedbackSettlement::Complete => store::FeedbackSettlement::Complete,
-                    FeedbackSettlement::Abandon => store::FeedbackSettlement::Abandon,
-                },
+                settlement,
             },
         };
         let outcome = self
@@ -266,7 +243,7 @@ impl<O: Outbox> Service<O> {
             .map(|(letter, id)| DeadLetterEntry {
                 message_id: id,
                 body: &letter.message.body,
-                reason: reason(letter.reason),
+                reason: letter.reason,
                 dead_lettered_at_ms: letter.time_ms,
             })
             .collect();

@@ -30,7 +30,7 @@ use std::time::Duration;
 use statestore_raft::RaftNode;
 use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
-use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
+use statestore_storage::keyspace::{Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -427,13 +427,7 @@ impl<O: Outbox> Service<O> {
             } => Mutation::Set {
                 key: key.to_vec(),
                 value: value.to_vec(),
-                condition: match condition {
-                    statestore_protocol::SetCondition::Always => keyspace::SetCondition::Always,
-                    statestore_protocol::SetCondition::IfAbsent => keyspace::SetCondition::IfAbsent,
-                    statestore_protocol::SetCondition::IfAbsentOrEqual => {
-                        keyspace::SetCondition::IfAbsentOrEqual
-                    }
-                },
+                condition,
                 expire_after_ms,
                 fencing_token,
             },

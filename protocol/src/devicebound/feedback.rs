@@ -29,78 +29,7 @@ pub const MAX_RECORDS_PER_BATCH: usize = 64;
 /// ... or this long after the previous batch was cut, whichever comes first.
 pub const BATCH_INTERVAL_MS: u64 = 15_000;
 
-/// The outcome a feedback record reports (`statusCode`; `description` is the
-/// same text).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FeedbackStatus {
-    /// Completed by the device (ack positive/full).
-    Success,
-    /// Expired before it was completed.
-    Expired,
-    /// Delivered `max_delivery_count` times without being completed.
-    DeliveryCountExceeded,
-    /// Rejected by the device.
-    Rejected,
-    /// Removed by `PURGE`.
-    Purged,
-}
-
-impl FeedbackStatus {
-    /// Every status.
-    pub const ALL: [FeedbackStatus; 5] = [
-        FeedbackStatus::Success,
-        FeedbackStatus::Expired,
-        FeedbackStatus::DeliveryCountExceeded,
-        FeedbackStatus::Rejected,
-        FeedbackStatus::Purged,
-    ];
-
-    /// The `statusCode` and `description` text, e.g. `DeliveryCountExceeded`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FeedbackStatus::Success => "Success",
-            FeedbackStatus::Expired => "Expired",
-            FeedbackStatus::DeliveryCountExceeded => "DeliveryCountExceeded",
-            FeedbackStatus::Rejected => "Rejected",
-            FeedbackStatus::Purged => "Purged",
-        }
-    }
-}
-
-/// Why a message was dead-lettered (devicebound.md §1); the `DEADLETTERS`
-/// reply spells it as the matching [`FeedbackStatus`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeadLetterReason {
-    /// Expired before it was completed.
-    Expired,
-    /// A delivery would have exceeded `max_delivery_count`.
-    DeliveryCountExceeded,
-    /// Rejected by the device.
-    Rejected,
-}
-
-impl DeadLetterReason {
-    /// Every reason.
-    pub const ALL: [DeadLetterReason; 3] = [
-        DeadLetterReason::Expired,
-        DeadLetterReason::DeliveryCountExceeded,
-        DeadLetterReason::Rejected,
-    ];
-
-    /// The feedback status of a message dead-lettered for this reason.
-    pub fn feedback_status(self) -> FeedbackStatus {
-        match self {
-            DeadLetterReason::Expired => FeedbackStatus::Expired,
-            DeadLetterReason::DeliveryCountExceeded => FeedbackStatus::DeliveryCountExceeded,
-            DeadLetterReason::Rejected => FeedbackStatus::Rejected,
-        }
-    }
-
-    /// The reason's text: `Expired`, `DeliveryCountExceeded` or `Rejected`.
-    pub fn as_str(self) -> &'static str {
-        self.feedback_status().as_str()
-    }
-}
+pub use statestore_vocab::devicebound::{DeadLetterReason, FeedbackStatus};
 
 /// One feedback record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -69,27 +69,16 @@ pub fn pull_reply(pulled: Option<(&Delivery<'_>, &[u8])>) -> DeviceReply {
     }
 }
 
-/// What `QUEUE deviceId` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QueueStats {
-    /// Messages waiting for delivery.
-    pub enqueued: u64,
-    /// Messages delivered and locked.
-    pub invisible: u64,
-    /// Dead letters kept for the device.
-    pub dead_lettered: u64,
-    /// Enqueue time of the oldest Enqueued message, ms since the epoch.
-    pub oldest_enqueued_at_ms: Option<u64>,
-}
+pub use statestore_vocab::devicebound::QueueStats;
 
 /// `*4\r\n:<enqueued>\r\n:<invisible>\r\n:<deadlettered>\r\n:<oldest or -1>\r\n`.
 pub fn encode_queue_stats(stats: &QueueStats) -> Vec<u8> {
-    let oldest = stats.oldest_enqueued_at_ms.map_or(-1, saturating_integer);
+    let oldest = stats.oldest_enqueued_ms.map_or(-1, saturating_integer);
     let mut payload = b"*4\r\n".to_vec();
     for number in [
-        saturating_integer(stats.enqueued),
-        saturating_integer(stats.invisible),
-        saturating_integer(stats.dead_lettered),
+        i64::from(stats.enqueued),
+        i64::from(stats.invisible),
+        i64::from(stats.dead_lettered),
         oldest,
     ] {
         payload.extend(Reply::Integer(number).encode());

@@ -99,14 +99,7 @@ impl AckMode {
     }
 }
 
-/// When a message expires, as the sender put it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    /// `TTL ms`: this many milliseconds after enqueue (at least 1).
-    AfterMs(u64),
-    /// `EXPIRES unix-ms`: at this time, milliseconds since the Unix epoch.
-    AtUnixMs(u64),
-}
+pub use statestore_vocab::devicebound::{Expiry, FeedbackSettlement};
 
 /// `SEND deviceId messageId body [TTL ms | EXPIRES unix-ms] [ACK mode]
 /// [GENERATION id] [CONTENTTYPE t] [CONTENTENCODING e]`. Borrows from the payload.
@@ -118,8 +111,8 @@ pub struct SendRequest<'a> {
     pub message_id: &'a str,
     /// The body, at most `max_message_bytes`.
     pub body: &'a [u8],
-    /// `TTL` or `EXPIRES`; `None`: the configured default TTL.
-    pub expiry: Option<Expiry>,
+    /// `TTL` or `EXPIRES`; [`Expiry::Default`] (the configured default TTL) when absent.
+    pub expiry: Expiry,
     /// `ACK`; [`AckMode::None`] when absent.
     pub ack: AckMode,
     /// `GENERATION`: the device generation id feedback reports.
@@ -137,30 +130,11 @@ impl SendRequest<'_> {
     pub fn expires_at_ms(&self, enqueued_at_ms: u64, default_ttl_ms: u64) -> u64 {
         let latest = enqueued_at_ms.saturating_add(MAX_TTL_MS);
         let requested = match self.expiry {
-            Some(Expiry::AfterMs(ttl_ms)) => enqueued_at_ms.saturating_add(ttl_ms),
-            Some(Expiry::AtUnixMs(unix_ms)) => unix_ms,
-            None => enqueued_at_ms.saturating_add(default_ttl_ms),
+            Expiry::Ttl(ttl_ms) => enqueued_at_ms.saturating_add(ttl_ms),
+            Expiry::At(unix_ms) => unix_ms,
+            Expiry::Default => enqueued_at_ms.saturating_add(default_ttl_ms),
         };
         requested.min(latest)
-    }
-}
-
-/// `FEEDBACK COMPLETE token` or `FEEDBACK ABANDON token` (devicebound.md §2, §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FeedbackSettlement {
-    /// The service processed the batch: remove it.
-    Complete,
-    /// Publish the batch again now (it counts as a delivery).
-    Abandon,
-}
-
-impl FeedbackSettlement {
-    /// The wire keyword, `COMPLETE` or `ABANDON`.
-    pub fn keyword(self) -> &'static str {
-        match self {
-            FeedbackSettlement::Complete => "COMPLETE",
-            FeedbackSettlement::Abandon => "ABANDON",
-        }
     }
 }
 
@@ -428,9 +402,9 @@ fn send_elements(send: &SendRequest<'_>) -> Vec<Vec<u8>> {
         elements.push(value.to_vec());
     };
     match send.expiry {
-        Some(Expiry::AfterMs(ttl_ms)) => option("TTL", ttl_ms.to_string().as_bytes()),
-        Some(Expiry::AtUnixMs(unix_ms)) => option("EXPIRES", unix_ms.to_string().as_bytes()),
-        None => {}
+        Expiry::Ttl(ttl_ms) => option("TTL", ttl_ms.to_string().as_bytes()),
+        Expiry::At(unix_ms) => option("EXPIRES", unix_ms.to_string().as_bytes()),
+        Expiry::Default => {}
     }
     if send.ack != AckMode::None {
         option("ACK", send.ack.keyword().as_bytes());
@@ -472,9 +446,9 @@ fn parse_send<'a>(
     let mut content_encoding = None;
     for (name, value) in option_pairs(options)? {
         if name.eq_ignore_ascii_case(b"TTL") {
-            set_once(&mut expiry, Expiry::AfterMs(parse_ttl(value)?))?;
+            set_once(&mut expiry, Expiry::Ttl(parse_ttl(value)?))?;
         } else if name.eq_ignore_ascii_case(b"EXPIRES") {
-            set_once(&mut expiry, Expiry::AtUnixMs(parse_expires(value)?))?;
+            set_once(&mut expiry, Expiry::At(parse_expires(value)?))?;
         } else if name.eq_ignore_ascii_case(b"ACK") {
             let mode = AckMode::from_keyword(value).ok_or(ProtocolError::Syntax)?;
             set_once(&mut ack, mode)?;
@@ -492,7 +466,7 @@ fn parse_send<'a>(
         device_id,
         message_id,
         body,
-        expiry,
+        expiry: expiry.unwrap_or(Expiry::Default),
         ack: ack.unwrap_or_default(),
         generation,
         content_type,

@@ -10,7 +10,7 @@ mod request_table;
 mod time_table;
 mod topic_table;
 
-use super::request::{AckMode, SendRequest};
+use super::request::{AckMode, Expiry, SendRequest};
 use crate::resp3::encode_bulk;
 
 /// A request array of `elements`, as a client would send it.
@@ -28,7 +28,7 @@ fn send<'a>(device_id: &'a str, message_id: &'a str, body: &'a [u8]) -> SendRequ
         device_id,
         message_id,
         body,
-        expiry: None,
+        expiry: Expiry::Default,
         ack: AckMode::None,
         generation: None,
         content_type: None,

@@ -29,7 +29,7 @@ enum Model {
         device_id: String,
         message_id: String,
         body: Vec<u8>,
-        expiry: Option<Expiry>,
+        expiry: Expiry,
         ack: AckMode,
         generation: Option<String>,
         content_type: Option<String>,
@@ -94,11 +94,12 @@ fn lock_token() -> impl Strategy<Value = String> {
     "[!-\"$-*,-.0-~]{1,64}"
 }
 
-fn expiry() -> impl Strategy<Value = Option<Expiry>> {
-    proptest::option::of(prop_oneof![
-        (1..=MAX_FORMATTED_UNIX_MS).prop_map(Expiry::AfterMs),
-        (0..=MAX_FORMATTED_UNIX_MS).prop_map(Expiry::AtUnixMs),
-    ])
+fn expiry() -> impl Strategy<Value = Expiry> {
+    prop_oneof![
+        Just(Expiry::Default),
+        (1..=MAX_FORMATTED_UNIX_MS).prop_map(Expiry::Ttl),
+        (0..=MAX_FORMATTED_UNIX_MS).prop_map(Expiry::At),
+    ]
 }
 
 fn valid_request() -> impl Strategy<Value = Model> {
@@ -377,7 +378,7 @@ proptest! {
             device_id: &device_id,
             message_id: &message_id,
             body: b"",
-            expiry: None,
+            expiry: Expiry::Default,
             ack: AckMode::None,
             generation: None,
             content_type: content_type.as_deref(),

@@ -89,7 +89,7 @@ fn section_2_queue_reply() {
                 enqueued: 3,
                 invisible: 1,
                 dead_lettered: 12,
-                oldest_enqueued_at_ms: Some(1_700_000_000_000),
+                oldest_enqueued_ms: Some(1_700_000_000_000),
             },
             b"*4\r\n:3\r\n:1\r\n:12\r\n:1700000000000\r\n",
         ),
@@ -98,18 +98,27 @@ fn section_2_queue_reply() {
                 enqueued: 0,
                 invisible: 0,
                 dead_lettered: 0,
-                oldest_enqueued_at_ms: Some(0),
+                oldest_enqueued_ms: Some(0),
             },
             b"*4\r\n:0\r\n:0\r\n:0\r\n:0\r\n",
         ),
         (
             QueueStats {
-                enqueued: u64::MAX,
+                enqueued: u32::MAX,
                 invisible: 0,
                 dead_lettered: 0,
-                oldest_enqueued_at_ms: None,
+                oldest_enqueued_ms: None,
             },
-            b"*4\r\n:9223372036854775807\r\n:0\r\n:0\r\n:-1\r\n",
+            b"*4\r\n:4294967295\r\n:0\r\n:0\r\n:-1\r\n",
+        ),
+        (
+            QueueStats {
+                enqueued: 0,
+                invisible: 0,
+                dead_lettered: 0,
+                oldest_enqueued_ms: Some(u64::MAX),
+            },
+            b"*4\r\n:0\r\n:0\r\n:0\r\n:9223372036854775807\r\n",
         ),
     ];
     for (stats, wire) in cases {

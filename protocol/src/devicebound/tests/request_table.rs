@@ -61,7 +61,7 @@ fn section_2_every_command_form() {
             "§2 SEND TTL",
             &[b"SEND", b"d", b"m", b"b", b"TTL", b"60000"],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AfterMs(60_000)),
+                expiry: Expiry::Ttl(60_000),
                 ..send("d", "m", b"b")
             }),
         ),
@@ -69,7 +69,7 @@ fn section_2_every_command_form() {
             "§2 SEND EXPIRES",
             &[b"SEND", b"d", b"m", b"b", b"EXPIRES", b"1700000000000"],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AtUnixMs(1_700_000_000_000)),
+                expiry: Expiry::At(1_700_000_000_000),
                 ..send("d", "m", b"b")
             }),
         ),
@@ -159,7 +159,7 @@ fn section_2_every_command_form() {
                 b"e",
             ],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AfterMs(5)),
+                expiry: Expiry::Ttl(5),
                 ack: AckMode::Full,
                 generation: Some("g"),
                 content_type: Some("t"),
@@ -186,7 +186,7 @@ fn section_2_every_command_form() {
                 b"0",
             ],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AtUnixMs(0)),
+                expiry: Expiry::At(0),
                 ack: AckMode::Negative,
                 generation: Some("g"),
                 content_type: Some("t"),
@@ -312,7 +312,7 @@ fn section_2_verbs_options_and_keywords_are_case_insensitive() {
                 b"e",
             ],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AfterMs(7)),
+                expiry: Expiry::Ttl(7),
                 ack: AckMode::Full,
                 generation: Some("g"),
                 content_type: Some("t"),
@@ -333,7 +333,7 @@ fn section_2_verbs_options_and_keywords_are_case_insensitive() {
                 b"Positive",
             ],
             ok_send(SendRequest {
-                expiry: Some(Expiry::AtUnixMs(9)),
+                expiry: Expiry::At(9),
                 ack: AckMode::Positive,
                 ..send("d", "m", b"b")
             }),
@@ -1205,7 +1205,7 @@ fn verbs_labels_sniffing_and_mutations() {
 #[test]
 fn section_2_encoder_output_is_byte_exact() {
     let send_request = DeviceRequest::Send(SendRequest {
-        expiry: Some(Expiry::AfterMs(1000)),
+        expiry: Expiry::Ttl(1000),
         ack: AckMode::Full,
         generation: Some("g"),
         ..send("d1", "m1", b"hi")
@@ -1248,47 +1248,47 @@ fn section_1_expiry_resolution() {
         expiry,
         ..send("d", "m", b"")
     };
-    let cases: &[(&str, Option<Expiry>, u64, u64)] = &[
-        ("default TTL", None, ENQUEUED, ENQUEUED + DEFAULT_TTL),
+    let cases: &[(&str, Expiry, u64, u64)] = &[
         (
-            "TTL",
-            Some(Expiry::AfterMs(5_000)),
+            "default TTL",
+            Expiry::Default,
             ENQUEUED,
-            ENQUEUED + 5_000,
+            ENQUEUED + DEFAULT_TTL,
         ),
+        ("TTL", Expiry::Ttl(5_000), ENQUEUED, ENQUEUED + 5_000),
         (
             "TTL exactly 2 days",
-            Some(Expiry::AfterMs(MAX_TTL_MS)),
+            Expiry::Ttl(MAX_TTL_MS),
             ENQUEUED,
             ENQUEUED + MAX_TTL_MS,
         ),
         (
             "TTL over 2 days is capped",
-            Some(Expiry::AfterMs(MAX_TTL_MS + 1)),
+            Expiry::Ttl(MAX_TTL_MS + 1),
             ENQUEUED,
             ENQUEUED + MAX_TTL_MS,
         ),
         (
             "EXPIRES",
-            Some(Expiry::AtUnixMs(ENQUEUED + 10)),
+            Expiry::At(ENQUEUED + 10),
             ENQUEUED,
             ENQUEUED + 10,
         ),
         (
             "EXPIRES in the past stays in the past",
-            Some(Expiry::AtUnixMs(5)),
+            Expiry::At(5),
             ENQUEUED,
             5,
         ),
         (
             "EXPIRES after 2 days is capped",
-            Some(Expiry::AtUnixMs(u64::MAX)),
+            Expiry::At(u64::MAX),
             ENQUEUED,
             ENQUEUED + MAX_TTL_MS,
         ),
         (
             "no overflow near u64::MAX",
-            Some(Expiry::AfterMs(u64::MAX)),
+            Expiry::Ttl(u64::MAX),
             u64::MAX - 1,
             u64::MAX,
         ),
