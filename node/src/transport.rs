@@ -9,13 +9,13 @@ use tokio::time::Instant;
 use crate::outbound::{Charge, Lane};
 
 /// The request topic of the state store protocol (§1).
-pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
+pub const REQUEST_TOPIC: &str = statestore_vocab::spec::STATE_STORE_REQUEST_TOPIC;
 
 /// The request topic of the device-bound service (devicebound.md §2).
-pub const DEVICEBOUND_REQUEST_TOPIC: &str = statestore_protocol::devicebound::REQUEST_TOPIC;
+pub const DEVICEBOUND_REQUEST_TOPIC: &str = statestore_vocab::spec::DEVICEBOUND_REQUEST_TOPIC;
 
 /// Prefix of every device topic (devicebound.md §3).
-pub const DEVICE_TOPIC_PREFIX: &str = "devices/";
+pub const DEVICE_TOPIC_PREFIX: &str = statestore_vocab::spec::DEVICE_TOPIC_PREFIX;
 
 /// What the leader subscribes to of the device topics. Not `devices/+/messages/#`: a
 /// subscription matching the delivery topics (even with No Local) makes the broker answer
@@ -29,7 +29,7 @@ pub const DEVICE_FILTERS: [&str; 3] = [
 ];
 
 /// Prefix of the notification topics; response topics under it are refused (§1, §7).
-pub const NOTIFY_TOPIC_PREFIX: &str = "clients/statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8";
+pub const NOTIFY_TOPIC_PREFIX: &str = statestore_vocab::spec::NOTIFY_TOPIC_PREFIX;
 
 /// A PUBLISH received on the request topic.
 #[derive(Debug, Clone)]

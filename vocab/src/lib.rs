@@ -1,6 +1,6 @@
 //! statestore-vocab: the words the crates of statestore share, so that each is defined once.
 //!
-//! Owns the hybrid logical clock ([`hlc`]), the spec's constants that go with it, and the plain
+//! Owns the hybrid logical clock ([`hlc`]), the spec's constants ([`spec`]: topics, hard limits), and the plain
 //! enums and records both the storage layer and the node speak ([`keyspace`], [`devicebound`]).
 //! Several of these are part of the replicated encoding (postcard, by variant position): their
 //! variants are only ever appended. Knows nothing about storage, Raft, MQTT or RESP3, and
@@ -9,3 +9,4 @@
 pub mod devicebound;
 pub mod hlc;
 pub mod keyspace;
+pub mod spec;

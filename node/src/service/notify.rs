@@ -84,7 +84,7 @@ impl EventSink for NotifySink {
 }
 
 /// The longest topic MQTT can carry (a two-byte length).
-pub const MAX_TOPIC_BYTES: usize = 65_535;
+pub const MAX_TOPIC_BYTES: usize = statestore_vocab::spec::MAX_MQTT_TOPIC_BYTES;
 
 /// Length of [`notify_topic`] for `client_id` and `key`, without building it.
 pub fn notify_topic_len(client_id: &str, key: &[u8]) -> usize {

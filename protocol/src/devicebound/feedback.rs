@@ -15,7 +15,7 @@ use super::property_bag::LOCK_TOKEN_PROPERTY;
 use super::time::format_utc_millis;
 
 /// Where feedback batches are published.
-pub const FEEDBACK_TOPIC: &str = "messages/servicebound/feedback";
+pub const FEEDBACK_TOPIC: &str = statestore_vocab::spec::FEEDBACK_TOPIC;
 
 /// The Content Type of a feedback batch.
 pub const FEEDBACK_CONTENT_TYPE: &str = "application/vnd.microsoft.iothub.feedback.json";

@@ -23,7 +23,7 @@ use super::time::format_utc_millis;
 use crate::ProtocolError;
 
 /// The longest MQTT topic name, in bytes (MQTT 5 §1.5.4: a two-byte length).
-pub const MAX_TOPIC_BYTES: usize = 65_535;
+pub const MAX_TOPIC_BYTES: usize = statestore_vocab::spec::MAX_MQTT_TOPIC_BYTES;
 
 /// User property and bag key of the message id.
 pub const MESSAGE_ID_PROPERTY: &str = "$.mid";

@@ -17,7 +17,7 @@ use crate::resp3::{encode_bulk, parse_decimal, parse_request, sniff_first_elemen
 use crate::{ProtocolError, ProtocolLimits};
 
 /// The request topic of the device-bound service (devicebound.md §2).
-pub const REQUEST_TOPIC: &str = "devicebound/v1/command/invoke";
+pub const REQUEST_TOPIC: &str = statestore_vocab::spec::DEVICEBOUND_REQUEST_TOPIC;
 
 /// Longest `GENERATION`, `CONTENTTYPE` or `CONTENTENCODING` value, in bytes
 /// (the id limit of IoT Hub; these travel as user properties and in the
@@ -29,7 +29,7 @@ pub const DEFAULT_DEAD_LETTER_COUNT: u32 = 10;
 
 /// The longest possible expiry, whatever TTL or EXPIRES says: 2 days after
 /// enqueue (devicebound.md §1).
-pub const MAX_TTL_MS: u64 = 2 * 24 * 60 * 60 * 1000;
+pub const MAX_TTL_MS: u64 = statestore_vocab::spec::MAX_MESSAGE_LIFETIME_MS;
 
 /// Most elements a device-bound request array may have; more is `syntax error`
 /// at the framing layer (as the state store's 8 for its 6-element SET, this
