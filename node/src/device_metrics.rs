@@ -10,18 +10,9 @@ use prometheus::{
 use statestore_storage::devicebound::{DEPTH_CLASSES, DeviceCounters, DeviceIndex};
 
 use statestore_protocol::ErrorReply;
-use statestore_protocol::devicebound::{DeviceTopicError, DeviceVerb};
 
-/// `result` labels of a device-bound request besides the error labels.
-const RESULTS: [&str; 7] = [
-    "ok",
-    "not_found",
-    "not_applied",
-    "not_leader",
-    "overloaded",
-    "timed_out",
-    "internal",
-];
+use crate::verdict::{self, Refusal, Unavailable};
+use statestore_protocol::devicebound::{DeviceTopicError, DeviceVerb};
 
 /// Message transitions (`statestore_devicebound_messages_total{transition}`).
 pub const TRANSITIONS: [&str; 10] = [
@@ -139,26 +130,17 @@ impl DeviceboundMetrics {
             .buckets(prometheus::exponential_buckets(0.0001, 2.0, 17).unwrap_or_default()),
             &["command", "result"]
         ));
+        let results = verdict::result_labels(&ErrorReply::DEVICEBOUND);
         for verb in DeviceVerb::ALL {
-            let results = RESULTS
-                .iter()
-                .copied()
-                .chain(ErrorReply::DEVICEBOUND.iter().map(|e| e.result_label()));
-            for result in results {
+            for result in &results {
                 requests_total.with_label_values(&[verb.label(), result]);
             }
         }
         let drop_reasons: Vec<&str> = DeviceTopicError::ALL
             .iter()
             .map(|e| e.label())
-            .chain([
-                "not_leader",
-                "no_envelope",
-                "forbidden_response_topic",
-                "overloaded",
-                "timed_out",
-                "internal",
-            ])
+            .chain(["no_envelope", Refusal::ForbiddenResponseTopic.label()])
+            .chain(Unavailable::labels())
             .collect();
         let metrics = DeviceboundMetrics {
             requests_total,

@@ -37,6 +37,16 @@ pub enum NodeError {
     /// An admin call to a node failed.
     #[error("admin: {0}")]
     Admin(String),
+    /// A request's HLC stamp was refused by the leader's clock.
+    #[error("leader clock: {0}")]
+    Clock(#[from] statestore_storage::hlc::ClockSkew),
+    /// The SCAN slots' semaphore was closed (never while the service runs).
+    #[error("SCAN slots closed")]
+    ScanSlotsClosed,
+    /// Work handed to Tokio's blocking pool (a SCAN page, a SEND's delivery) panicked or was
+    /// cancelled.
+    #[error("blocking task: {0}")]
+    BlockingTask(#[from] tokio::task::JoinError),
     /// `statestore kv` could not reach the store or got no usable reply.
     #[error("{0}")]
     Client(String),

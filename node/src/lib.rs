@@ -26,5 +26,6 @@ pub mod supervisor;
 pub mod telemetry;
 pub mod tls;
 pub mod transport;
+pub mod verdict;
 
 pub use error::NodeError;

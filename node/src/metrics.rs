@@ -10,6 +10,7 @@ use prometheus::{
 use statestore_storage::keyspace::KeyspaceMeta;
 
 use crate::transport::OutboundKind;
+use crate::verdict::{self, NoReply};
 use statestore_protocol::{CommandVerb, ErrorReply};
 
 macro_rules! metric {
@@ -29,31 +30,6 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(
 fn latency_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.0001, 2.0, 17).unwrap_or_default()
 }
-
-/// Every `result` label value of the request metrics.
-pub const RESULTS: [&str; 7] = [
-    "ok",
-    "not_found",
-    "not_applied",
-    "not_leader",
-    "overloaded",
-    "timed_out",
-    "internal",
-];
-
-/// Why a request got no reply (§1, §5.2).
-pub const DROP_REASONS: [&str; 10] = [
-    "qos0",
-    "no_response_topic",
-    "no_correlation_data",
-    "forbidden_response_topic",
-    "expired",
-    "not_leader",
-    "timed_out",
-    "overloaded",
-    "too_many_properties",
-    "internal",
-];
 
 /// Why a leader gave up its duties (`statestore_leader_releases_total{reason}`).
 pub const RELEASE_REASONS: [&str; 3] = ["not_leader", "new_term", "quorum_lost"];
@@ -116,16 +92,13 @@ impl ServiceMetrics {
             ),
             &["reason"]
         ));
+        let results = verdict::result_labels(&ErrorReply::STATE_STORE);
         for verb in CommandVerb::ALL {
-            let results = RESULTS
-                .iter()
-                .copied()
-                .chain(ErrorReply::STATE_STORE.iter().map(|e| e.result_label()));
-            for result in results {
+            for result in &results {
                 requests_total.with_label_values(&[verb.label(), result]);
             }
         }
-        for reason in DROP_REASONS {
+        for reason in NoReply::labels() {
             requests_dropped_total.with_label_values(&[reason]);
         }
         let leader_releases_total = metric!(IntCounterVec::new(

@@ -26,10 +26,11 @@ use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
 use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
-use crate::service::{Service, expiry, leader};
+use crate::service::{Devicebound, Service, StateStore, expiry, leader};
 use crate::stall::StallDetector;
 use crate::supervisor::{FAILPOINT_ENV, Supervisor, Task};
 use crate::transport::{Admitted, DEVICE_TOPIC_PREFIX, DEVICEBOUND_REQUEST_TOPIC};
+use crate::verdict::{NoReply, Unavailable};
 
 /// Admitted requests queued between the MQTT session and the dispatcher (the request budget
 /// bounds them; this only sizes the channel).
@@ -105,11 +106,11 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         metrics
             .service
             .requests_dropped_total
-            .with_label_values(&["overloaded"]),
+            .with_label_values(&[Unavailable::Overloaded.label()]),
         metrics
             .service
             .requests_dropped_total
-            .with_label_values(&["too_many_properties"]),
+            .with_label_values(&[NoReply::TooManyProperties.label()]),
     );
     let stalls = StallDetector::start(
         metrics.service.stalls_total.clone(),
@@ -221,11 +222,11 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
                 // value several times on its way into the task (2 % of the leader's CPU).
                 let handled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
                     if message.topic == DEVICEBOUND_REQUEST_TOPIC {
-                        Box::pin(service.clone().handle_device(message))
+                        Box::pin(service.clone().handle::<Devicebound>(message))
                     } else if message.topic.starts_with(DEVICE_TOPIC_PREFIX) {
                         Box::pin(push.clone().handle_inbound(message))
                     } else {
-                        Box::pin(service.clone().handle(message))
+                        Box::pin(service.clone().handle::<StateStore>(message))
                     };
                 tokio::spawn(async move {
                     handled.await;

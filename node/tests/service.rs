@@ -22,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::service::device_push::DevicePush;
-use statestore_node::service::{Service, ServiceConfig};
+use statestore_node::service::{Devicebound, Service, ServiceConfig, StateStore};
 use statestore_node::transport::{
     DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer,
     REQUEST_TOPIC,
@@ -179,7 +179,7 @@ impl Harness {
 
     /// Handles `message` and returns the replies it produced.
     async fn handle(&self, message: InboundMessage) -> Vec<OutboundMessage> {
-        self.service.clone().handle(message).await;
+        self.service.clone().handle::<StateStore>(message).await;
         self.outbox.take()
     }
 
@@ -203,7 +203,7 @@ impl Harness {
     /// apply held, it then waits for an outcome that cannot come.
     async fn start_held(&self, message: InboundMessage) -> tokio::task::JoinHandle<()> {
         let before = self.last_log_index();
-        let handling = tokio::spawn(self.service.clone().handle(message));
+        let handling = tokio::spawn(self.service.clone().handle::<StateStore>(message));
         let mut raft_metrics = self.service.raft().metrics();
         within(
             PATIENCE,
@@ -801,7 +801,9 @@ async fn scans_beyond_the_slots_wait_for_one_and_are_all_answered() {
     let mut running = Vec::new();
     for _ in 0..scans {
         let message = h.request(&resp(&[b"SCAN", pattern.as_bytes()]), Some(60));
-        running.push(tokio::spawn(h.service.clone().handle(message)));
+        running.push(tokio::spawn(
+            h.service.clone().handle::<StateStore>(message),
+        ));
     }
     let (mut most_in_flight, mut most_waiting) = (0, 0);
     while !running.iter().all(|task| task.is_finished()) {
@@ -920,7 +922,7 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
         let service = h.service.clone();
         let outbox = h.outbox.clone();
         async move {
-            service.handle_device(message).await;
+            service.handle::<Devicebound>(message).await;
             split_device_publishes(outbox.take())
         }
     };
@@ -1013,7 +1015,7 @@ async fn a_settlement_at_a_deposed_leader_is_forwarded_and_settles_once() {
     let mut h = Harness::start(Duration::from_secs(10)).await;
     let mut send = h.request(&resp(&[b"SEND", b"dev1", b"m1", b"one"]), Some(10));
     send.topic = DEVICEBOUND_REQUEST_TOPIC.to_owned();
-    h.service.clone().handle_device(send).await;
+    h.service.clone().handle::<Devicebound>(send).await;
     let (deliveries, _) = split_device_publishes(h.outbox.take());
     let token = deliveries[0].1.clone();
     let push = DevicePush::new(h.service.clone(), None);

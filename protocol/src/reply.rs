@@ -214,17 +214,20 @@ impl Reply {
         }
     }
 
+    /// The labels [`Reply::result_label`] gives every reply but an error.
+    pub const SUCCESS_LABELS: [&'static str; 3] = ["ok", "not_found", "not_applied"];
+
     /// Metric label of the outcome: `ok` for [`Reply::Ok`], a positive
     /// [`Reply::Integer`] and [`Reply::Bulk`]; `not_found` for [`Reply::Nil`] and
     /// `Integer(0)`; `not_applied` for [`Reply::NotApplied`] and a negative
     /// `Integer`; the error's own label for [`Reply::Error`].
     pub fn result_label(&self) -> &'static str {
         match self {
+            Reply::Error(error) => error.result_label(),
             Reply::Ok | Reply::Bulk(_) | Reply::Keys(_) => "ok",
             Reply::Integer(number) if *number >= 1 => "ok",
             Reply::Nil | Reply::Integer(0) => "not_found",
             Reply::NotApplied | Reply::Integer(_) => "not_applied",
-            Reply::Error(error) => error.result_label(),
         }
     }
 }

@@ -50,6 +50,7 @@ use crate::service::device_push::DevicePush;
 use crate::transport::{
     InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer, PubackWaiter,
 };
+use crate::verdict::Unavailable;
 use statestore_protocol::devicebound::DeviceTopic;
 
 /// The user property a forwarded publish carries: the forwarding node's client id.
@@ -226,7 +227,7 @@ impl<O: Outbox> DevicePush<O> {
         let metrics = &service.metrics().devicebound;
         let forwarded = match decide(topic, message, has_envelope) {
             Decision::Drop => {
-                metrics.dropped("not_leader");
+                metrics.dropped(Unavailable::NotLeader.label());
                 return false;
             }
             Decision::Looped => {

@@ -25,10 +25,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::mqtt::{SessionEvent, SessionState};
+use crate::service::Service;
 use crate::service::envelope::{self, Envelope};
 use crate::service::request_digest::{EffectProperties, request_digest};
-use crate::service::{Service, Unavailable};
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
+use crate::verdict::Unavailable;
 use statestore_protocol::devicebound::{
     Delivery, DeliveryHeaders, DeviceReply, DeviceTopic, SettleAction, delivery_headers,
     message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,

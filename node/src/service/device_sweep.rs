@@ -17,9 +17,10 @@ use statestore_storage::devicebound::{
 use statestore_storage::keyspace::Outcome;
 use tokio::sync::watch;
 
+use crate::service::Service;
 use crate::service::device_push::DevicePush;
-use crate::service::{Service, Unavailable};
 use crate::transport::{OutboundKind, OutboundMessage, Outbox};
+use crate::verdict::Unavailable;
 use statestore_protocol::devicebound::{
     FEEDBACK_CONTENT_TYPE, FEEDBACK_TOPIC, FeedbackRecord, encode_feedback_batch,
     feedback_user_properties, message_expiry_interval_secs,

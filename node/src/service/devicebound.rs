@@ -12,46 +12,60 @@ use statestore_storage::keyspace::{Mutation, Outcome, read};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::service::envelope::{self, Envelope};
+use crate::metrics::NodeMetrics;
+use crate::service::envelope::Envelope;
+use crate::service::pipeline::{Endpoint, Execution};
 use crate::service::reply_room::ReplyRoom;
 use crate::service::request_digest::{EffectProperties, request_digest};
-use crate::service::{GaugeGuard, Service, Unavailable, answer, device_push, request_span};
+use crate::service::{Service, ServiceConfig, answer, device_push};
 use crate::transport::{InboundMessage, Outbox};
+use crate::verdict::{Answer, Unavailable};
+use statestore_protocol::ProtocolError;
 use statestore_protocol::devicebound::{
-    AckMode, DeadLetterEntry, DeviceRequest, SendRequest, application_properties,
+    AckMode, DeadLetterEntry, DeviceRequest, DeviceVerb, SendRequest, application_properties,
     check_delivery_fits, encode_dead_letters, encode_queue_stats, parse_device_request,
     sniff_device_verb,
 };
-use statestore_protocol::{ErrorReply, Reply};
 
-/// A device-bound reply payload and its `result` label.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceAnswer {
-    /// Byte-exact RESP3 payload.
-    pub payload: Vec<u8>,
-    /// `result` label of the request metrics.
-    pub label: &'static str,
-}
+/// The device-bound service RPC on `devicebound/v1/command/invoke`.
+pub struct Devicebound;
 
-impl From<Reply> for DeviceAnswer {
-    fn from(reply: Reply) -> Self {
-        DeviceAnswer {
-            payload: reply.encode(),
-            label: reply.result_label(),
-        }
-    }
-}
+impl Endpoint for Devicebound {
+    const NAME: &'static str = "devicebound";
+    type Request<'a> = DeviceRequest<'a>;
+    type Verb = DeviceVerb;
 
-impl DeviceAnswer {
-    fn error(error: ErrorReply) -> Self {
-        Reply::Error(error).into()
+    fn parse<'a>(
+        config: &ServiceConfig,
+        payload: &'a [u8],
+    ) -> Result<DeviceRequest<'a>, ProtocolError> {
+        parse_device_request(payload, &config.devicebound)
     }
 
-    fn read(payload: Vec<u8>) -> Self {
-        DeviceAnswer {
-            payload,
-            label: "ok",
-        }
+    fn verb(request: &DeviceRequest<'_>) -> DeviceVerb {
+        request.verb()
+    }
+
+    fn sniff(payload: &[u8]) -> DeviceVerb {
+        sniff_device_verb(payload)
+    }
+
+    fn verb_label(verb: DeviceVerb) -> &'static str {
+        verb.label()
+    }
+
+    fn execute<'a: 'f, 'f, O: Outbox>(
+        service: &'f Arc<Service<O>>,
+        request: DeviceRequest<'a>,
+        message: &'f InboundMessage,
+        envelope: &'f Envelope,
+        room: &'f mut ReplyRoom,
+    ) -> Execution<'f> {
+        Box::pin(service.execute_device(request, message, envelope, room))
+    }
+
+    fn observe(metrics: &NodeMetrics, verb: DeviceVerb, result: &'static str, seconds: f64) {
+        metrics.devicebound.observe(verb, result, seconds);
     }
 }
 
@@ -76,89 +90,14 @@ pub fn send_command(send: &SendRequest<'_>, properties: Vec<(String, String)>) -
 }
 
 impl<O: Outbox> Service<O> {
-    /// Handles one device-bound service request end to end (like [`Service::handle`], and
-    /// traced the same way).
-    pub async fn handle_device(self: Arc<Self>, message: InboundMessage) {
-        let span = request_span(&message, "devicebound");
-        self.serve_device(message).instrument(span).await;
-    }
-
-    async fn serve_device(self: Arc<Self>, message: InboundMessage) {
-        let _guard = self.in_flight.enter();
-        let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
-        let started = Instant::now();
-        let Some(envelope) = self.open_envelope(&message, started).await else {
-            return;
-        };
-        let parsed = tracing::debug_span!("validate")
-            .in_scope(|| parse_device_request(&message.payload, &self.config.devicebound));
-        let verb = match &parsed {
-            Ok(request) => request.verb(),
-            Err(_) => sniff_device_verb(&message.payload),
-        };
-        let span = tracing::Span::current();
-        span.record("command", verb.label());
-        let give_up = envelope
-            .deadline
-            .map_or(started + self.config.request_timeout, |deadline| {
-                deadline.min(started + self.config.request_timeout)
-            });
-        let mut room = ReplyRoom::new(&envelope, &self.config.node_client_id);
-        let result = match parsed {
-            Ok(request) => tokio::time::timeout_at(
-                give_up,
-                self.execute_device(request, &message, &envelope, &mut room),
-            )
-            .await
-            .unwrap_or(Err(Unavailable::TimedOut)),
-            Err(err) => Ok(DeviceAnswer::error(err.into())),
-        };
-        let elapsed = started.elapsed().as_secs_f64();
-        match result {
-            Ok(answer) => {
-                let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
-                if expiry == Some(0) {
-                    self.metrics.service.dropped("expired");
-                    return;
-                }
-                let reply = envelope::reply(
-                    &envelope,
-                    answer.payload,
-                    None,
-                    &self.config.node_client_id,
-                    expiry,
-                );
-                span.record("result", answer.label);
-                self.outbox
-                    .publish_charged(reply, room.take())
-                    .instrument(tracing::debug_span!("reply"))
-                    .await;
-                self.metrics
-                    .devicebound
-                    .observe(verb, answer.label, elapsed);
-            }
-            Err(unavailable) => {
-                let label = unavailable.label();
-                span.record("result", label);
-                self.metrics.devicebound.observe(verb, label, elapsed);
-                self.metrics.service.dropped(label);
-                if let Unavailable::Internal(err) = &unavailable {
-                    tracing::warn!(error = %err, command = verb.label(), "device-bound request failed; no reply sent");
-                }
-            }
-        }
-    }
-
+    /// Runs an admitted device-bound request.
     async fn execute_device(
         self: &Arc<Self>,
         request: DeviceRequest<'_>,
         message: &InboundMessage,
         envelope: &Envelope,
         room: &mut ReplyRoom,
-    ) -> Result<DeviceAnswer, Unavailable> {
-        if !self.is_serving() {
-            return Err(Unavailable::NotLeader);
-        }
+    ) -> Result<Answer, Unavailable> {
         let effect = if matches!(request, DeviceRequest::Send(_)) {
             EffectProperties::DeviceSend
         } else {
@@ -169,7 +108,7 @@ impl<O: Outbox> Service<O> {
             DeviceRequest::Queue { device_id } => {
                 self.raft.ensure_linearizable().await?;
                 let stats = self.read_device_index(|index| index.queue_stats(device_id.as_bytes()));
-                return Ok(DeviceAnswer::read(encode_queue_stats(&stats)));
+                return Ok(Answer::Encoded(encode_queue_stats(&stats)));
             }
             DeviceRequest::DeadLetters { device_id, count } => {
                 // Up to COUNT bodies: room for the reply is taken before it is kept (see
@@ -178,7 +117,7 @@ impl<O: Outbox> Service<O> {
                     let payload = self.dead_letters(device_id, count).await?;
                     let bytes = room.reply_bytes(payload.len(), None);
                     if room.fits(&self.outbox, bytes) {
-                        return Ok(DeviceAnswer::read(payload));
+                        return Ok(Answer::Encoded(payload));
                     }
                     drop(payload);
                     room.wait(&self.outbox, bytes).await;
@@ -192,10 +131,10 @@ impl<O: Outbox> Service<O> {
                         .map(|(k, v)| (k.as_str(), v.as_str())),
                 ) {
                     Ok(properties) => properties,
-                    Err(err) => return Ok(DeviceAnswer::error(err.into())),
+                    Err(err) => return Ok(Answer::error(err.into())),
                 };
                 if let Err(err) = check_delivery_fits(&send, &properties) {
-                    return Ok(DeviceAnswer::error(err.into()));
+                    return Ok(Answer::error(err.into()));
                 }
                 let command = send_command(&send, properties);
                 let offline =
@@ -204,7 +143,7 @@ impl<O: Outbox> Service<O> {
                     let outcome = self
                         .send_and_deliver(asked, message.message_expiry_secs, command)
                         .await?;
-                    return Ok(answer::from_outcome(outcome).reply.into());
+                    return Ok(answer::from_outcome(outcome));
                 }
                 DeviceCommand::Send(command)
             }
@@ -225,7 +164,7 @@ impl<O: Outbox> Service<O> {
         let outcome = self
             .propose_device(Some(asked), message.message_expiry_secs, command)
             .await?;
-        Ok(answer::from_outcome(outcome).reply.into())
+        Ok(answer::from_outcome(outcome))
     }
 
     /// DEADLETTERS: the encoded reply, read linearizably.
@@ -279,7 +218,7 @@ impl<O: Outbox> Service<O> {
             .in_current_span(),
         );
         task.await
-            .map_err(|err| Unavailable::Internal(format!("SEND task: {err}")))?
+            .map_err(|err| Unavailable::Internal(err.into()))?
     }
 
     /// Proposes `command`; with a request's envelope and digest, under the reply memory (a

@@ -16,34 +16,7 @@ pub const CONTENT_TYPE: &str = "application/octet-stream";
 /// The protocol version we speak.
 pub const PROTOCOL_VERSION: &str = "1.0";
 
-/// Why a request gets no reply (§5.2); the label of `statestore_server_requests_dropped_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Sent at QoS 0.
-    Qos0,
-    /// No Response Topic.
-    NoResponseTopic,
-    /// No Correlation Data.
-    NoCorrelationData,
-    /// Response Topic outside the reply prefixes, or on a topic the store publishes or serves
-    /// (see [`ReplyTopics`]).
-    ForbiddenResponseTopic,
-    /// Message Expiry already elapsed.
-    Expired,
-}
-
-impl Refusal {
-    /// Metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Refusal::Qos0 => "qos0",
-            Refusal::NoResponseTopic => "no_response_topic",
-            Refusal::NoCorrelationData => "no_correlation_data",
-            Refusal::ForbiddenResponseTopic => "forbidden_response_topic",
-            Refusal::Expired => "expired",
-        }
-    }
-}
+pub use crate::verdict::Refusal;
 
 /// What a valid request's envelope says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,8 @@
-//! The request service: envelope → parse → validate → linearizable read or typed proposal →
-//! reply. Transport-agnostic: it reads [`InboundMessage`]s and writes to an [`Outbox`].
+//! The request service: what both endpoints share. Requests run through one
+//! [`pipeline`] (intake → parse → admit → execute → reply) ending in one [`crate::verdict`]; the
+//! endpoints ([`state_store`], [`devicebound`]) say how a request parses and executes.
+//! [`Service`] holds what they execute with: Raft, the leader's HLC, the outbox, the settings.
+//! Transport-agnostic: it reads [`InboundMessage`]s and writes to an [`Outbox`].
 //!
 //! Validation happens here, at the door; only checked, typed mutations reach the log. The
 //! leader's HLC stamps proposals under one lock, in the same order they enter the log.
@@ -19,9 +22,11 @@ pub mod expiry;
 pub mod leader;
 pub mod notify;
 pub mod notify_queue;
+pub mod pipeline;
 pub mod reply_room;
 pub mod reply_topic;
 pub mod request_digest;
+pub mod state_store;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,18 +34,19 @@ use std::time::Duration;
 
 use statestore_raft::RaftNode;
 use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
-use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
+use statestore_storage::hlc::{Hlc, HlcClock, SystemClock, WallClock};
 use statestore_storage::keyspace::{Mutation, Outcome, Proposal, RequestId, read};
 use tokio::sync::{Mutex, Notify};
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::metrics::NodeMetrics;
 use crate::transport::{InboundMessage, Outbox};
-use answer::Answer;
+use crate::verdict::{NoReply, Unavailable};
 use envelope::Envelope;
-use reply_room::ReplyRoom;
-use statestore_protocol::{Command, ErrorReply, ProtocolLimits, Reply};
+use statestore_protocol::ProtocolLimits;
+
+pub use devicebound::Devicebound;
+pub use state_store::StateStore;
 
 /// Longest client id accepted for KEYNOTIFY registrations.
 pub const MAX_CLIENT_ID_BYTES: usize = 1024;
@@ -70,48 +76,6 @@ pub struct ServiceConfig {
     pub scan_page: statestore_protocol::scan::PageLimits,
     /// Where replies may be published (§1, devicebound.md §3).
     pub reply_topics: reply_topic::ReplyTopics,
-}
-
-/// Why a request could not be served here (it gets no reply; the client retries).
-#[derive(Debug)]
-enum Unavailable {
-    /// Not the serving leader (or no longer).
-    NotLeader,
-    /// The proposal queue is full.
-    Overloaded,
-    /// The request's deadline passed before its outcome was known.
-    TimedOut,
-    Internal(String),
-}
-
-impl Unavailable {
-    /// Label for `requests_total{result}` and `requests_dropped_total{reason}`.
-    fn label(&self) -> &'static str {
-        match self {
-            Unavailable::NotLeader => "not_leader",
-            Unavailable::Overloaded => "overloaded",
-            Unavailable::TimedOut => "timed_out",
-            Unavailable::Internal(_) => "internal",
-        }
-    }
-}
-
-impl From<statestore_raft::Error> for Unavailable {
-    fn from(err: statestore_raft::Error) -> Self {
-        match err {
-            statestore_raft::Error::NotLeader { .. } | statestore_raft::Error::QuorumNotReached => {
-                Unavailable::NotLeader
-            }
-            statestore_raft::Error::Overloaded => Unavailable::Overloaded,
-            other => Unavailable::Internal(other.to_string()),
-        }
-    }
-}
-
-impl From<statestore_storage::StorageError> for Unavailable {
-    fn from(err: statestore_storage::StorageError) -> Self {
-        Unavailable::Internal(err.to_string())
-    }
 }
 
 /// Counts requests being processed so shutdown can wait for them.
@@ -177,29 +141,6 @@ pub struct Service<O: Outbox> {
 }
 
 impl<O: Outbox> Service<O> {
-    /// The request's envelope (protocol §1, §5.2), or `None` once it has been dealt with:
-    /// dropped without a reply (counted by reason) or answered `__stat` 505 for an unsupported
-    /// protocol version. Shared by the state store and the device-bound service.
-    async fn open_envelope(&self, message: &InboundMessage, started: Instant) -> Option<Envelope> {
-        let envelope = match envelope::check(message, started, &self.config.reply_topics) {
-            Ok(envelope) => envelope,
-            Err(refusal) => {
-                self.metrics.service.dropped(refusal.label());
-                tracing::debug!(reason = refusal.label(), topic = %message.topic, "request dropped without reply");
-                return None;
-            }
-        };
-        if let Err(requested) = envelope::check_protocol_version(message) {
-            self.metrics.service.unsupported_version_total.inc();
-            let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
-            self.outbox
-                .publish(envelope::unsupported_version(&envelope, requested, expiry))
-                .await;
-            return None;
-        }
-        Some(envelope)
-    }
-
     /// A service proposing through `raft`, stamping with an HLC named `node_name`.
     pub fn new(
         raft: RaftNode,
@@ -237,6 +178,11 @@ impl<O: Outbox> Service<O> {
         self
     }
 
+    /// Counts a request that gets no reply (`statestore_server_requests_dropped_total`).
+    fn count_no_reply(&self, no_reply: &NoReply) {
+        self.metrics.service.dropped(no_reply.label());
+    }
+
     /// Requests being processed.
     pub fn in_flight(&self) -> Arc<InFlight> {
         self.in_flight.clone()
@@ -250,227 +196,6 @@ impl<O: Outbox> Service<O> {
     /// True while leader duties run on this node.
     pub fn is_serving(&self) -> bool {
         self.serving.load(Ordering::SeqCst)
-    }
-
-    /// Handles one request end to end: it is answered, refused without a reply, or (when
-    /// this node cannot serve it) left for the client to retry. Traced as a `request` span
-    /// (continuing the request's `traceparent`) with a child per stage.
-    pub async fn handle(self: Arc<Self>, message: InboundMessage) {
-        let span = request_span(&message, "statestore");
-        self.serve(message).instrument(span).await;
-    }
-
-    async fn serve(self: Arc<Self>, message: InboundMessage) {
-        let _guard = self.in_flight.enter();
-        let _gauge = GaugeGuard::new(&self.metrics.service.requests_in_flight);
-        let started = Instant::now();
-        let Some(envelope) = self.open_envelope(&message, started).await else {
-            return;
-        };
-
-        let parsed = tracing::debug_span!("validate").in_scope(|| {
-            statestore_protocol::parse_command(&message.payload, &self.config.protocol)
-        });
-        let verb = match &parsed {
-            Ok(command) => command.verb(),
-            Err(_) => statestore_protocol::sniff_verb(&message.payload),
-        };
-        let span = tracing::Span::current();
-        span.record("command", verb.label());
-        // Past this instant nobody waits for the reply: give up (the proposal, if already
-        // submitted, still commits, and a retry finds its remembered reply).
-        let give_up = envelope
-            .deadline
-            .map_or(started + self.config.request_timeout, |deadline| {
-                deadline.min(started + self.config.request_timeout)
-            });
-        let mut room = ReplyRoom::new(&envelope, &self.config.node_client_id);
-        let result = match parsed {
-            Ok(command) => tokio::time::timeout_at(
-                give_up,
-                self.execute(command, &message, &envelope, &mut room),
-            )
-            .await
-            .unwrap_or(Err(Unavailable::TimedOut)),
-            Err(err) => Ok(Answer::error(err.into())),
-        };
-        let elapsed = started.elapsed().as_secs_f64();
-        match result {
-            Ok(answer) => {
-                let label = answer.reply.result_label();
-                span.record("result", label);
-                let now = Instant::now();
-                let expiry = envelope::remaining_expiry_secs(envelope.deadline, now);
-                if expiry == Some(0) {
-                    // The requester gave up; its retry (if any) gets the remembered reply.
-                    self.metrics.service.dropped("expired");
-                    return;
-                }
-                let version = answer.version.map(|v| v.to_string());
-                let reply = envelope::reply(
-                    &envelope,
-                    answer.reply.encode(),
-                    version,
-                    &self.config.node_client_id,
-                    expiry,
-                );
-                self.outbox
-                    .publish_charged(reply, room.take())
-                    .instrument(tracing::debug_span!("reply"))
-                    .await;
-                self.metrics.service.observe(verb, label, elapsed);
-            }
-            Err(unavailable) => {
-                let label = unavailable.label();
-                span.record("result", label);
-                self.metrics.service.observe(verb, label, elapsed);
-                self.metrics.service.dropped(label);
-                match unavailable {
-                    Unavailable::Internal(err) => {
-                        tracing::warn!(error = %err, command = verb.label(), "request failed; no reply sent");
-                    }
-                    other => tracing::debug!(reason = other.label(), "request not served"),
-                }
-            }
-        }
-    }
-
-    /// Validates the request's timestamps and runs the command; a read takes `room` for its
-    /// reply before it is built.
-    async fn execute(
-        &self,
-        command: Command<'_>,
-        message: &InboundMessage,
-        envelope: &Envelope,
-        room: &mut ReplyRoom,
-    ) -> Result<Answer, Unavailable> {
-        if !self.is_serving() {
-            // Arrived before this node released the subscription (or while it lost its
-            // quorum): another node may be leading; the client retries there.
-            return Err(Unavailable::NotLeader);
-        }
-        let prepared =
-            tracing::debug_span!("validate").in_scope(|| self.prepare(command, message, envelope));
-        let (mutation, request_ts) = match prepared {
-            Err(refused) => return Ok(Answer::error(refused)),
-            Ok(Prepared::Read { key }) => return self.read_in_room(room, || self.get(key)).await,
-            Ok(Prepared::Scan { pattern, after }) => {
-                return self
-                    .read_in_room(room, || self.scan(pattern.clone(), after))
-                    .await;
-            }
-            Ok(Prepared::Write {
-                mutation,
-                request_ts,
-            }) => (mutation, request_ts),
-        };
-        let digest =
-            request_digest::request_digest(message, request_digest::EffectProperties::StateStore);
-        let request = self.request_id(envelope, message.message_expiry_secs, digest);
-        if let Some(outcome) =
-            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
-        {
-            self.metrics.service.dedup_hits_total.inc();
-            return Ok(answer::from_outcome(outcome));
-        }
-        let outcome = self
-            .propose(Some(request), mutation, request_ts.as_ref())
-            .await?;
-        Ok(answer::from_outcome(outcome))
-    }
-
-    /// The checks at the door (§5): timestamps, fencing tokens, the client id of KEYNOTIFY; a
-    /// read, a typed mutation, or the error reply.
-    fn prepare<'a>(
-        &self,
-        command: Command<'a>,
-        message: &InboundMessage,
-        envelope: &Envelope,
-    ) -> Result<Prepared<'a>, ErrorReply> {
-        let request_ts = match message.user_property("__ts").map(Hlc::parse) {
-            None => None,
-            Some(Ok(ts)) => Some(ts),
-            Some(Err(_)) => return Err(ErrorReply::MalformedTimestamp),
-        };
-        if matches!(command, Command::Set { .. }) && request_ts.is_none() {
-            return Err(ErrorReply::MissingTimestamp);
-        }
-        let fenced = matches!(
-            command,
-            Command::Set { .. } | Command::Del { .. } | Command::VDel { .. }
-        );
-        let fencing_token = match message
-            .user_property("__ft")
-            .filter(|_| fenced)
-            .map(Hlc::parse)
-        {
-            None => None,
-            Some(Ok(ft)) => Some(ft),
-            Some(Err(_)) => return Err(ErrorReply::MalformedTimestamp),
-        };
-        let limit = self.wall.now_ms().saturating_add(MAX_CLOCK_DRIFT_MS);
-        if request_ts.as_ref().is_some_and(|ts| ts.ms > limit) {
-            return Err(ErrorReply::TimestampSkew);
-        }
-        if fencing_token.as_ref().is_some_and(|ft| ft.ms > limit) {
-            return Err(ErrorReply::FencingTokenSkew);
-        }
-
-        let mutation = match command {
-            Command::Get { key } => return Ok(Prepared::Read { key }),
-            Command::Scan { pattern, after } => return Ok(Prepared::Scan { pattern, after }),
-            Command::Set {
-                key,
-                value,
-                condition,
-                expire_after_ms,
-            } => Mutation::Set {
-                key: key.to_vec(),
-                value: value.to_vec(),
-                condition,
-                expire_after_ms,
-                fencing_token,
-            },
-            Command::Del { key } => Mutation::Del {
-                key: key.to_vec(),
-                fencing_token,
-            },
-            Command::VDel { key, value } => Mutation::VDel {
-                key: key.to_vec(),
-                value: value.to_vec(),
-                fencing_token,
-            },
-            Command::KeyNotify { key, stop } => {
-                // The client id becomes part of a topic (hex-encoded): keep it well inside MQTT's
-                // 64 KiB topic limit.
-                let Some(client) = envelope
-                    .client_id
-                    .clone()
-                    .filter(|c| c.len() <= MAX_CLIENT_ID_BYTES)
-                else {
-                    return Err(ErrorReply::Syntax);
-                };
-                if !stop && !notify::notify_topic_fits(&client, key) {
-                    // Its notifications could not be published: refused like an over-long key.
-                    return Err(ErrorReply::Syntax);
-                }
-                if stop {
-                    Mutation::Unobserve {
-                        client,
-                        key: key.to_vec(),
-                    }
-                } else {
-                    Mutation::Observe {
-                        client,
-                        key: key.to_vec(),
-                    }
-                }
-            }
-        };
-        Ok(Prepared::Write {
-            mutation,
-            request_ts,
-        })
     }
 
     /// Who asked what (§6): the reply memory's key for a request with `envelope` and the
@@ -513,112 +238,6 @@ impl<O: Outbox> Service<O> {
         Ok(time)
     }
 
-    /// A read (GET, SCAN) with room for its reply in the outbound budget ([`reply_room`]):
-    /// what it read when the replies lane has no room for it is let go, and read again
-    /// (linearizably, later) once there is.
-    async fn read_in_room<F, Fut>(
-        &self,
-        room: &mut ReplyRoom,
-        read: F,
-    ) -> Result<Answer, Unavailable>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<Answer, Unavailable>>,
-    {
-        loop {
-            let answer = read().await?;
-            let version_bytes = answer.version.as_ref().map(|v| v.to_string().len());
-            let bytes = room.reply_bytes(reply_room::payload_bytes(&answer.reply), version_bytes);
-            if room.fits(&self.outbox, bytes) {
-                return Ok(answer);
-            }
-            drop(answer);
-            room.wait(&self.outbox, bytes).await;
-        }
-    }
-
-    /// GET: a linearizable read at the leader's time (expired keys are invisible, §8).
-    #[tracing::instrument(level = "debug", name = "read", skip_all)]
-    async fn get(&self, key: &[u8]) -> Result<Answer, Unavailable> {
-        self.raft.ensure_linearizable().await?;
-        let view = self.raft.view();
-        let time = self.read_time(&view)?;
-        Ok(match read::live_record(&view, key, time)? {
-            Some(record) => Answer {
-                reply: Reply::Bulk(record.value),
-                version: Some(record.version),
-            },
-            None => Answer {
-                reply: Reply::Nil,
-                version: None,
-            },
-        })
-    }
-
-    /// SCAN: one page of the live keys matching `pattern` after `after`, read linearizably like
-    /// GET; the page's work is bounded by [`statestore_protocol::scan::PageLimits`], its time by their
-    /// `max_duration`. The page is built off the runtime, on the blocking pool, in one of
-    /// [`SCAN_SLOTS`] slots; a SCAN without a free slot waits for one (its request deadline
-    /// still applies). The slot is held until the page is built, also when the request gave up
-    /// meanwhile, so the slots bound the threads SCANs occupy.
-    #[tracing::instrument(level = "debug", name = "read", skip_all)]
-    async fn scan(
-        &self,
-        pattern: statestore_protocol::glob::Glob,
-        after: Option<&[u8]>,
-    ) -> Result<Answer, Unavailable> {
-        let slot = {
-            let _waiting = GaugeGuard::new(&self.metrics.service.scan_pages_waiting);
-            self.scan_slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|closed| Unavailable::Internal(format!("SCAN slots: {closed}")))?
-        };
-        self.raft.ensure_linearizable().await?;
-        let view = self.raft.view();
-        let time = self.read_time(&view)?;
-        let after = after.map(<[u8]>::to_vec);
-        let limits = self.config.scan_page;
-        let metrics = self.metrics.clone();
-        let built = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let service = &metrics.service;
-            let _in_flight = GaugeGuard::new(&service.scan_pages_in_flight);
-            let started = Instant::now();
-            let deadline = started + limits.max_duration;
-            let stored = read::keys_after(&view, after.as_deref(), time).map(|entry| {
-                entry.map(
-                    |(key, live, stored_bytes)| statestore_protocol::scan::StoredKey {
-                        key,
-                        live,
-                        stored_bytes,
-                    },
-                )
-            });
-            let built = statestore_protocol::scan::page_until(&pattern, stored, &limits, || {
-                Instant::now() >= deadline
-            });
-            service
-                .scan_page_duration_seconds
-                .observe(started.elapsed().as_secs_f64());
-            if let Ok((_, end)) = &built {
-                service
-                    .scan_pages_total
-                    .with_label_values(&[end.label()])
-                    .inc();
-            }
-            built
-        })
-        .await
-        .map_err(|failed| Unavailable::Internal(format!("SCAN page task: {failed}")))?;
-        let (page, _end) = built?;
-        Ok(Answer {
-            reply: Reply::Keys(page),
-            version: None,
-        })
-    }
-
     /// Stamps `mutation` with the leader HLC (merged with the request's `__ts`) and
     /// replicates it; returns what apply decided.
     #[tracing::instrument(level = "debug", name = "propose", skip_all, fields(mutation = mutation.kind()))]
@@ -635,7 +254,7 @@ impl<O: Outbox> Service<O> {
             let stamp = match request_ts {
                 Some(ts) => clock
                     .update(ts)
-                    .map_err(|e| Unavailable::Internal(e.to_string()))?,
+                    .map_err(|e| Unavailable::Internal(e.into()))?,
                 None => clock.now(),
             };
             // The randomness of the lock tokens a device-bound command may issue: apply
@@ -728,24 +347,6 @@ impl<O: Outbox> Service<O> {
     pub fn wall_ms(&self) -> u64 {
         self.wall.now_ms()
     }
-}
-
-/// What a request becomes once checked at the door (a short-lived stack value: the size of
-/// the write variant costs nothing).
-#[allow(clippy::large_enum_variant)]
-enum Prepared<'a> {
-    /// A linearizable GET of `key`.
-    Read { key: &'a [u8] },
-    /// A linearizable SCAN page.
-    Scan {
-        pattern: statestore_protocol::glob::Glob,
-        after: Option<&'a [u8]>,
-    },
-    /// A typed mutation to propose, with the request's `__ts`.
-    Write {
-        mutation: Mutation,
-        request_ts: Option<Hlc>,
-    },
 }
 
 /// The `request` span of an inbound request to `service`: `command` and `result` are recorded
