@@ -3,7 +3,8 @@
 
 use statestore_storage::devicebound::{DeviceRejection, DeviceResult};
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{Outcome, Rejection};
+use statestore_storage::keyspace::Rejection;
+use statestore_storage::machine::Outcome;
 
 use crate::protocol::{ErrorReply, Reply};
 

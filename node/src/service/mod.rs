@@ -30,7 +30,9 @@ use std::time::Duration;
 use statestore_raft::RaftNode;
 use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
 use statestore_storage::hlc::{Hlc, HlcClock, MAX_CLOCK_DRIFT_MS, SystemClock, WallClock};
-use statestore_storage::keyspace::{self, Mutation, Outcome, Proposal, RequestId, read};
+use statestore_storage::keyspace::{self, read};
+use statestore_storage::machine::read as machine_read;
+use statestore_storage::machine::{Mutation, Outcome, Proposal, RequestId};
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -367,7 +369,7 @@ impl<O: Outbox> Service<O> {
             request_digest::request_digest(message, request_digest::EffectProperties::StateStore);
         let request = self.request_id(envelope, message.message_expiry_secs, digest);
         if let Some(outcome) =
-            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
+            machine_read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {
             self.metrics.service.dedup_hits_total.inc();
             return Ok(answer::from_outcome(outcome));
@@ -508,12 +510,12 @@ impl<O: Outbox> Service<O> {
 
     /// The time a linearizable read uses: never behind an earlier read on this node (a key
     /// seen expired stays expired), within the same bound the replicated floor has
-    /// (`read::store_time`).
+    /// (`machine_read::store_time`).
     fn read_time(&self, view: &statestore_storage::sled::StateView) -> Result<u64, Unavailable> {
         let floor = read::meta(view)?
             .time_floor_ms
             .max(self.read_floor_ms.load(Ordering::SeqCst));
-        let time = read::store_time(floor, self.wall.now_ms());
+        let time = machine_read::store_time(floor, self.wall.now_ms());
         self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
         Ok(time)
     }
