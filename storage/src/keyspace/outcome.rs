@@ -9,8 +9,9 @@ use crate::hlc::Hlc;
 ///
 /// One flat enum for every command, as the log and the reply memory encode it (variants by
 /// position, only ever appended). The keyspace builds the keyspace variants; `D`, what a
-/// device-bound command did, is fixed by the machine ([`crate::machine::Outcome`]), which also
-/// builds [`Outcome::Device`], [`Outcome::LimitsSet`] and [`Outcome::Nothing`].
+/// device-bound command did, is fixed by the machine ([`crate::machine::Outcome`]), which
+/// builds [`Outcome::Device`] and [`Outcome::LimitsSet`] ([`Outcome::Nothing`] is built by
+/// nobody today; it stays for the encoding).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome<D> {
     /// SET applied (`+OK`, `__ts` = new version).

@@ -1,5 +1,5 @@
 //! Records stored in the keyspace tables, and the borrowed twins apply uses on its hot path to
-//! read and write them without copying values (same bytes on disk, pinned by the tests below).
+//! read and write them without copying values (same bytes on disk, pinned by `record/tests.rs`).
 
 use serde::{Deserialize, Serialize};
 
