@@ -20,10 +20,10 @@ use statestore_protocol::glob::{
     Glob, GlobError, MAX_CLASS_RANGES, MAX_PATTERN_ELEMENTS, MAX_PATTERN_RANGES,
 };
 use statestore_protocol::scan::{PageEnd, PageLimits, StoredKey, page_until};
+use statestore_storage::engine::Overlay;
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{
-    Carry, Keyspace, Mutation, Overlay, Proposal, SetCondition, read,
-};
+use statestore_storage::keyspace::{SetCondition, read};
+use statestore_storage::machine::{Carry, Machine, Mutation, Proposal};
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
 /// Wall time of the writes (and of the reads: nothing expires).
@@ -78,11 +78,11 @@ fn store(keys: &[Vec<u8>]) -> Stored {
         let mut txn = Overlay::new(&view);
         let devices = state.device_index();
         let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
-        let mut keyspace =
-            Keyspace::open_with_index(&mut txn, &Carry::default(), &mut index).expect("open");
+        let mut machine =
+            Machine::open_with_index(&mut txn, &Carry::default(), &mut index).expect("open");
         for (i, key) in chunk.iter().enumerate() {
             let ms = T0_MS + (chunk_index * 1000 + i) as u64;
-            keyspace
+            machine
                 .apply(&Proposal {
                     stamp: Hlc::new(ms, 0, "bench"),
                     wall_ms: ms,
@@ -98,7 +98,7 @@ fn store(keys: &[Vec<u8>]) -> Stored {
                 })
                 .expect("apply");
         }
-        keyspace.finish();
+        machine.finish();
         drop(index);
         state.commit(txn.into_txn_writes()).expect("commit");
     }

@@ -19,6 +19,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use statestore_raft::{MembershipChange, RaftNode};
 use statestore_storage::keyspace::read;
+use statestore_storage::machine::read as machine_read;
 use tokio::sync::watch;
 
 use crate::auth::{self, AdminAuth};
@@ -248,7 +249,8 @@ async fn digest(State(state): State<Arc<HttpState>>) -> Response {
         let view = state.raft.view();
         // Off the runtime; the run travels with the hash and comes back with it.
         let hashing = tokio::task::spawn_blocking(move || {
-            let hashed = read::digest(&view).and_then(|d| read::meta(&view).map(|m| (d, m.keys)));
+            let hashed =
+                machine_read::digest(&view).and_then(|d| read::meta(&view).map(|m| (d, m.keys)));
             (hashed, run)
         });
         let hashed;

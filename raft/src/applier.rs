@@ -1,5 +1,5 @@
-//! The apply thread: runs committed entries through the keyspace semantics and commits them to
-//! the state tree, on a thread of its own.
+//! The apply thread: runs committed entries through the state machine ([`Machine`]) and commits
+//! them to the state tree, on a thread of its own.
 //!
 //! Applying reads the state tree, and a read that misses the memtable goes to sled, which
 //! blocks every reader while a memtable flush writes its batch (sled's atomic batches hold a
@@ -15,9 +15,8 @@ use std::time::Instant;
 use openraft::EntryPayload;
 use openraft::storage::ApplyResponder;
 use statestore_storage::codec;
-use statestore_storage::devicebound::DeviceIndex;
-use statestore_storage::keyspace::layout;
-use statestore_storage::keyspace::{Carry, Keyspace, Overlay, Txn};
+use statestore_storage::engine::Overlay;
+use statestore_storage::machine::{Carry, DeviceIndex, Machine, Outcome};
 use statestore_storage::sled::StateTree;
 use tokio::sync::oneshot;
 
@@ -40,10 +39,7 @@ enum Job {
 
 /// What a committed chunk hands out: each client's outcomes, and the key events.
 type Applied = (
-    Vec<(
-        ApplyResponder<TypeConfig>,
-        Vec<statestore_storage::keyspace::Outcome>,
-    )>,
+    Vec<(ApplyResponder<TypeConfig>, Vec<Outcome>)>,
     Vec<TracedEvent>,
 );
 
@@ -106,7 +102,7 @@ struct Worker {
     state: StateTree,
     sink: Arc<dyn EventSink>,
     metrics: Arc<RaftStorageMetrics>,
-    /// What the last transaction learnt about the keyspace.
+    /// What the last transaction learnt about the state.
     carry: Carry,
 }
 
@@ -151,8 +147,8 @@ impl Worker {
         let chunk_len = chunk.len();
         let carry;
         {
-            let mut keyspace =
-                Keyspace::open_with_index(&mut txn, &self.carry, index).map_err(io_err)?;
+            let mut machine =
+                Machine::open_with_index(&mut txn, &self.carry, index).map_err(io_err)?;
             for (entry, responder) in chunk {
                 let log_id = entry.log_id;
                 last_applied = Some(log_id);
@@ -169,7 +165,7 @@ impl Worker {
                         }
                         let mut outcomes = Vec::with_capacity(batch.len());
                         for (i, proposal) in batch.proposals().iter().enumerate() {
-                            let applied = keyspace
+                            let applied = machine
                                 .apply(proposal)
                                 .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
                             let trace = traces.next_if(|(at, _)| *at == i).map(|(_, c)| c);
@@ -190,14 +186,14 @@ impl Worker {
                     answers.push((responder, outcomes));
                 }
             }
-            carry = keyspace.carry();
-            keyspace.finish();
-        }
-        if let Some(last) = &last_applied {
-            txn.put(layout::consensus_key(LAST_APPLIED), codec::encode(last));
-        }
-        if let Some(m) = &membership {
-            txn.put(layout::consensus_key(MEMBERSHIP), codec::encode(m));
+            if let Some(last) = &last_applied {
+                machine.put_consensus_record(LAST_APPLIED, codec::encode(last));
+            }
+            if let Some(m) = &membership {
+                machine.put_consensus_record(MEMBERSHIP, codec::encode(m));
+            }
+            carry = machine.carry();
+            machine.finish();
         }
         self.state.commit(txn.into_txn_writes()).map_err(|e| {
             self.metrics.disk_errors_total.inc();

@@ -11,7 +11,7 @@ use openraft::network::NetSnapshot;
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
-use statestore_storage::keyspace::{Outcome, Proposal};
+use statestore_storage::machine::{Outcome, Proposal};
 use statestore_storage::sled::{StateView, Store};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};

@@ -1,6 +1,7 @@
-//! `RaftStateMachine` over the keyspace semantics and the sled state tree.
+//! `RaftStateMachine` over the state machine ([`statestore_storage::machine::Machine`]) and the
+//! sled state tree.
 //!
-//! Apply runs the entries openraft hands over through [`Keyspace`] inside one overlay
+//! Apply runs the entries openraft hands over through the machine inside one overlay
 //! transaction and commits it as one atomic sled batch together with the last-applied log id and
 //! membership (at most [`MAX_PROPOSALS_PER_COMMIT`] proposals per batch, so a long catch-up never
 //! builds one huge transaction). Only then are the waiting clients answered and the key events
@@ -19,8 +20,8 @@ use futures::{Stream, StreamExt};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
-use statestore_storage::keyspace::layout;
-use statestore_storage::keyspace::{KeyEvent, OrderedRead};
+use statestore_storage::engine::OrderedRead;
+use statestore_storage::machine::{KeyEvent, consensus_key, read};
 use statestore_storage::sled::{SnapshotExport, StateTree, StateView, Store, background};
 
 use crate::applier::Applier;
@@ -143,7 +144,7 @@ impl StateMachine {
         view: &impl OrderedRead,
         name: &[u8],
     ) -> io::Result<Option<T>> {
-        let bytes = view.get(&layout::consensus_key(name)).map_err(io_err)?;
+        let bytes = read::consensus_record(view, name).map_err(io_err)?;
         bytes
             .map(|b| codec::decode("state machine consensus record", &b))
             .transpose()
@@ -298,11 +299,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let SnapshotData { path, file } = snapshot;
         drop(file);
         let mut records = vec![(
-            layout::consensus_key(MEMBERSHIP),
+            consensus_key(MEMBERSHIP),
             codec::encode(&meta.last_membership),
         )];
         if let Some(last) = &meta.last_log_id {
-            records.push((layout::consensus_key(LAST_APPLIED), codec::encode(last)));
+            records.push((consensus_key(LAST_APPLIED), codec::encode(last)));
         }
         let state = self.state.clone();
         let id = snapshot_id(meta.last_log_id.as_ref());

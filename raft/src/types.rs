@@ -1,7 +1,7 @@
 //! The openraft type configuration of statestore and short aliases for its generic types.
 
 use openraft::BasicNode;
-use statestore_storage::keyspace::Outcome;
+use statestore_storage::machine::Outcome;
 
 use crate::batch::Batch;
 use crate::state_machine::StateMachine;

@@ -22,7 +22,8 @@ use statestore_raft::snapshot::SnapshotData;
 use statestore_raft::types::{Node, NodeId, Raft, Snapshot, TypeConfig, Vote};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{Mutation, Outcome, Proposal, SetCondition, read};
+use statestore_storage::keyspace::{SetCondition, read};
+use statestore_storage::machine::{Mutation, Outcome, Proposal};
 use statestore_storage::sled::{Store, StoreConfig};
 
 #[derive(Default)]

@@ -8,9 +8,9 @@
 //! one remembered reply falls due per proposal and as many expire as arrive: the reply memory
 //! stays at `remembered` entries and pruning runs on every proposal (steady state).
 //!
-//! `batch` proposals run in one [`Overlay`] transaction (one [`Keyspace::open`], on sled
-//! [`Keyspace::open_with_index`] with the store's device queues' index as the nodes' apply
-//! thread uses it; `batch` x [`Keyspace::apply`], [`Keyspace::finish`]), then the
+//! `batch` proposals run in one [`Overlay`] transaction (one [`Machine::open`], on sled
+//! [`Machine::open_with_index`] with the store's device queues' index as the nodes' apply
+//! thread uses it; `batch` x [`Machine::apply`], [`Machine::finish`]), then the
 //! transaction's writes are committed:
 //! into the `BTreeMap` for the in-memory backend, through `StateTree::commit` (one atomic sled
 //! batch, no fsync) for sled. The time per proposal includes that commit; building the
@@ -42,10 +42,11 @@ use statestore_storage::Result;
 use statestore_storage::devicebound::{
     Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement, TokenSeed,
 };
+use statestore_storage::engine::Overlay;
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{
-    Carry, Keyspace, Mutation, Outcome, Overlay, Proposal, RequestId, SetCondition, layout, read,
-};
+use statestore_storage::keyspace::{SetCondition, read};
+use statestore_storage::layout::Table;
+use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
 /// Wall time of the first prefill proposal.
@@ -101,11 +102,11 @@ struct BTree(BTreeMap<Vec<u8>, Vec<u8>>);
 impl Backend for BTree {
     fn apply_batch(&mut self, proposals: &[Proposal]) -> Result<()> {
         let mut txn = Overlay::new(&self.0);
-        let mut keyspace = Keyspace::open(&mut txn)?;
+        let mut machine = Machine::open(&mut txn)?;
         for proposal in proposals {
-            check(keyspace.apply(proposal)?.outcome);
+            check(machine.apply(proposal)?.outcome);
         }
-        keyspace.finish();
+        machine.finish();
         for (key, write) in txn.into_writes() {
             match write {
                 Some(value) => self.0.insert(key, value),
@@ -117,7 +118,7 @@ impl Backend for BTree {
     }
 
     fn remembered(&self) -> Result<usize> {
-        read::count_prefix(&self.0, &[layout::Table::Replies.prefix()], usize::MAX)
+        read::count_prefix(&self.0, &[Table::Replies.prefix()], usize::MAX)
     }
 }
 
@@ -148,12 +149,12 @@ impl Sled {
         let mut txn = Overlay::new(&view);
         let devices = self.state.device_index();
         let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
-        let mut keyspace = Keyspace::open_with_index(&mut txn, &Carry::default(), &mut index)?;
+        let mut machine = Machine::open_with_index(&mut txn, &Carry::default(), &mut index)?;
         let outcomes = proposals
             .iter()
-            .map(|proposal| Ok(keyspace.apply(proposal)?.outcome))
+            .map(|proposal| Ok(machine.apply(proposal)?.outcome))
             .collect::<Result<Vec<_>>>()?;
-        keyspace.finish();
+        machine.finish();
         self.state.commit(txn.into_txn_writes())?;
         COMMITTED.fetch_add(1, Ordering::Relaxed);
         Ok(outcomes)
@@ -167,11 +168,7 @@ impl Backend for Sled {
     }
 
     fn remembered(&self) -> Result<usize> {
-        read::count_prefix(
-            &self.state.view(),
-            &[layout::Table::Replies.prefix()],
-            usize::MAX,
-        )
+        read::count_prefix(&self.state.view(), &[Table::Replies.prefix()], usize::MAX)
     }
 }
 

@@ -1,8 +1,8 @@
 //! The storage crate's one error type.
 
-/// Everything that can go wrong below the keyspace semantics: I/O, sled, and records on disk
+/// Everything that can go wrong below the state machine's semantics: I/O, sled, and records on disk
 /// that do not decode. Rejections of client requests are not errors; they are
-/// [`crate::keyspace::Outcome`]s.
+/// [`crate::machine::Outcome`]s.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// sled reported a failure (I/O or a corrupt database).

@@ -1,14 +1,34 @@
-//! statestore-storage: the hybrid logical clock, the keyspace semantics of the state store
-//! protocol, and the sled-backed Raft log and state machine they persist into.
+//! statestore-storage: the replicated state machine of statestore and the sled-backed store it
+//! persists into.
 //!
-//! Knows nothing about openraft or MQTT: the consensus layer hands it opaque log records and
-//! typed [`keyspace::Proposal`]s. The device-bound message queues ([`devicebound`]) live in the
-//! same state and are reached through [`keyspace::Mutation::Device`].
+//! Layers, each importing only those below it:
+//!
+//! - **engine**: [`engine`] (the transaction traits [`engine::OrderedRead`] and
+//!   [`engine::Txn`], the [`engine::Overlay`] every apply writes through) and [`sled`], the one
+//!   backend (the state tree behind a write-back memtable, snapshots, durability points). They
+//!   move bytes and know nothing of what the bytes mean. (The state tree also keeps the device
+//!   queues' in-memory index next to the rows it is derived from.)
+//! - **layout**: [`layout`], the register of the table prefixes of the one ordered byte map
+//!   and of its store-wide and consensus records; [`codec`], the versioned record encoding.
+//! - **parts**, siblings that know nothing of each other: [`keyspace`] (SET/DEL/VDEL,
+//!   KEYNOTIFY, expiry, fencing, key quotas, registrations) and [`devicebound`] (the
+//!   device-bound message queues).
+//! - **root**: [`machine`], whose [`machine::Machine`] applies a [`machine::Proposal`]: store
+//!   time, reply memory (§6, for both parts), limits, the carry between transactions, and the
+//!   dispatch of each [`machine::Mutation`] to its part. The consensus layer applies entries
+//!   through it alone.
+//!
+//! The hybrid logical clock and the enums shared with the node come from `statestore-vocab`
+//! (re-exported as [`hlc`], and where the parts use them). Knows nothing about openraft or
+//! MQTT: the consensus layer hands it opaque log records and typed proposals.
 
 pub mod codec;
 pub mod devicebound;
+pub mod engine;
 pub mod error;
 pub mod keyspace;
+pub mod layout;
+pub mod machine;
 pub mod sled;
 
 pub use error::{Result, StorageError};

@@ -33,10 +33,10 @@ use statestore_storage::devicebound::{
     FeedbackSettlement, FeedbackStatus, Message, MessageDelivery, QueueStats, SendMessage,
     Settlement, TokenSeed,
 };
+use statestore_storage::engine::{OrderedRead, Overlay, Txn};
 use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::{
-    Carry, Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, layout,
-};
+use statestore_storage::layout;
+use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
 use statestore_storage::sled::{Store, StoreConfig};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -622,33 +622,32 @@ fn apply(
     proposals: &[Proposal],
 ) -> Result<Vec<DeviceOutcome>, TestCaseError> {
     let mut txn = Overlay::new(&*map);
-    let mut keyspace =
-        Keyspace::open_with_index(&mut txn, &Carry::default(), index).map_err(fail)?;
-    let outcomes = apply_all(&mut keyspace, proposals)?;
-    keyspace.finish();
+    let mut machine = Machine::open_with_index(&mut txn, &Carry::default(), index).map_err(fail)?;
+    let outcomes = apply_all(&mut machine, proposals)?;
+    machine.finish();
     commit(map, txn.into_writes());
     let rebuilt = DeviceIndex::load(&*map).map_err(fail)?;
     prop_assert!(*index == rebuilt, "the kept index is the index of the rows");
     Ok(outcomes)
 }
 
-/// [`apply`] without a kept index: the keyspace builds one from the rows.
+/// [`apply`] without a kept index: the machine builds one from the rows.
 fn apply_loading(map: &mut Map, proposals: &[Proposal]) -> Result<(), TestCaseError> {
     let mut txn = Overlay::new(&*map);
-    let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
-    apply_all(&mut keyspace, proposals)?;
-    keyspace.finish();
+    let mut machine = Machine::open(&mut txn).map_err(fail)?;
+    apply_all(&mut machine, proposals)?;
+    machine.finish();
     commit(map, txn.into_writes());
     Ok(())
 }
 
-fn apply_all<T: statestore_storage::keyspace::Txn>(
-    keyspace: &mut Keyspace<'_, T>,
+fn apply_all<T: Txn>(
+    machine: &mut Machine<'_, T>,
     proposals: &[Proposal],
 ) -> Result<Vec<DeviceOutcome>, TestCaseError> {
     let mut outcomes = Vec::new();
     for proposal in proposals {
-        match keyspace.apply(proposal).map_err(fail)?.outcome {
+        match machine.apply(proposal).map_err(fail)?.outcome {
             Outcome::Device(outcome) => outcomes.push(*outcome),
             other => return Err(fail(format!("a device command gave {other:?}"))),
         }
@@ -1104,12 +1103,12 @@ fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestC
             let view = state.view();
             let mut txn = Overlay::new(&view);
             let mut index = devices.lock().map_err(fail)?;
-            let mut keyspace =
-                Keyspace::open_with_index(&mut txn, &Carry::default(), &mut index).map_err(fail)?;
+            let mut machine =
+                Machine::open_with_index(&mut txn, &Carry::default(), &mut index).map_err(fail)?;
             for proposal in chunk {
-                keyspace.apply(proposal).map_err(fail)?;
+                machine.apply(proposal).map_err(fail)?;
             }
-            keyspace.finish();
+            machine.finish();
             state.commit(txn.into_txn_writes()).map_err(fail)?;
             rest = tail;
         }

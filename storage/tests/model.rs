@@ -2,7 +2,7 @@
 //!
 //! Invariants checked:
 //!
-//! - The deterministic state machine ([`Keyspace`]) behaves like a deliberately simple
+//! - The deterministic state machine ([`Machine`]) behaves like a deliberately simple
 //!   in-memory model written from `shared/spec/protocol.md`: for every proposal the same
 //!   [`Outcome`] (§2 commands, §4 fencing, §6 retried requests, §9 quotas), the same versions
 //!   (§3: at least the proposal stamp, strictly greater than every version issued before), the
@@ -12,7 +12,7 @@
 //!   instant on, removal by sweep or by a later write notifies `DELETE`).
 //! - A BTreeMap replica applying proposals one transaction each and a sled replica applying
 //!   the same proposals in batches of random sizes report the same outcomes and the same
-//!   [`read::digest`] after every batch.
+//!   [`machine_read::digest`] after every batch.
 //! - The same holds with hundreds of proposals per sled transaction while remembered replies
 //!   expire faster than one proposal may prune them (pruning does not depend on how proposals
 //!   are grouped into transactions), and a 5,000-reply memory is pruned exactly 32 per
@@ -38,11 +38,16 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use statestore_storage::codec;
+use statestore_storage::engine::{KvPair, OrderedRead, Overlay};
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
-    Applied, Change, KeyEvent, Keyspace, KeyspaceMeta, KvPair, Limits, Mutation, OrderedRead,
-    Outcome, Overlay, Proposal, Record, Rejection, RememberedReply, RequestId, SetCondition,
-    layout, read,
+    Change, KeyEvent, KeyspaceMeta, Limits, Record, Rejection, SetCondition, read,
+};
+use statestore_storage::layout::Table;
+use statestore_storage::machine::read as machine_read;
+use statestore_storage::machine::reply_rows;
+use statestore_storage::machine::{
+    Applied, Machine, Mutation, Outcome, Proposal, RememberedReply, RequestId,
 };
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
 
@@ -337,7 +342,7 @@ impl Leader {
             return Ok(KEYS.iter().map(|k| k.to_vec()).collect());
         }
         let meta = read::meta(view).map_err(fail)?;
-        read::due_keys(view, read::read_time(&meta, self.wall_ms), limit).map_err(fail)
+        read::due_keys(view, machine_read::read_time(&meta, self.wall_ms), limit).map_err(fail)
     }
 }
 
@@ -354,9 +359,9 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 /// Applies one proposal in its own transaction to a BTreeMap replica.
 fn apply_to_map(map: &mut Map, proposal: &Proposal) -> Result<Applied, TestCaseError> {
     let mut txn = Overlay::new(&*map);
-    let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
-    let applied = keyspace.apply(proposal).map_err(fail)?;
-    keyspace.finish();
+    let mut machine = Machine::open(&mut txn).map_err(fail)?;
+    let applied = machine.apply(proposal).map_err(fail)?;
+    machine.finish();
     for (key, write) in txn.into_writes() {
         match write {
             Some(value) => map.insert(key, value),
@@ -373,12 +378,12 @@ fn apply_batch_to_sled(
 ) -> Result<Vec<Applied>, TestCaseError> {
     let view = state.view();
     let mut txn = Overlay::new(&view);
-    let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
+    let mut machine = Machine::open(&mut txn).map_err(fail)?;
     let mut applied = Vec::with_capacity(proposals.len());
     for proposal in proposals {
-        applied.push(keyspace.apply(proposal).map_err(fail)?);
+        applied.push(machine.apply(proposal).map_err(fail)?);
     }
-    keyspace.finish();
+    machine.finish();
     state.commit(txn.into_txn_writes()).map_err(fail)?;
     Ok(applied)
 }
@@ -968,15 +973,15 @@ fn issued_versions(applied: &Applied) -> Vec<Hlc> {
 /// remembered replies, their counted bytes). Also checks that the registration tables agree
 /// and that the reply-expiry index holds one entry per reply, with its size.
 fn recount(view: &impl OrderedRead) -> Result<(u64, u64, u64), TestCaseError> {
-    let rows = |table: layout::Table| -> Result<Vec<KvPair>, TestCaseError> {
+    let rows = |table: Table| -> Result<Vec<KvPair>, TestCaseError> {
         let (start, end) = table.bounds();
         view.range(&start, &end)
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)
     };
-    let registrations = rows(layout::Table::ObserversByKey)?;
+    let registrations = rows(Table::ObserversByKey)?;
     let by_key = registrations.len() as u64;
-    let by_client = rows(layout::Table::ObservedByClient)?.len() as u64;
+    let by_client = rows(Table::ObservedByClient)?.len() as u64;
     prop_assert_eq!(by_key, by_client, "registration tables disagree");
     // Each key's registration count equals its rows (row: table byte, u32 key length, key,
     // client).
@@ -986,24 +991,24 @@ fn recount(view: &impl OrderedRead) -> Result<(u64, u64, u64), TestCaseError> {
         *per_key.entry(row[5..5 + len].to_vec()).or_default() += 1;
     }
     let mut counted: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for (row, value) in rows(layout::Table::ObserverCounts)? {
-        let count = layout::parse_observer_count_value(&value)
+    for (row, value) in rows(Table::ObserverCounts)? {
+        let count = statestore_storage::keyspace::layout::parse_observer_count_value(&value)
             .ok_or_else(|| fail("registration count of the wrong size"))?;
         counted.insert(row[1..].to_vec(), count);
     }
     prop_assert_eq!(counted, per_key, "registration counts against the rows");
-    let replies: BTreeMap<Vec<u8>, Vec<u8>> = rows(layout::Table::Replies)?.into_iter().collect();
-    let index = rows(layout::Table::ReplyExpiry)?;
+    let replies: BTreeMap<Vec<u8>, Vec<u8>> = rows(Table::Replies)?.into_iter().collect();
+    let index = rows(Table::ReplyExpiry)?;
     prop_assert_eq!(index.len(), replies.len(), "one index entry per reply");
     let mut bytes = 0;
     for (index_key, size) in &index {
-        let (_, reply_key) = layout::split_reply_expiry_key(index_key)
+        let (_, reply_key) = reply_rows::split_reply_expiry_key(index_key)
             .ok_or_else(|| fail("reply-expiry key without expiry"))?;
         let reply = replies
             .get(reply_key)
             .ok_or_else(|| fail("index entry of a missing reply"))?;
         let counted = (reply_key.len() + reply.len()) as u64;
-        prop_assert_eq!(layout::parse_reply_size_value(size), Some(counted));
+        prop_assert_eq!(reply_rows::parse_reply_size_value(size), Some(counted));
         bytes += counted;
     }
     Ok((by_key, replies.len() as u64, bytes))
@@ -1115,10 +1120,10 @@ fn assert_same_state(
     }
     // §6: the reply memory of the requests a retry may still pick (the door's look-up: only
     // a request with the remembered digest gets the reply).
-    let now = read::read_time(&meta, leader.wall_ms);
+    let now = machine_read::read_time(&meta, leader.wall_ms);
     let window = leader.history.len().min(RETRY_WINDOW);
     for (request, _) in &leader.history[leader.history.len() - window..] {
-        let remembered = read::remembered_reply(map, request, now).map_err(fail)?;
+        let remembered = machine_read::remembered_reply(map, request, now).map_err(fail)?;
         let expected = model
             .replies
             .get(&(request.client.clone(), request.correlation.clone()))
@@ -1153,9 +1158,13 @@ fn check_against_model(ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Get(k) => {
                 let meta = read::meta(&map).map_err(fail)?;
-                let got = read::live_record(&map, KEYS[*k], read::read_time(&meta, leader.wall_ms))
-                    .map_err(fail)?
-                    .map(Entry::from_record);
+                let got = read::live_record(
+                    &map,
+                    KEYS[*k],
+                    machine_read::read_time(&meta, leader.wall_ms),
+                )
+                .map_err(fail)?
+                .map(Entry::from_record);
                 let expected = model.get(KEYS[*k], leader.wall_ms);
                 prop_assert_eq!(got, expected, "step {} {:?}: GET", step, op);
                 None
@@ -1337,7 +1346,7 @@ proptest! {
 
     /// Invariant: the same proposals, applied one transaction each to a BTreeMap replica and
     /// in atomic batches of random sizes to a sled replica, give the same outcomes and
-    /// notifications and the same `read::digest` after every batch.
+    /// notifications and the same `machine_read::digest` after every batch.
     #[test]
     fn replicas_reach_the_same_digest(
         ops in prop::collection::vec(op(), 1..=150),
@@ -1360,8 +1369,8 @@ proptest! {
                 let got = apply_batch_to_sled(&state, &batch)?;
                 prop_assert_eq!(got, expected, "outcomes of the batch {:?}", batch);
                 prop_assert_eq!(
-                    read::digest(&state.view()).map_err(fail)?,
-                    read::digest(&*map).map_err(fail)?,
+                    machine_read::digest(&state.view()).map_err(fail)?,
+                    machine_read::digest(&*map).map_err(fail)?,
                     "digest after the batch {:?}",
                     batch
                 );
@@ -1401,8 +1410,8 @@ proptest! {
         prop_assert_eq!(installed.header, b"header".to_vec());
         prop_assert_eq!(installed.entries, exported.entries);
         prop_assert_eq!(
-            read::digest(&target.view()).map_err(fail)?,
-            read::digest(&source.view()).map_err(fail)?,
+            machine_read::digest(&target.view()).map_err(fail)?,
+            machine_read::digest(&source.view()).map_err(fail)?,
             "digest after install"
         );
         prop_assert_eq!(
@@ -1423,8 +1432,8 @@ proptest! {
             prop_assert_eq!(a, b, "outcome of {:?} after install", proposal);
         }
         prop_assert_eq!(
-            read::digest(&target.view()).map_err(fail)?,
-            read::digest(&source.view()).map_err(fail)?,
+            machine_read::digest(&target.view()).map_err(fail)?,
+            machine_read::digest(&source.view()).map_err(fail)?,
             "digest after further proposals"
         );
     }
@@ -1481,12 +1490,12 @@ fn apply_batch_to_map(
     proposals: &[Proposal],
 ) -> Result<Vec<Applied>, TestCaseError> {
     let mut txn = Overlay::new(&*map);
-    let mut keyspace = Keyspace::open(&mut txn).map_err(fail)?;
+    let mut machine = Machine::open(&mut txn).map_err(fail)?;
     let mut applied = Vec::with_capacity(proposals.len());
     for proposal in proposals {
-        applied.push(keyspace.apply(proposal).map_err(fail)?);
+        applied.push(machine.apply(proposal).map_err(fail)?);
     }
-    keyspace.finish();
+    machine.finish();
     for (key, write) in txn.into_writes() {
         match write {
             Some(value) => map.insert(key, value),
@@ -1498,7 +1507,7 @@ fn apply_batch_to_map(
 
 /// Remembered replies stored (live or expired-but-unpruned).
 fn stored_replies(view: &impl OrderedRead) -> Result<usize, TestCaseError> {
-    read::count_prefix(view, &[layout::Table::Replies.prefix()], usize::MAX).map_err(fail)
+    read::count_prefix(view, &[Table::Replies.prefix()], usize::MAX).map_err(fail)
 }
 
 proptest! {
@@ -1507,7 +1516,7 @@ proptest! {
     /// Invariant: with hundreds of proposals per transaction while replies expire faster than
     /// one proposal may prune them, and reply-memory caps that force evictions, a sled replica
     /// applying atomic batches and a BTreeMap replica applying one transaction per proposal
-    /// give the same outcomes and events and the same `read::digest` after every batch (reply
+    /// give the same outcomes and events and the same `machine_read::digest` after every batch (reply
     /// pruning and eviction do not depend on how proposals are grouped into transactions), and
     /// the sled replica's counters equal a recount of its tables.
     #[test]
@@ -1540,8 +1549,8 @@ proptest! {
                 let got = apply_batch_to_sled(&state, &batch)?;
                 prop_assert_eq!(got, expected, "outcomes of a batch of {}", batch.len());
                 prop_assert_eq!(
-                    read::digest(&state.view()).map_err(fail)?,
-                    read::digest(&*map).map_err(fail)?,
+                    machine_read::digest(&state.view()).map_err(fail)?,
+                    machine_read::digest(&*map).map_err(fail)?,
                     "digest after a batch of {}",
                     batch.len()
                 );
@@ -1641,7 +1650,7 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
     prop_assert_eq!(stored_replies(&map)?, 5_000);
 
     leader.advance(1_000); // every reply is due
-    let prune = statestore_storage::keyspace::REPLIES_PRUNED_PER_ENTRY;
+    let prune = statestore_storage::machine::REPLIES_PRUNED_PER_ENTRY;
     let mut left = 5_000;
     for round in 0..2u32 {
         let batch: Vec<Proposal> = (0..100u32)
@@ -1666,8 +1675,8 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
             left + 100 * (round as usize + 1)
         );
         prop_assert_eq!(
-            read::digest(&state.view()).map_err(fail)?,
-            read::digest(&map).map_err(fail)?
+            machine_read::digest(&state.view()).map_err(fail)?,
+            machine_read::digest(&map).map_err(fail)?
         );
     }
     prop_assert_eq!(left, 0, "the second batch has budget to spare");
@@ -1744,8 +1753,8 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
     }
     prop_assert_eq!(&got, &expected);
     prop_assert_eq!(
-        read::digest(&state.view()).map_err(fail)?,
-        read::digest(&map).map_err(fail)?
+        machine_read::digest(&state.view()).map_err(fail)?,
+        machine_read::digest(&map).map_err(fail)?
     );
     assert_counters_exact(&state.view(), "on sled")?;
     assert_counters_exact(&map, "on the map")?;
@@ -1811,8 +1820,8 @@ fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), T
     assert_counters_exact(&map, "on the map")?;
     assert_counters_exact(&state.view(), "on sled")?;
     prop_assert_eq!(
-        read::digest(&state.view()).map_err(fail)?,
-        read::digest(&map).map_err(fail)?
+        machine_read::digest(&state.view()).map_err(fail)?,
+        machine_read::digest(&map).map_err(fail)?
     );
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! version, protocol §1.2 and §2). The one place this mapping lives.
 
 use statestore_storage::devicebound::{DeviceRejection, DeviceResult};
-use statestore_storage::keyspace::{Outcome, Rejection};
+use statestore_storage::keyspace::Rejection;
+use statestore_storage::machine::Outcome;
 
 use statestore_protocol::{ErrorReply, Reply};
 

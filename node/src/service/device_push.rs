@@ -20,7 +20,7 @@ use statestore_storage::devicebound::{
     DeliverableDevice, DeviceCommand, DeviceResult, MessageDelivery, Settlement,
     read as device_read,
 };
-use statestore_storage::keyspace::Outcome;
+use statestore_storage::machine::Outcome;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 

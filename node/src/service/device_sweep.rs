@@ -14,7 +14,7 @@ use bytes::Bytes;
 use statestore_storage::devicebound::{
     DeviceCommand, DeviceResult, FeedbackDelivery, read as device_read,
 };
-use statestore_storage::keyspace::Outcome;
+use statestore_storage::machine::Outcome;
 use tokio::sync::watch;
 
 use crate::service::Service;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use statestore_storage::devicebound::{
     self as store, DeviceCommand, SendMessage, read as device_read,
 };
-use statestore_storage::keyspace::{Mutation, Outcome, read};
+use statestore_storage::machine::read;
+use statestore_storage::machine::{Mutation, Outcome};
 use tokio::time::Instant;
 use tracing::Instrument;
 

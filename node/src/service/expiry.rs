@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use statestore_storage::keyspace::{Mutation, Outcome, read};
+use statestore_storage::keyspace::read;
+use statestore_storage::machine::read as machine_read;
+use statestore_storage::machine::{Mutation, Outcome};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -52,7 +54,7 @@ async fn sweep_once<O: Outbox>(service: &Service<O>, batch: usize) -> Result<boo
     let metrics = &service.metrics().store;
     let view = service.raft().view();
     let meta = read::meta(&view).map_err(|e| e.to_string())?;
-    let time = read::read_time(&meta, service.wall_ms());
+    let time = machine_read::read_time(&meta, service.wall_ms());
     let due = read::due_keys(&view, time, batch).map_err(|e| e.to_string())?;
     metrics
         .due_keys
@@ -63,7 +65,7 @@ async fn sweep_once<O: Outbox>(service: &Service<O>, batch: usize) -> Result<boo
     let full = due.len() == batch;
     let keys = due
         .into_iter()
-        .map(statestore_storage::keyspace::ByteBuf::from)
+        .map(statestore_storage::machine::ByteBuf::from)
         .collect();
     let outcome = service.propose_internal(Mutation::Expire { keys }).await?;
     if let Outcome::Expired { keys } = outcome {

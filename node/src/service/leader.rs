@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use statestore_raft::Leadership;
 use statestore_storage::devicebound::{DeviceCommand, DeviceboundSettings, read as device_read};
-use statestore_storage::keyspace::{Limits, Mutation, read};
+use statestore_storage::keyspace::{Limits, read};
+use statestore_storage::machine::Mutation;
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -35,7 +35,9 @@ use std::time::Duration;
 use statestore_raft::RaftNode;
 use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
 use statestore_storage::hlc::{Hlc, HlcClock, SystemClock, WallClock};
-use statestore_storage::keyspace::{Mutation, Outcome, Proposal, RequestId, read};
+use statestore_storage::keyspace::read;
+use statestore_storage::machine::read as machine_read;
+use statestore_storage::machine::{Mutation, Outcome, Proposal, RequestId};
 use tokio::sync::{Mutex, Notify};
 use tracing::Instrument;
 
@@ -228,12 +230,12 @@ impl<O: Outbox> Service<O> {
 
     /// The time a linearizable read uses: never behind an earlier read on this node (a key
     /// seen expired stays expired), within the same bound the replicated floor has
-    /// (`read::store_time`).
+    /// (`machine_read::store_time`).
     fn read_time(&self, view: &statestore_storage::sled::StateView) -> Result<u64, Unavailable> {
         let floor = read::meta(view)?
             .time_floor_ms
             .max(self.read_floor_ms.load(Ordering::SeqCst));
-        let time = read::store_time(floor, self.wall.now_ms());
+        let time = machine_read::store_time(floor, self.wall.now_ms());
         self.read_floor_ms.fetch_max(time, Ordering::SeqCst);
         Ok(time)
     }

@@ -26,8 +26,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use statestore_raft::{EventSink, TracedEvent};
+use statestore_storage::engine::OrderedRead;
 use statestore_storage::keyspace::read::{self, Observer};
-use statestore_storage::keyspace::{Change, KeyEvent, Mutation, OrderedRead};
+use statestore_storage::keyspace::{Change, KeyEvent};
+use statestore_storage::machine::Mutation;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -300,8 +302,10 @@ pub async fn run_forgetter<O: Outbox>(
 mod tests {
     use super::*;
     use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
+    use statestore_storage::engine::Overlay;
     use statestore_storage::hlc::Hlc;
-    use statestore_storage::keyspace::{Keyspace, Overlay, Proposal, SetCondition};
+    use statestore_storage::keyspace::SetCondition;
+    use statestore_storage::machine::{Machine, Proposal};
     use std::collections::BTreeMap;
 
     #[test]
@@ -422,9 +426,9 @@ mod tests {
                 mutation,
             };
             let mut txn = Overlay::new(&*map);
-            let mut keyspace = Keyspace::open(&mut txn).expect("open");
-            events.extend(keyspace.apply(&proposal).expect("apply").events);
-            keyspace.finish();
+            let mut machine = Machine::open(&mut txn).expect("open");
+            events.extend(machine.apply(&proposal).expect("apply").events);
+            machine.finish();
             for (key, write) in txn.into_writes() {
                 match write {
                     Some(value) => map.insert(key, value),

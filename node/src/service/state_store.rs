@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use statestore_protocol::{Command, CommandVerb, ErrorReply, ProtocolError, Reply};
 use statestore_storage::hlc::{Hlc, MAX_CLOCK_DRIFT_MS};
-use statestore_storage::keyspace::{Mutation, read};
+use statestore_storage::keyspace::read;
+use statestore_storage::machine::Mutation;
+use statestore_storage::machine::read as machine_read;
 use tokio::time::Instant;
 
 use super::envelope::Envelope;
@@ -87,7 +89,7 @@ impl<O: Outbox> Service<O> {
         let digest = request_digest::request_digest(message, EffectProperties::StateStore);
         let request = self.request_id(envelope, message.message_expiry_secs, digest);
         if let Some(outcome) =
-            read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
+            machine_read::remembered_reply(&self.raft.view(), &request, self.wall.now_ms())?
         {
             self.metrics.service.dedup_hits_total.inc();
             return Ok(answer::from_outcome(outcome));

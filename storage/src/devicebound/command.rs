@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::devicebound::settings::DeviceboundSettings;
 pub use statestore_vocab::devicebound::{Expiry, FeedbackSettlement};
 
-/// A change to the device-bound state, inside [`crate::keyspace::Mutation::Device`].
+/// A change to the device-bound state, inside [`crate::machine::Mutation::Device`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DeviceCommand {
     /// SEND: append a message to a device's queue.

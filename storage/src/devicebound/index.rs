@@ -23,8 +23,8 @@ use crate::devicebound::command::Ack;
 use crate::devicebound::layout::{self, DeviceTable};
 use crate::devicebound::read::{DeliverableDevice, QueueStats};
 use crate::devicebound::record::{DeviceState, LockState, StoredMessage};
+use crate::engine::OrderedRead;
 use crate::error::{Result, StorageError};
-use crate::keyspace::OrderedRead;
 
 /// A device id as the index holds it (shared by the device map and the ordered sets).
 pub type DeviceId = Arc<[u8]>;

@@ -1,6 +1,6 @@
 //! Where the device-bound state lives in the store's one ordered byte map: tables with their
 //! own one-byte prefixes (upper-case letters, apart from the keyspace's lower-case ones and
-//! below [`crate::keyspace::layout::Table::ConsensusState`], so digests and snapshots cover
+//! below [`crate::layout::Table::ConsensusState`], so digests and snapshots cover
 //! them), length-prefixed device ids, big-endian numbers so keys sort by time and sequence.
 //!
 //! A queued message is a [`DeviceTable::Messages`] row (its content and delivery state), a
@@ -9,8 +9,6 @@
 //! [`crate::devicebound::DeviceIndex`], rebuilt from these two tables; the feedback batches
 //! keep their due-time and lock-token tables here. A message lock token names its message's
 //! place ([`crate::devicebound::token::message_token`]), so messages need no token index.
-
-use crate::keyspace::layout::Table;
 
 /// The device-bound tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,12 +62,12 @@ impl DeviceTable {
     }
 }
 
-/// Name of the [`crate::devicebound::DeviceboundMeta`] record in [`Table::Meta`].
+/// Name of the [`crate::devicebound::DeviceboundMeta`] record in [`crate::layout::Table::Meta`].
 pub const META_DEVICEBOUND: &[u8] = b"devicebound";
 
 /// Key of the devicebound meta record.
 pub fn meta_key() -> Vec<u8> {
-    crate::keyspace::layout::meta_key(META_DEVICEBOUND)
+    crate::layout::meta_key(META_DEVICEBOUND)
 }
 
 fn with_prefix(table: DeviceTable, capacity: usize) -> Vec<u8> {
@@ -232,18 +230,4 @@ pub fn batch_token_key(token: &str) -> Vec<u8> {
     let mut out = with_prefix(DeviceTable::BatchTokens, token.len());
     out.extend_from_slice(token.as_bytes());
     out
-}
-
-/// The keyspace tables, for the collision check in the tests.
-pub fn keyspace_tables() -> [Table; 8] {
-    [
-        Table::Keys,
-        Table::Expiry,
-        Table::ObserversByKey,
-        Table::ObservedByClient,
-        Table::Replies,
-        Table::ReplyExpiry,
-        Table::Meta,
-        Table::ConsensusState,
-    ]
 }

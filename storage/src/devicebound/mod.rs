@@ -5,11 +5,12 @@
 //! Owns what a SEND/PURGE/FORGET, a delivery, a settlement, a sweep or a feedback step does to
 //! the replicated state: per-device FIFO queues with locks and delivery counts, dead letters,
 //! feedback records and feedback batches. Reached through
-//! [`crate::keyspace::Mutation::Device`], so the keyspace's reply memory (§6 of the state store
-//! protocol) covers these commands too. Knows nothing about sled, openraft or MQTT, and never
-//! reads a clock: time is the entry's store time handed in by [`crate::keyspace::Keyspace`].
+//! [`crate::machine::Mutation::Device`], so the machine's reply memory (§6 of the state store
+//! protocol) covers these commands too. A sibling of the keyspace over the engine: imports
+//! neither the keyspace nor the machine. Knows nothing about sled, openraft or MQTT, and never
+//! reads a clock: time is the entry's store time handed in by [`crate::machine::Machine`].
 //!
-//! [`Txn`]: crate::keyspace::Txn
+//! [`Txn`]: crate::engine::Txn
 
 mod apply;
 mod command;

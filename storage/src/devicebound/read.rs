@@ -10,9 +10,9 @@ use crate::devicebound::layout::{self, DeviceTable};
 use crate::devicebound::record::{
     DeadLetter, DeviceState, DeviceboundMeta, FeedbackBatch, FeedbackRecord, StoredMessage,
 };
+use crate::engine::OrderedRead;
+use crate::engine::prefix_end;
 use crate::error::{Result, StorageError};
-use crate::keyspace::OrderedRead;
-use crate::keyspace::layout::prefix_end;
 pub use statestore_vocab::devicebound::QueueStats;
 
 /// The store-wide device-bound record (defaults on an empty store).

@@ -1,8 +1,9 @@
 //! [`DeviceboundSettings`]: the limits and durations the device-bound semantics judge by.
 //!
-//! Like [`crate::keyspace::Limits`] they are replicated state (in the devicebound meta record,
-//! changed only through [`crate::devicebound::DeviceCommand::SetSettings`] in the log), so every
-//! replica decides the same way whatever its local configuration says. Ranges are checked when
+//! Like the keyspace quotas ([`crate::machine::Mutation::SetLimits`]) they are replicated state
+//! (in the devicebound meta record, changed only through
+//! [`crate::devicebound::DeviceCommand::SetSettings`] in the log), so every replica decides the
+//! same way whatever its local configuration says. Ranges are checked when
 //! the node reads its configuration (spec §5); apply copes with any value (a zero cap refuses
 //! or drops everything, it never panics).
 

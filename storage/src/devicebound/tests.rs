@@ -1,16 +1,15 @@
 //! Unit tests of the device-bound semantics, one per rule of `shared/spec/devicebound.md` (and
 //! of the rules the `apply` module documents where the spec is silent), driven through
-//! [`Keyspace::apply`] on an in-memory map so the reply memory is in the path, with the device
-//! queues' index kept across transactions as the consensus layer keeps it (and checked against
-//! the index rebuilt from the rows after every one).
+//! [`crate::machine::Machine::apply`] on an in-memory map so the reply memory is in the path,
+//! with the device queues' index kept across transactions as the consensus layer keeps it (and
+//! checked against the index rebuilt from the rows after every one).
 
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::engine::{OrderedRead, Overlay, TxnWrites};
 use crate::hlc::Hlc;
-use crate::keyspace::{
-    Carry, Keyspace, Mutation, OrderedRead, Outcome, Overlay, Proposal, RequestId, TxnWrites,
-};
+use crate::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
 
 const T0: u64 = 1_700_000_000_000;
 const DEV: &[u8] = b"dev-1";
@@ -198,7 +197,7 @@ fn sent() -> DeviceResult {
 
 #[test]
 fn layout_prefixes_are_distinct_and_inside_the_digested_range() {
-    let keyspace: Vec<u8> = layout::keyspace_tables()
+    let lower_case: Vec<u8> = crate::layout::Table::ALL
         .iter()
         .map(|t| t.prefix())
         .collect();
@@ -207,15 +206,15 @@ fn layout_prefixes_are_distinct_and_inside_the_digested_range() {
         let prefix = table.prefix();
         assert!(seen.insert(prefix), "{table:?} prefix used twice");
         assert!(
-            !keyspace.contains(&prefix),
-            "{table:?} collides with a keyspace table"
+            !lower_case.contains(&prefix),
+            "{table:?} collides with a keyspace or store-wide table"
         );
         assert!(
-            prefix < crate::keyspace::layout::Table::ConsensusState.prefix(),
+            prefix < crate::layout::Table::ConsensusState.prefix(),
             "{table:?} must be covered by digests and snapshots"
         );
-        let resident = crate::keyspace::layout::Table::ReplyExpiry.prefix()
-            ..=crate::keyspace::layout::Table::Replies.prefix();
+        let resident =
+            crate::layout::Table::ReplyExpiry.prefix()..=crate::layout::Table::Replies.prefix();
         assert!(
             !resident.contains(&prefix),
             "{table:?} must not fall into the resident reply tables"
@@ -1186,7 +1185,7 @@ fn send_and_deliver_writes_what_send_then_deliver_write() {
     }
 }
 
-/// Applies `proposal` on `map` through a keyspace with the kept `index`; returns the outcome
+/// Applies `proposal` on `map` through a machine with the kept `index`; returns the outcome
 /// and the transaction's writes (`map` is left for the caller to update).
 fn apply_kept(
     map: &impl OrderedRead,
@@ -1194,9 +1193,9 @@ fn apply_kept(
     proposal: &Proposal,
 ) -> (Outcome, TxnWrites) {
     let mut txn = Overlay::new(map);
-    let mut keyspace = Keyspace::open_with_index(&mut txn, &Carry::default(), index).expect("open");
-    let applied = keyspace.apply(proposal).expect("apply");
-    keyspace.finish();
+    let mut machine = Machine::open_with_index(&mut txn, &Carry::default(), index).expect("open");
+    let applied = machine.apply(proposal).expect("apply");
+    machine.finish();
     (applied.outcome, txn.into_txn_writes())
 }
 
@@ -1208,7 +1207,7 @@ fn apply_counting_queue_reads(
     command: DeviceCommand,
 ) -> (DeviceResult, TxnWrites, usize) {
     let proposal = r.proposal(command, None);
-    let base = crate::keyspace::tests::Counting::new(&r.map);
+    let base = crate::machine::tests::Counting::new(&r.map);
     let (outcome, writes) = apply_kept(&base, &mut r.index, &proposal);
     let queue_tables = [
         layout::DeviceTable::Messages.prefix(),
@@ -1223,7 +1222,7 @@ fn apply_counting_queue_reads(
             .iter()
             .filter(|(key, write)| {
                 queue_tables.contains(&key[0])
-                    && matches!(write, crate::keyspace::TxnWrite::Create(_))
+                    && matches!(write, crate::engine::TxnWrite::Create(_))
             })
             .count()
     } else {
@@ -1255,9 +1254,9 @@ fn queue_writes(writes: &TxnWrites) -> Vec<(u8, &'static str)> {
         })
         .map(|(key, write)| {
             let kind = match write {
-                crate::keyspace::TxnWrite::Put(_) => "put",
-                crate::keyspace::TxnWrite::Create(_) => "create",
-                crate::keyspace::TxnWrite::Remove => "remove",
+                crate::engine::TxnWrite::Put(_) => "put",
+                crate::engine::TxnWrite::Create(_) => "create",
+                crate::engine::TxnWrite::Remove => "remove",
             };
             (key[0], kind)
         })

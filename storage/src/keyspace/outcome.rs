@@ -1,14 +1,19 @@
-//! What applying a [`crate::keyspace::Proposal`] produced: the reply-level [`Outcome`] and the
-//! [`KeyEvent`]s the leader turns into notifications after commit.
+//! What a keyspace command produced: the reply-level [`Outcome`] and the [`KeyEvent`]s the
+//! leader turns into notifications after commit.
 
 use serde::{Deserialize, Serialize};
 
-use crate::devicebound::DeviceOutcome;
 use crate::hlc::Hlc;
 
 /// Result of one entry, the same on every replica. The node maps it to the wire reply.
+///
+/// One flat enum for every command, as the log and the reply memory encode it (variants by
+/// position, only ever appended). The keyspace builds the keyspace variants; `D`, what a
+/// device-bound command did, is fixed by the machine ([`crate::machine::Outcome`]), which
+/// builds [`Outcome::Device`] and [`Outcome::LimitsSet`] ([`Outcome::Nothing`] is built by
+/// nobody today; it stays for the encoding).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
+pub enum Outcome<D> {
     /// SET applied (`+OK`, `__ts` = new version).
     Stored {
         /// The key's new version.
@@ -49,7 +54,7 @@ pub enum Outcome {
     /// New limits are in force.
     LimitsSet,
     /// What a device-bound command did.
-    Device(Box<DeviceOutcome>),
+    Device(D),
     /// Entries without application payload (blank, membership).
     Nothing,
 }
@@ -97,13 +102,4 @@ pub enum Change {
     Set(Vec<u8>),
     /// Removed by DEL, VDEL or expiry.
     Delete,
-}
-
-/// Outcome plus notifications of one entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Applied {
-    /// The reply-level result.
-    pub outcome: Outcome,
-    /// Changes for the notifier, in commit order.
-    pub events: Vec<KeyEvent>,
 }

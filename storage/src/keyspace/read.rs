@@ -1,22 +1,18 @@
-//! Read-only queries over the replicated state, shared by apply and by the leader's read path
-//! (GET, the reply-memory fast path, the expiry sweeper, digests). Time is always an argument.
-
-use xxhash_rust::xxh3::Xxh3;
+//! Read-only queries over the keyspace's tables, shared by apply and by the leader's read path
+//! (GET, SCAN, the expiry sweeper, the notifier). Time is always an argument (the store time a
+//! read must use is the machine's: [`crate::machine::read::read_time`]).
 
 use crate::codec;
+use crate::engine::{OrderedRead, prefix_end};
 use crate::error::{Result, StorageError};
 use crate::hlc::Hlc;
-use crate::keyspace::layout::{self, Table};
-use crate::keyspace::mutation::RequestId;
-use crate::keyspace::outcome::Outcome;
-use crate::keyspace::record::{
-    KeyspaceMeta, Record, RecordView, RememberedReply, decode_observer_floor,
-};
-use crate::keyspace::txn::OrderedRead;
+use crate::keyspace::layout;
+use crate::keyspace::record::{KeyspaceMeta, Record, RecordView, decode_observer_floor};
+use crate::layout::Table;
 
 /// The store-wide record (defaults on an empty store).
 pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<KeyspaceMeta> {
-    match view.get_ref(&layout::meta_key(layout::META_KEYSPACE))? {
+    match view.get_ref(&layout::meta_key())? {
         Some(bytes) => codec::decode("keyspace meta", &bytes),
         None => Ok(KeyspaceMeta::default()),
     }
@@ -36,43 +32,6 @@ pub fn live_record(
     time_ms: u64,
 ) -> Result<Option<Record>> {
     Ok(record(view, key)?.filter(|r| !r.is_expired_at(time_ms)))
-}
-
-/// How far the store's time may run ahead of the wall clock of the leader judging by it: the
-/// HLC's drift bound (§4). Leaders' clocks differ a little, and the floor keeps time monotonic
-/// across them; one leader whose clock jumped far ahead must not expire keys early for good.
-pub const MAX_FLOOR_LEAD_MS: u64 = crate::hlc::MAX_CLOCK_DRIFT_MS;
-
-/// The store time at a leader whose wall clock reads `wall_ms`, given the time floor reached by
-/// entries already applied: never behind the floor, except that the floor counts only up to
-/// [`MAX_FLOOR_LEAD_MS`] ahead of this wall clock.
-pub fn store_time(time_floor_ms: u64, wall_ms: u64) -> u64 {
-    wall_ms.max(time_floor_ms.min(wall_ms.saturating_add(MAX_FLOOR_LEAD_MS)))
-}
-
-/// The time a leader read must use: its wall clock, but never behind entries already applied
-/// (within [`MAX_FLOOR_LEAD_MS`], see [`store_time`]).
-pub fn read_time(meta: &KeyspaceMeta, wall_ms: u64) -> u64 {
-    store_time(meta.time_floor_ms, wall_ms)
-}
-
-/// The remembered reply of `request` if a retry at `time_ms` must still get it (§6): only a
-/// reply to a request with the same digest (another request that claims the same client and
-/// correlation data gets `None` and is executed as new).
-pub fn remembered_reply(
-    view: &(impl OrderedRead + ?Sized),
-    request: &RequestId,
-    time_ms: u64,
-) -> Result<Option<Outcome>> {
-    let Some(bytes) = view.get_ref(&layout::reply_key(&request.client, &request.correlation))?
-    else {
-        return Ok(None);
-    };
-    let remembered: RememberedReply = codec::decode("remembered reply", &bytes)?;
-    Ok(
-        (remembered.expires_at_ms > time_ms && remembered.digest == request.digest)
-            .then_some(remembered.outcome),
-    )
 }
 
 /// Up to `limit` keys whose expiry instant is `<= time_ms`, earliest first.
@@ -162,7 +121,7 @@ pub fn observers_page(
             start
         },
     );
-    let end = layout::prefix_end(&prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    let end = prefix_end(&prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
     view.range(&start, &end)
         .take(limit)
         .map(|entry| {
@@ -196,7 +155,7 @@ pub fn keys_with_prefix(
     prefix: &[u8],
     limit: usize,
 ) -> Result<Vec<Vec<u8>>> {
-    let end = layout::prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    let end = prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
     view.range(prefix, &end)
         .take(limit)
         .map(|entry| entry.map(|(k, _)| k))
@@ -209,27 +168,11 @@ pub fn count_prefix(
     prefix: &[u8],
     limit: usize,
 ) -> Result<usize> {
-    let end = layout::prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
+    let end = prefix_end(prefix).unwrap_or_else(|| vec![u8::MAX; prefix.len() + 1]);
     let mut count = 0;
     for entry in view.range(prefix, &end).take(limit) {
         entry?;
         count += 1;
     }
     Ok(count)
-}
-
-/// A digest of the whole replicated keyspace (every table but the consensus layer's own
-/// records). Two replicas at the same applied index must report the same digest.
-pub fn digest(view: &(impl OrderedRead + ?Sized)) -> Result<u64> {
-    let mut hasher = Xxh3::new();
-    let start = [0u8];
-    let end = [Table::ConsensusState.prefix()];
-    for entry in view.range(&start, &end) {
-        let (key, value) = entry?;
-        hasher.update(&(key.len() as u64).to_be_bytes());
-        hasher.update(&key);
-        hasher.update(&(value.len() as u64).to_be_bytes());
-        hasher.update(&value);
-    }
-    Ok(hasher.digest())
 }

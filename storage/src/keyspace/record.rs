@@ -1,13 +1,12 @@
 //! Records stored in the keyspace tables, and the borrowed twins apply uses on its hot path to
-//! read and write them without copying values (same bytes on disk, pinned by the tests below).
+//! read and write them without copying values (same bytes on disk, pinned by `record/tests.rs`).
 
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
 
 use crate::hlc::Hlc;
-use crate::keyspace::mutation::Limits;
-use crate::keyspace::outcome::Outcome;
+use crate::keyspace::limits::Limits;
 
 /// One key's stored state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,7 +29,10 @@ impl Record {
     }
 }
 
-/// Store-wide replicated state kept next to the keys.
+/// Store-wide replicated state kept next to the keys, in one record. The keyspace keeps the key,
+/// version and registration fields; the machine ([`crate::machine::Machine`]), which reads and
+/// writes the record once per transaction, keeps the time floor, the reply-memory fields and the
+/// limits.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyspaceMeta {
     /// Keys stored (expired-but-unswept keys included until removed).
@@ -61,17 +63,6 @@ pub struct KeyspaceMeta {
     pub limits: Limits,
 }
 
-/// A remembered reply (protocol §6).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RememberedReply {
-    /// After this instant a retry is treated as a new request.
-    pub expires_at_ms: u64,
-    /// [`crate::keyspace::RequestId::digest`] of the request it answered.
-    pub digest: u128,
-    /// What the original request got.
-    pub outcome: Outcome,
-}
-
 /// A [`Record`] as apply reads it: the value stays in the stored bytes (no copy of what can
 /// be a 4 MiB value just to compare or measure it). Decodes exactly the bytes of a `Record`.
 #[derive(Debug, Deserialize)]
@@ -94,15 +85,6 @@ pub(crate) struct RecordOut<'a> {
     pub fencing_token: Option<&'a Hlc>,
 }
 
-/// A [`RememberedReply`] as apply writes it, borrowing the outcome. Encodes to exactly the
-/// bytes of the equal `RememberedReply`.
-#[derive(Debug, Serialize)]
-pub(crate) struct RememberedReplyOut<'a> {
-    pub expires_at_ms: u64,
-    pub digest: u128,
-    pub outcome: &'a Outcome,
-}
-
 pub(crate) use codec::decode_borrowed;
 
 /// The value of a registration row in [`crate::keyspace::layout::Table::ObserversByKey`]: the
@@ -122,101 +104,4 @@ pub(crate) fn decode_observer_floor(value: &[u8]) -> crate::error::Result<Option
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::StorageError;
-    use crate::keyspace::outcome::Rejection;
-
-    fn records() -> Vec<Record> {
-        vec![
-            Record {
-                value: b"v\r\n\xff".to_vec(),
-                version: Hlc::new(1_700_000_000_000, 3, "n1"),
-                expires_at_ms: Some(1_700_000_000_100),
-                fencing_token: Some(Hlc::new(5, 0, "client")),
-            },
-            Record {
-                value: vec![7; 300], // a length that needs a two-byte varint
-                version: Hlc::new(0, 0, ""),
-                expires_at_ms: None,
-                fencing_token: None,
-            },
-            Record {
-                value: Vec::new(),
-                version: Hlc::new(u64::MAX, u64::MAX, "x"),
-                expires_at_ms: Some(u64::MAX),
-                fencing_token: None,
-            },
-        ]
-    }
-
-    #[test]
-    fn borrowed_record_twins_use_the_record_encoding() {
-        for record in records() {
-            let bytes = codec::encode(&record);
-            let out = RecordOut {
-                value: &record.value,
-                version: &record.version,
-                expires_at_ms: record.expires_at_ms,
-                fencing_token: record.fencing_token.as_ref(),
-            };
-            assert_eq!(codec::encode(&out), bytes, "{record:?}");
-            let view: RecordView<'_> = decode_borrowed("record", &bytes).expect("decodes");
-            assert_eq!(view.value, record.value.as_slice());
-            assert_eq!(view.version, record.version);
-            assert_eq!(view.expires_at_ms, record.expires_at_ms);
-            assert_eq!(view.fencing_token, record.fencing_token);
-        }
-    }
-
-    #[test]
-    fn borrowed_reply_twin_uses_the_reply_encoding() {
-        for outcome in [
-            Outcome::Stored {
-                version: Hlc::new(9, 1, "n2"),
-            },
-            Outcome::Rejected(Rejection::QuotaExceeded),
-            Outcome::Missing,
-        ] {
-            let reply = RememberedReply {
-                expires_at_ms: 1_234_567,
-                digest: u128::MAX - 5,
-                outcome: outcome.clone(),
-            };
-            let out = RememberedReplyOut {
-                expires_at_ms: 1_234_567,
-                digest: u128::MAX - 5,
-                outcome: &outcome,
-            };
-            assert_eq!(codec::encode(&out), codec::encode(&reply));
-        }
-    }
-
-    #[test]
-    fn observer_floor_round_trips_and_an_empty_row_has_none() {
-        assert_eq!(encode_observer_floor(None), Vec::<u8>::new());
-        assert_eq!(decode_observer_floor(&[]).expect("empty"), None);
-        let floor = Hlc::new(1_700_000_000_000, 7, "n3");
-        let bytes = encode_observer_floor(Some(&floor));
-        assert_eq!(decode_observer_floor(&bytes).expect("decodes"), Some(floor));
-        assert!(matches!(
-            decode_observer_floor(&bytes[..2]),
-            Err(StorageError::Corrupt { .. })
-        ));
-    }
-
-    #[test]
-    fn borrowed_decode_checks_the_format_version() {
-        let mut bytes = codec::encode(&records()[0]);
-        assert!(decode_borrowed::<RecordView<'_>>("record", &bytes[..3]).is_err());
-        assert!(matches!(
-            decode_borrowed::<RecordView<'_>>("record", &[]),
-            Err(StorageError::Corrupt { .. })
-        ));
-        bytes[0] = codec::FORMAT_VERSION + 1;
-        assert!(matches!(
-            decode_borrowed::<RecordView<'_>>("record", &bytes),
-            Err(StorageError::FormatVersion { .. })
-        ));
-    }
-}
+mod tests;

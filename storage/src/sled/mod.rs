@@ -3,7 +3,7 @@
 //! itself; plus the snapshot files beside it. (The Raft log is not here: it is a WAL owned by
 //! the consensus layer.)
 //!
-//! Everything here moves bytes: the keyspace encodes its records. Durability points are
+//! Everything here moves bytes: the state machine encodes its records. Durability points are
 //! explicit and really reach the disk ([`Store::flush`]; see `db` for why sled's own flush is
 //! not enough).
 

@@ -5,7 +5,7 @@
 //! request, the largest share of the state machine's cost under load. These two tables are now
 //! kept in an ordered map; every memtable flush stores the whole map as one record next to the
 //! writes of the same layer (so sled still holds the state after a prefix of the log), and a
-//! restart loads it back. The keyspace semantics see no difference: reads and writes of these
+//! restart loads it back. The state machine sees no difference: reads and writes of these
 //! tables go through the same `OrderedRead`/`Txn` calls, served from here.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use std::ops::Bound;
 
 use crate::codec;
 use crate::error::Result;
-use crate::keyspace::layout::{self, Table};
+use crate::layout::{self, Table};
 
 /// Bytes an entry is accounted at beyond its key and value.
 const ENTRY_OVERHEAD: usize = 48;
@@ -132,48 +132,4 @@ impl ResidentTables {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_reply_tables_are_resident() {
-        assert!(contains(&layout::reply_key(b"client", b"corr")));
-        assert!(contains(&layout::reply_expiry_key(7, b"x")));
-        assert!(!contains(&layout::record_key(b"k")));
-        assert!(!contains(&layout::meta_key(b"keyspace")));
-        assert!(!contains(&record_key()));
-    }
-
-    #[test]
-    fn contains_agrees_with_the_bounds_for_every_leading_byte() {
-        let (start, end) = bounds();
-        for first in 0..=u8::MAX {
-            for key in [vec![first], vec![first, 0], vec![first, 0xff, 7]] {
-                let in_bounds = key.as_slice() >= start.as_slice() && key < end;
-                assert_eq!(contains(&key), in_bounds, "key {key:?}");
-            }
-        }
-        assert!(!contains(b""));
-    }
-
-    #[test]
-    fn encoding_round_trips_and_bytes_follow_the_rows() {
-        let mut tables = ResidentTables::default();
-        tables.put(b"r1".to_vec(), b"one".to_vec());
-        tables.put(b"q1".to_vec(), Vec::new());
-        assert_eq!(tables.replies(), 1, "only the r row is a reply");
-        let two_rows = tables.bytes();
-        tables.put(b"r1".to_vec(), b"uno".to_vec()); // same size: same bytes
-        assert_eq!(tables.bytes(), two_rows);
-        let back = ResidentTables::decode(&tables.encode()).expect("decodes");
-        assert_eq!(back, tables);
-        assert_eq!(
-            back.range(b"r", b"s", 10),
-            vec![(b"r1".to_vec(), b"uno".to_vec())]
-        );
-        assert_eq!(back.range(b"a", b"z", 1).len(), 1, "the limit holds");
-        tables.remove(b"r1");
-        tables.remove(b"q1");
-        assert_eq!((tables.len(), tables.bytes(), tables.replies()), (0, 0, 0));
-    }
-}
+mod tests;

@@ -1,5 +1,5 @@
-//! The state machine tree: every keyspace table in one sled tree (see
-//! [`crate::keyspace::layout`]) behind a write-back [`Memtable`], plus snapshot export and
+//! The state machine tree: every table of the state in one sled tree (see [`crate::layout`])
+//! behind a write-back [`Memtable`], plus snapshot export and
 //! install.
 //!
 //! Installing a snapshot loads it into a fresh tree and then switches the "active tree"
@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use crate::devicebound::DeviceIndex;
+use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
 use crate::error::{Result, StorageError};
-use crate::keyspace::TxnWrites;
-use crate::keyspace::layout::Table;
-use crate::keyspace::{KvPair, OrderedRead, RangeIter};
+use crate::layout::Table;
 use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
 use crate::sled::resident::{self, ResidentTables};
 use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
@@ -291,7 +290,7 @@ impl StateTree {
 
     /// The device queues' index of the committed state, for apply: lock it for a whole
     /// transaction (apply, then [`StateTree::commit`]), hand it to
-    /// `Keyspace::open_with_index`, and [`StateTree::reload_device_index`] if the transaction
+    /// `Machine::open_with_index`, and [`StateTree::reload_device_index`] if the transaction
     /// fails.
     pub fn device_index(&self) -> Arc<Mutex<DeviceIndex>> {
         self.inner.devices.clone()
@@ -339,7 +338,7 @@ impl StateTree {
         self.inner.memtable.stalls()
     }
 
-    /// Writes a snapshot of the whole keyspace (without the consensus records) named `id`,
+    /// Writes a snapshot of the whole state (without the consensus records) named `id`,
     /// makes it the current snapshot and deletes older ones. Blocking; callers hold off
     /// applies while it runs so the dump is consistent.
     pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
@@ -601,211 +600,4 @@ fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::keyspace::TxnWrite;
-    use crate::sled::memtable::tests::writes;
-    use crate::sled::{Store, StoreConfig};
-
-    fn scan(view: &StateView) -> Vec<(String, String)> {
-        view.range(b"a", b"z")
-            .map(|entry| {
-                let (k, v) = entry.expect("read");
-                (
-                    String::from_utf8_lossy(&k).into_owned(),
-                    String::from_utf8_lossy(&v).into_owned(),
-                )
-            })
-            .collect()
-    }
-
-    /// A snapshot transfer or export cut short by a crash leaves a `*.tmp` file; opening the
-    /// store removes it and keeps everything else in the snapshot directory.
-    #[test]
-    fn unfinished_snapshot_files_are_removed_at_open() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let snapshot_dir = {
-            let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
-            let state = store.state().expect("state");
-            let incoming = state.incoming_snapshot_path();
-            std::fs::write(&incoming, b"half a transfer").expect("write partial file");
-            incoming.parent().expect("snapshot dir").to_path_buf()
-        };
-        std::fs::write(snapshot_dir.join("export-7.tmp"), b"half an export").expect("write");
-        std::fs::write(snapshot_dir.join("keep.bin"), b"not ours to judge").expect("write");
-        let reopened = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
-        let _state = reopened.state().expect("state opens (and cleans up)");
-        let mut left: Vec<String> = std::fs::read_dir(&snapshot_dir)
-            .expect("list")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, vec!["keep.bin".to_owned()]);
-    }
-
-    /// Reads see the newest write whether it is in memory or in sled, across a flush.
-    #[test]
-    fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
-        let state = store.state().expect("state");
-        state
-            .commit(writes(&[
-                ("a", Some("1")),
-                ("b", Some("2")),
-                ("c", Some("3")),
-            ]))
-            .expect("commit");
-        state.flush_memtable();
-        assert_eq!(state.memtable_bytes(), 0, "everything moved to sled");
-        // now in memory only: an overwrite, a removal and a new key between sled's keys
-        state
-            .commit(writes(&[
-                ("a", Some("one")),
-                ("b", None),
-                ("bb", Some("22")),
-            ]))
-            .expect("commit");
-        let view = state.view();
-        let expected = vec![
-            ("a".to_owned(), "one".to_owned()),
-            ("bb".to_owned(), "22".to_owned()),
-            ("c".to_owned(), "3".to_owned()),
-        ];
-        assert_eq!(scan(&view), expected);
-        assert_eq!(
-            view.get(b"b").expect("read"),
-            None,
-            "the removal hides sled's value"
-        );
-        assert!(state.memtable_bytes() > 0);
-        state.flush_memtable();
-        assert_eq!(state.memtable_bytes(), 0);
-        assert_eq!(scan(&state.view()), expected, "same state once in sled");
-    }
-
-    /// The reply memory lives in memory; a flush stores it with the layer and a reopened store
-    /// reads it back, while a write after the last flush is (like any unflushed write) not
-    /// there after the reopen: the log replays it.
-    #[test]
-    fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
-        use crate::keyspace::layout;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let reply = layout::reply_key(b"client", b"c1");
-        let late = layout::reply_key(b"client", b"c2");
-        {
-            let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
-            let state = store.state().expect("state");
-            let mut first = TxnWrites::new();
-            first.insert(reply.clone(), TxnWrite::Put(b"remembered".to_vec()));
-            first.insert(b"k1".to_vec(), TxnWrite::Put(b"v".to_vec()));
-            state.commit(first).expect("commit");
-            assert_eq!(state.resident_size().0, 1);
-            store.flush().expect("flush");
-            let mut second = TxnWrites::new();
-            second.insert(late.clone(), TxnWrite::Put(b"late".to_vec()));
-            state.commit(second).expect("commit");
-            assert_eq!(
-                state.view().get(&late).expect("read"),
-                Some(b"late".to_vec())
-            );
-        }
-        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
-        let view = store.state().expect("state").view();
-        assert_eq!(
-            view.get(&reply).expect("read"),
-            Some(b"remembered".to_vec())
-        );
-        assert_eq!(view.get(&late).expect("read"), None);
-        assert_eq!(view.get(b"k1").expect("read"), Some(b"v".to_vec()));
-    }
-
-    /// Resident rows come back complete and in order across read chunks, and a caller that
-    /// takes a few reads only a few.
-    #[test]
-    fn resident_ranges_cross_chunk_boundaries_in_order() {
-        use crate::keyspace::layout;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
-        let state = store.state().expect("state");
-        let rows = 3 * RESIDENT_CHUNK + 5;
-        let mut writes = TxnWrites::new();
-        for i in 0..rows {
-            writes.insert(
-                layout::reply_expiry_key(i as u64, b"r"),
-                TxnWrite::Put(Vec::new()),
-            );
-        }
-        writes.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
-        state.commit(writes).expect("commit");
-        let view = state.view();
-        let (start, end) = resident::bounds();
-        let keys: Vec<Vec<u8>> = view
-            .range(&start, &end)
-            .map(|e| e.expect("read").0)
-            .collect();
-        let expected: Vec<Vec<u8>> = (0..rows)
-            .map(|i| layout::reply_expiry_key(i as u64, b"r"))
-            .collect();
-        assert_eq!(keys, expected);
-        assert_eq!(view.range(&start, &end).take(3).count(), 3);
-        // a range spanning everything lists sled-side and resident rows in key order
-        let all: Vec<Vec<u8>> = view
-            .range(&[0], &[0xff])
-            .map(|e| e.expect("read").0)
-            .collect();
-        assert_eq!(all.len(), rows + 1);
-        assert!(all.windows(2).all(|w| w[0] < w[1]), "ascending");
-    }
-
-    /// A snapshot holds the state at the start of its export, whatever is applied meanwhile,
-    /// including rows already flushed to sled and resident rows.
-    #[test]
-    fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
-        use crate::keyspace::layout;
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
-        let state = store.state().expect("state");
-        let reply = layout::reply_key(b"c", b"1");
-        let mut first = TxnWrites::new();
-        first.insert(b"flushed".to_vec(), TxnWrite::Put(b"old".to_vec()));
-        state.commit(first).expect("commit");
-        state.flush_memtable();
-        let mut second = TxnWrites::new();
-        second.insert(b"memory".to_vec(), TxnWrite::Put(b"old".to_vec()));
-        second.insert(reply.clone(), TxnWrite::Put(b"old".to_vec()));
-        state.commit(second).expect("commit");
-
-        let export = state.begin_export();
-        let mut later = TxnWrites::new();
-        later.insert(b"flushed".to_vec(), TxnWrite::Put(b"new".to_vec()));
-        later.insert(b"memory".to_vec(), TxnWrite::Remove);
-        later.insert(b"added".to_vec(), TxnWrite::Put(b"new".to_vec()));
-        later.insert(reply.clone(), TxnWrite::Put(b"new".to_vec()));
-        state.commit(later).expect("commit");
-        assert_eq!(
-            export.view().get(b"flushed").expect("read"),
-            Some(b"old".to_vec())
-        );
-        let file = export.write("test", b"header").expect("written");
-        let mut rows = Vec::new();
-        snapshot::read_entries(&file.path, |row| {
-            rows.push(row);
-            Ok(())
-        })
-        .expect("read back");
-        assert_eq!(
-            rows,
-            vec![
-                (b"flushed".to_vec(), b"old".to_vec()),
-                (b"memory".to_vec(), b"old".to_vec()),
-                (reply, b"old".to_vec()),
-            ]
-        );
-        // the later writes are all there for readers, and reach sled after the export
-        state.flush_memtable();
-        let view = state.view();
-        assert_eq!(view.get(b"flushed").expect("read"), Some(b"new".to_vec()));
-        assert_eq!(view.get(b"memory").expect("read"), None);
-    }
-}
+mod tests;

@@ -14,8 +14,8 @@ use crate::devicebound::outcome::{DeviceResult, FeedbackDelivery};
 use crate::devicebound::record::{
     FeedbackBatch, FeedbackRecord, FeedbackStatus, LockState, Message,
 };
+use crate::engine::{KvPair, Txn};
 use crate::error::Result;
-use crate::keyspace::{KvPair, Txn};
 
 impl<T: Txn> Machine<'_, T> {
     /// The first `n` rows of a feedback table (oldest first).

@@ -92,8 +92,8 @@ use crate::devicebound::record::{
     Message, StoredMessage,
 };
 use crate::devicebound::token::{self, TokenSecrets, TokenSeed};
+use crate::engine::Txn;
 use crate::error::{Result, StorageError};
-use crate::keyspace::Txn;
 
 /// Most index entries, messages or batches one entry's sweep, delivery or feedback delivery
 /// visits.
@@ -111,10 +111,10 @@ pub const MAX_MESSAGE_LIFETIME_MS: u64 = 2 * 24 * 60 * 60 * 1_000;
 /// Applies `command` at store time `time_ms` to the rows in `txn` and to `index`, the index of
 /// those rows as the commands before it left them, and to `meta`, the device-bound meta record
 /// likewise; the lock tokens it issues draw their secrets from `seed`, the entry's. The caller
-/// (`Keyspace`, the one way device commands are applied) reads the record once per transaction
-/// and writes it back once with [`write_meta`] if any call returned `true` (meta changed):
-/// decoding and encoding it per command was 8 % of a device-bound apply. On an error the
-/// transaction is abandoned, `meta` with it, and `index` must be rebuilt.
+/// ([`crate::machine::Machine`], the one way device commands are applied) reads the record once
+/// per transaction and writes it back once with [`write_meta`] if any call returned `true`
+/// (meta changed): decoding and encoding it per command was 8 % of a device-bound apply. On an
+/// error the transaction is abandoned, `meta` with it, and `index` must be rebuilt.
 pub fn apply_to<T: Txn>(
     txn: &mut T,
     index: &mut DeviceIndex,

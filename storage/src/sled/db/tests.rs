@@ -1,0 +1,57 @@
+//! Unit tests of the store: opening, reopening, data directory checks.
+
+use super::*;
+
+#[test]
+fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
+    let fresh = tempfile::tempdir().expect("tempdir");
+    check_format(fresh.path()).expect("an empty directory is accepted");
+    assert_eq!(
+        std::fs::read_to_string(fresh.path().join(FORMAT_FILE)).expect("marker"),
+        FORMAT
+    );
+    check_format(fresh.path()).expect("and accepted again");
+
+    let old = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(old.path().join("db")).expect("old sled dir");
+    assert!(matches!(
+        check_format(old.path()),
+        Err(StorageError::DataDir(_))
+    ));
+
+    // Each earlier format is refused with a message naming it, this build's format, why,
+    // and the way out.
+    for (earlier, why) in [
+        ("statestore-data 6", "observer cap"),
+        ("statestore-data 2", "reply-memory caps"),
+        ("statestore-data 3", "device-bound"),
+        ("statestore-data 4", "lock tokens"),
+        ("statestore-data 5", "delivery state"),
+        ("statestore-data 6", "no secret"),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(FORMAT_FILE), format!("{earlier}\n")).expect("write");
+        match check_format(dir.path()) {
+            Err(StorageError::DataDir(message)) => assert!(
+                message.contains(earlier)
+                    && message.contains(FORMAT.trim())
+                    && message.contains(why)
+                    && message.contains("--join"),
+                "the message names both formats, why, and the way out: {message}"
+            ),
+            other => panic!("a `{earlier}` directory must be refused, got {other:?}"),
+        }
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+            format!("{earlier}\n"),
+            "and left as it was"
+        );
+    }
+
+    let other = tempfile::tempdir().expect("tempdir");
+    std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
+    assert!(matches!(
+        check_format(other.path()),
+        Err(StorageError::DataDir(_))
+    ));
+}

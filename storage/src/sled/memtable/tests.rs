@@ -1,0 +1,189 @@
+//! Unit tests of the write-back memtable.
+
+use super::*;
+
+/// Writes from `(key, value)` pairs (`None`: a removal).
+pub(crate) fn writes(pairs: &[(&str, Option<&str>)]) -> TxnWrites {
+    pairs
+        .iter()
+        .map(|(k, v)| {
+            let write = match v {
+                Some(v) => TxnWrite::Put(v.as_bytes().to_vec()),
+                None => TxnWrite::Remove,
+            };
+            (k.as_bytes().to_vec(), write)
+        })
+        .collect()
+}
+
+/// A memtable that never freezes or stalls on its own.
+fn unbounded() -> Memtable {
+    Memtable::new(
+        MemtableConfig {
+            flush_bytes: usize::MAX,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: usize::MAX,
+        },
+        ResidentTables::default(),
+    )
+}
+
+fn found(lookup: Lookup) -> Option<Option<Vec<u8>>> {
+    match lookup {
+        Lookup::Found(value) => Some(value),
+        Lookup::Absent => None,
+    }
+}
+
+fn created(key: &str, value: &str) -> TxnWrites {
+    TxnWrites::from([(
+        key.as_bytes().to_vec(),
+        TxnWrite::Create(value.as_bytes().to_vec()),
+    )])
+}
+
+#[test]
+fn a_created_row_removed_before_its_map_freezes_leaves_nothing() {
+    let table = unbounded();
+    table.commit(writes(&[("k", Some("v"))]));
+    let before = table.bytes();
+    table.commit(created("short", "lived"));
+    table.commit(writes(&[("short", Some("overwritten"))]));
+    assert!(table.bytes() > before);
+    table.commit(writes(&[("short", None)]));
+    assert!(
+        found(table.get(b"short")).is_none(),
+        "no tombstone: the key was never below the active map"
+    );
+    assert_eq!(table.bytes(), before, "its bytes are given back");
+    assert_eq!(
+        table.range(b"a", b"z"),
+        vec![(b"k".to_vec(), Some(b"v".to_vec()))]
+    );
+}
+
+#[test]
+fn rows_that_may_be_below_the_active_map_are_removed_with_a_tombstone() {
+    let table = unbounded();
+    // Created, then frozen before the removal: the frozen map holds it.
+    table.commit(created("frozen", "1"));
+    table.flush_now();
+    table.commit(writes(&[("frozen", None)]));
+    assert_eq!(found(table.get(b"frozen")), Some(None));
+    // Removed (a tombstone over an older value), then created again and removed: the
+    // older value must not come back.
+    table.commit(writes(&[("frozen", Some("2"))]));
+    table.commit(writes(&[("frozen", None)]));
+    table.commit(created("frozen", "3"));
+    table.commit(writes(&[("frozen", None)]));
+    assert_eq!(found(table.get(b"frozen")), Some(None));
+    // A plain put is not known to be new, even in an empty map.
+    table.commit(writes(&[("plain", Some("1"))]));
+    table.commit(writes(&[("plain", None)]));
+    assert_eq!(found(table.get(b"plain")), Some(None));
+}
+
+#[test]
+fn newest_write_wins_across_layers_and_removals_are_remembered() {
+    let table = Memtable::new(
+        MemtableConfig {
+            flush_bytes: 1,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: 1 << 20,
+        },
+        ResidentTables::default(),
+    );
+    table.commit(writes(&[("a", Some("1")), ("b", Some("2"))]));
+    // flush_bytes 1: that commit froze the layer; the next goes to a fresh active map
+    table.commit(writes(&[("a", Some("one")), ("b", None)]));
+    assert_eq!(found(table.get(b"a")), Some(Some(b"one".to_vec())));
+    assert_eq!(
+        found(table.get(b"b")),
+        Some(None),
+        "a removal hides the older write"
+    );
+    assert!(found(table.get(b"c")).is_none(), "unknown keys go to sled");
+    assert_eq!(
+        table.range(b"a", b"z"),
+        vec![
+            (b"a".to_vec(), Some(b"one".to_vec())),
+            (b"b".to_vec(), None)
+        ]
+    );
+    let frozen = table.next_to_write().expect("a frozen layer");
+    assert_eq!(frozen.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
+    table.written();
+    assert_eq!(found(table.get(b"a")), Some(Some(b"one".to_vec())));
+}
+
+#[test]
+fn overwrites_do_not_grow_the_accounted_bytes() {
+    let table = unbounded();
+    table.commit(writes(&[("k", Some("0123456789"))]));
+    let once = table.bytes();
+    for _ in 0..100 {
+        table.commit(writes(&[("k", Some("0123456789"))]));
+    }
+    assert_eq!(table.bytes(), once);
+    table.commit(writes(&[("k", None)]));
+    assert_eq!(table.bytes(), once - 10);
+}
+
+#[test]
+fn a_writer_waits_for_room_until_flushes_free_it() {
+    let table = Arc::new(Memtable::new(
+        MemtableConfig {
+            flush_bytes: 100,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: 300,
+        },
+        ResidentTables::default(),
+    ));
+    table.commit(writes(&[("first", Some(&"x".repeat(150)))])); // frozen at once
+    table.commit(writes(&[("second", Some(&"y".repeat(250)))])); // frozen too: over max
+    assert!(table.is_full());
+    let writer = {
+        let table = table.clone();
+        std::thread::spawn(move || table.commit(writes(&[("third", Some("z"))])))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while table.waiting() == 0 {
+        assert!(Instant::now() < deadline, "the writer never waited");
+        std::thread::yield_now();
+    }
+    let oldest = table.next_to_write().expect("frozen");
+    assert!(oldest.contains_key(&b"first"[..]), "oldest map first");
+    table.written();
+    // still over max with the second map pending: the writer keeps waiting
+    assert_eq!(table.waiting(), 1);
+    assert!(found(table.get(b"third")).is_none(), "not committed yet");
+    let next = table.next_to_write().expect("frozen");
+    assert!(next.contains_key(&b"second"[..]));
+    table.written();
+    writer.join().expect("writer");
+    assert_eq!(found(table.get(b"third")), Some(Some(b"z".to_vec())));
+    assert_eq!(table.stalls(), 1);
+}
+
+#[test]
+fn an_export_sees_its_start_and_holds_back_newer_maps() {
+    let table = unbounded();
+    table.commit(writes(&[("a", Some("1"))]));
+    let export = table.begin_export();
+    assert_eq!(export.layers.len(), 1);
+    assert_eq!(
+        merge_range(export.layers.iter().map(|m| m.as_ref()), b"a", b"z"),
+        vec![(b"a".to_vec(), Some(b"1".to_vec()))]
+    );
+    // apply goes on during the export
+    table.commit(writes(&[("a", Some("2")), ("b", Some("3"))]));
+    table.flush_now();
+    assert_eq!(found(table.get(b"a")), Some(Some(b"2".to_vec())));
+    assert_eq!(table.writable(), 1, "only the exported map may reach sled");
+    let exported = table.next_to_write().expect("the exported map");
+    assert_eq!(exported.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
+    table.written();
+    assert_eq!(table.writable(), 0, "the newer map waits for the export");
+    table.end_export();
+    assert_eq!(table.writable(), 1);
+}
