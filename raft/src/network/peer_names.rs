@@ -182,5 +182,4 @@ impl ClientCertVerifier for MemberCertVerifier {
 }
 
 #[cfg(test)]
-#[path = "tests/peer_names.rs"]
 mod tests;

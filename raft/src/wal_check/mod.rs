@@ -167,9 +167,4 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
 }
 
 #[cfg(test)]
-#[path = "tests/support.rs"]
-mod test_support;
-
-#[cfg(test)]
-#[path = "tests/codec.rs"]
 mod tests;
