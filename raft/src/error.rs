@@ -1,5 +1,13 @@
-//! The raft crate's one error type.
+//! The raft crate's one error type, [`Error`], and the peer network's failures inside it
+//! ([`PeerError`]: dialling a peer, its hello, its answers, and serving a peer's connection).
+//! Refusals the listener counts are small enums of their own ([`crate::network::refusal`]);
+//! openraft's network errors are built from these at the transport's boundary.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::network::protocol::{PROTOCOL_VERSION, RemoteError};
+use crate::network::refusal::{HelloRefusal, SnapshotRefusal};
 use crate::types::NodeId;
 
 /// Failures of the consensus layer as the node sees them.
@@ -26,6 +34,26 @@ pub enum Error {
     /// Membership change refused.
     #[error("membership change: {0}")]
     Membership(String),
+    /// A membership change forwarded to the leader failed on the way there or was refused by
+    /// it.
+    #[error("membership change: leader at {leader_addr}: {source}")]
+    Forward {
+        /// The leader's Raft address.
+        leader_addr: String,
+        /// What failed.
+        #[source]
+        source: PeerError,
+    },
+    /// A membership change forwarded to the leader did not finish in time.
+    #[error(
+        "membership change: leader at {leader_addr} did not finish the change within {within:?}"
+    )]
+    ForwardTimeout {
+        /// The leader's Raft address.
+        leader_addr: String,
+        /// How long the forwarding waited.
+        within: Duration,
+    },
     /// Bad configuration.
     #[error("configuration: {0}")]
     Config(String),
@@ -41,3 +69,185 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failure of the peer network. `Display` is the text openraft and the logs get.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    // --- A peer's address.
+    /// The address has no `:port`.
+    #[error("peer address {addr:?} is not host:port")]
+    NotHostPort {
+        /// The address.
+        addr: String,
+    },
+    /// The host of the address is neither a DNS name nor an IP address.
+    #[error("peer address {addr:?}: {host:?} is no DNS name or IP address: {source}")]
+    BadHost {
+        /// The address.
+        addr: String,
+        /// Its host part.
+        host: String,
+        /// Why it is no name.
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+
+    // --- Dialling a peer and its hello.
+    /// The TCP connection failed.
+    #[error("connect {addr}: {source}")]
+    Connect {
+        /// The peer's address.
+        addr: String,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS handshake failed.
+    #[error("TLS handshake with {addr}: {source}")]
+    Handshake {
+        /// The peer's address.
+        addr: String,
+        /// rustls's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Sending the hello failed.
+    #[error("hello to {addr}: {source}")]
+    SendHello {
+        /// The peer's address.
+        addr: String,
+        /// The socket error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The peer speaks another protocol version.
+    #[error("{addr} speaks peer protocol {protocol}, this node {PROTOCOL_VERSION}")]
+    OtherProtocol {
+        /// The peer's address.
+        addr: String,
+        /// Its version.
+        protocol: u32,
+    },
+    /// The peer refused the hello.
+    #[error("{addr} refused: {reason}")]
+    HelloRefused {
+        /// The peer's address.
+        addr: String,
+        /// Its refusal.
+        reason: String,
+    },
+    /// The peer answered the hello with something else than a hello.
+    #[error("{addr} answered the hello with something else")]
+    NoHelloAnswer {
+        /// The peer's address.
+        addr: String,
+    },
+    /// Connecting and the hello took longer than the connect deadline.
+    #[error("connect {addr}: no answer within {within:?}")]
+    ConnectTimeout {
+        /// The peer's address.
+        addr: String,
+        /// The deadline.
+        within: Duration,
+    },
+
+    // --- Requests and their answers.
+    /// Sending a request (or reading the snapshot file to send) failed.
+    #[error("{0}")]
+    Send(#[source] std::io::Error),
+    /// An answer did not decode.
+    #[error("{0}")]
+    UndecodableAnswer(#[source] statestore_storage::StorageError),
+    /// Reading an answer failed.
+    #[error("reading answer: {0}")]
+    ReadAnswer(#[source] std::io::Error),
+    /// The peer closed the connection before answering.
+    #[error("peer closed the connection")]
+    Closed,
+    /// The answer is not one to the request sent (`to` names the request).
+    #[error("answer of another kind to {to}")]
+    UnexpectedAnswer {
+        /// The request, as the message names it.
+        to: &'static str,
+    },
+    /// The answer to a forwarded membership change is of another kind.
+    #[error("answer of another kind")]
+    UnexpectedForwardAnswer,
+    /// The peer refused the request (it broke the protocol, or the peer failed serving it).
+    #[error("refused: {reason}")]
+    Refused {
+        /// The peer's refusal.
+        reason: String,
+    },
+    /// The peer could not carry out the request.
+    #[error(transparent)]
+    Remote(RemoteError),
+    /// The peer's Raft has stopped.
+    #[error("raft on node {target} stopped: {source}")]
+    RemoteStopped {
+        /// The peer.
+        target: NodeId,
+        /// Its answer.
+        #[source]
+        source: RemoteError,
+    },
+    /// The AppendEntries writer could not send a request.
+    #[error("sending AppendEntries failed")]
+    AppendNotSent,
+    /// The AppendEntries writer task failed.
+    #[error("AppendEntries writer: {0}")]
+    AppendWriter(#[source] tokio::task::JoinError),
+    /// The peer did not take a snapshot chunk in time.
+    #[error("snapshot chunk not accepted in time")]
+    SnapshotChunkTimeout,
+    /// The peer did not answer a snapshot transfer in time.
+    #[error("snapshot not installed in time")]
+    SnapshotInstallTimeout,
+    /// The peer refused a snapshot transfer.
+    #[error("snapshot refused: {reason}")]
+    SnapshotRefusedByPeer {
+        /// The peer's refusal.
+        reason: String,
+    },
+    /// The peer could not install a snapshot.
+    #[error("installing snapshot: {0}")]
+    SnapshotNotInstalled(#[source] RemoteError),
+
+    // --- Serving a peer's connection (why this node closed it).
+    /// The first frame was no acceptable hello.
+    #[error(transparent)]
+    NoHello(#[from] HelloRefusal),
+    /// Reading a request failed.
+    #[error("reading: {0}")]
+    ReadRequest(#[source] std::io::Error),
+    /// A request did not decode.
+    #[error("undecodable request: {0}")]
+    UndecodableRequest(#[source] statestore_storage::StorageError),
+    /// A second hello.
+    #[error("second hello")]
+    SecondHello,
+    /// An inbound snapshot transfer was refused.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotRefusal),
+    /// Creating the file of an inbound snapshot failed.
+    #[error("creating {}: {source}", .path.display())]
+    CreateSnapshot {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing an inbound snapshot's file failed.
+    #[error("writing snapshot: {0}")]
+    WriteSnapshot(#[source] std::io::Error),
+    /// A snapshot chunk without a snapshot begun.
+    #[error("stray snapshot chunk")]
+    StraySnapshotChunk,
+    /// A snapshot end without a snapshot begun.
+    #[error("stray snapshot end")]
+    StraySnapshotEnd,
+    /// The connection's answer writer has stopped.
+    #[error("connection writer stopped")]
+    WriterStopped,
+}

@@ -10,7 +10,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PeerError, Result};
 use crate::network::protocol::{self, Request, Response};
 use crate::network::{Transport, connect, read_response};
 use crate::types::{LogId, NodeId, Raft, TypeConfig};
@@ -154,20 +154,22 @@ async fn forward(
         let mut conn = connect(transport, leader_addr, None, Duration::from_secs(5)).await?;
         conn.send(protocol::encode(&Request::ChangeMembership(change.clone())))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(PeerError::Send)?;
         match read_response(&mut conn).await? {
-            Response::ChangeMembership(result) => result,
-            Response::Refused(reason) => Err(format!("refused: {reason}")),
-            _ => Err("answer of another kind".to_owned()),
+            Response::ChangeMembership(result) => result.map_err(PeerError::Remote),
+            Response::Refused(reason) => Err(PeerError::Refused { reason }),
+            _ => Err(PeerError::UnexpectedForwardAnswer),
         }
     };
     match tokio::time::timeout(FORWARD_TIMEOUT, exchange).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(reason)) => Err(Error::Membership(format!(
-            "leader at {leader_addr}: {reason}"
-        ))),
-        Err(_) => Err(Error::Membership(format!(
-            "leader at {leader_addr} did not finish the change within {FORWARD_TIMEOUT:?}"
-        ))),
+        Ok(Err(source)) => Err(Error::Forward {
+            leader_addr: leader_addr.to_owned(),
+            source,
+        }),
+        Err(_) => Err(Error::ForwardTimeout {
+            leader_addr: leader_addr.to_owned(),
+            within: FORWARD_TIMEOUT,
+        }),
     }
 }

@@ -17,6 +17,7 @@ use prometheus::IntGauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::PeerRpcMetrics;
+use crate::network::refusal::{ConnectionRefusal, SnapshotRefusal};
 
 /// How long a snapshot transfer waits for another one to finish before it is refused (a leader
 /// that reconnects starts its new transfer while the old connection is being torn down).
@@ -73,29 +74,34 @@ impl Inbound {
                 })
             }
             Err(_) => {
-                self.metrics.connections_refused("limit").inc();
+                self.metrics
+                    .connections_refused(ConnectionRefusal::Limit.label())
+                    .inc();
                 None
             }
         }
     }
 
     /// Counts a connection refused before its hello for `reason`.
-    pub(crate) fn refused(&self, reason: &str) {
-        self.metrics.connections_refused(reason).inc();
+    pub(crate) fn refused(&self, reason: ConnectionRefusal) {
+        self.metrics.connections_refused(reason.label()).inc();
     }
 
     /// The right to receive a snapshot, held until it is installed or dropped. Waits up to
     /// [`SNAPSHOT_PERMIT_WAIT`] for a transfer in progress; then refuses (counted).
-    pub(crate) async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, String> {
+    pub(crate) async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, SnapshotRefusal> {
         match tokio::time::timeout(SNAPSHOT_PERMIT_WAIT, self.snapshots.clone().acquire_owned())
             .await
         {
             Ok(Ok(permit)) => Ok(permit),
-            _ => {
-                self.metrics.snapshots_refused("busy").inc();
-                Err("another snapshot is being received".to_owned())
-            }
+            _ => self.refused_snapshot(SnapshotRefusal::Busy),
         }
+    }
+
+    /// Counts `refusal` and returns it.
+    fn refused_snapshot<T>(&self, refusal: SnapshotRefusal) -> Result<T, SnapshotRefusal> {
+        self.metrics.snapshots_refused(refusal.label()).inc();
+        Err(refusal)
     }
 
     /// A byte budget for one snapshot transfer.
@@ -129,16 +135,14 @@ pub(crate) struct SnapshotBudget {
 
 impl SnapshotBudget {
     /// Accounts for `bytes` more; an error (counted) once the transfer passes the cap.
-    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), String> {
+    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), SnapshotRefusal> {
         self.received = self
             .received
             .saturating_add(u64::try_from(bytes).unwrap_or(u64::MAX));
         if self.received > self.max {
-            self.metrics.snapshots_refused("too_large").inc();
-            return Err(format!(
-                "the snapshot is larger than this node accepts ({} bytes; cluster.max_snapshot_mb)",
-                self.max
-            ));
+            let refusal = SnapshotRefusal::TooLarge { max: self.max };
+            self.metrics.snapshots_refused(refusal.label()).inc();
+            return Err(refusal);
         }
         Ok(())
     }

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PeerError, Result};
 use crate::metrics::PeerRpcMetrics;
 use crate::network::peer_names::{MemberCertVerifier, PeerNames};
 
@@ -152,17 +152,24 @@ impl PeerTls {
 
 /// The name a peer's certificate must carry: the host part of its `host:port` address (an
 /// IP address stays one, `[v6]` loses its brackets).
-pub(crate) fn server_name(addr: &str) -> std::result::Result<ServerName<'static>, String> {
+pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, PeerError> {
     let host = match addr.rsplit_once(':') {
         Some((host, port)) if port.parse::<u16>().is_ok() => host,
-        _ => return Err(format!("peer address {addr:?} is not host:port")),
+        _ => {
+            return Err(PeerError::NotHostPort {
+                addr: addr.to_owned(),
+            });
+        }
     };
     let host = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    ServerName::try_from(host.to_owned())
-        .map_err(|e| format!("peer address {addr:?}: {host:?} is no DNS name or IP address: {e}"))
+    ServerName::try_from(host.to_owned()).map_err(|source| PeerError::BadHost {
+        addr: addr.to_owned(),
+        host: host.to_owned(),
+        source,
+    })
 }
 
 /// How a node's peer connections are made and accepted: plain or TLS, and where handshake
@@ -200,10 +207,13 @@ impl Transport {
 
     /// Opens a TCP connection to `addr` and, with TLS, does the handshake (the caller bounds
     /// the whole with its connect timeout).
-    pub(crate) async fn connect(&self, addr: &str) -> std::result::Result<PeerStream, String> {
+    pub(crate) async fn connect(&self, addr: &str) -> Result<PeerStream, PeerError> {
         let tcp = TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+            .map_err(|source| PeerError::Connect {
+                addr: addr.to_owned(),
+                source,
+            })?;
         let _ = tcp.set_nodelay(true);
         let Some(tls) = &self.tls else {
             return Ok(PeerStream::Plain(tcp));
@@ -211,9 +221,12 @@ impl Transport {
         let name = server_name(addr)?;
         match tls.connector.connect(name, tcp).await {
             Ok(stream) => Ok(PeerStream::Tls(Box::new(stream.into()))),
-            Err(err) => {
+            Err(source) => {
                 self.metrics.tls_failures("client").inc();
-                Err(format!("TLS handshake with {addr}: {err}"))
+                Err(PeerError::Handshake {
+                    addr: addr.to_owned(),
+                    source,
+                })
             }
         }
     }

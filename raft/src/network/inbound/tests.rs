@@ -29,7 +29,7 @@ fn connections_beyond_the_cap_are_refused_and_slots_come_back() {
     assert_eq!(metrics.connections_open().get(), 2);
     drop((second, third));
     assert_eq!(metrics.connections_open().get(), 0);
-    inbound.refused("timeout");
+    inbound.refused(ConnectionRefusal::Timeout);
     assert_eq!(refused(&metrics, "timeout"), 1);
 }
 
@@ -47,7 +47,7 @@ fn a_snapshot_past_the_cap_is_refused_naming_the_setting() {
     budget.take(6).expect("6 of 10");
     budget.take(4).expect("exactly 10");
     let err = budget.take(1).expect_err("11 of 10");
-    assert!(err.contains("cluster.max_snapshot_mb"), "{err}");
+    assert!(err.to_string().contains("cluster.max_snapshot_mb"), "{err}");
     assert_eq!(metrics.snapshots_refused("too_large").get(), 1);
     // A new transfer starts from zero.
     inbound.snapshot_budget().take(10).expect("a new budget");
@@ -59,7 +59,7 @@ async fn one_snapshot_at_a_time_a_second_waits_then_is_refused() {
     let inbound = Inbound::new(InboundLimits::default(), metrics.clone());
     let first = inbound.snapshot_permit().await.expect("first");
     let err = inbound.snapshot_permit().await.expect_err("busy");
-    assert!(err.contains("another snapshot"), "{err}");
+    assert!(err.to_string().contains("another snapshot"), "{err}");
     assert_eq!(metrics.snapshots_refused("busy").get(), 1);
     // Released while the next one waits: it gets the permit.
     let waiting = {

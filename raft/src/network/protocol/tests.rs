@@ -73,3 +73,35 @@ fn before_the_hello_a_large_length_header_is_refused_without_reserving_it() {
     // Other errors are not mistaken for it.
     assert!(!is_oversized(&std::io::Error::other("reset")));
 }
+
+#[test]
+fn a_remote_error_round_trips_and_shows_the_servers_message() {
+    let stopped = RemoteError::stopped("the log is gone");
+    assert_eq!(stopped.kind, RemoteErrorKind::Stopped);
+    assert_eq!(stopped.to_string(), "the log is gone");
+    let frame = encode(&Response::ChangeMembership(Err(stopped.clone())));
+    let back: Response = decode("response", &BytesMut::from(&frame[..])).expect("decodes");
+    assert!(matches!(back, Response::ChangeMembership(Err(e)) if e == stopped));
+
+    let not_leader = RemoteError::from_error(&Error::NotLeader { leader: Some(2) });
+    assert_eq!(not_leader.kind, RemoteErrorKind::NotLeader);
+    assert_eq!(not_leader.kind.label(), "not_leader");
+    assert_eq!(not_leader.message, "not the leader (leader: Some(2))");
+    let refused = RemoteError::from_error(&Error::Membership("no".into()));
+    assert_eq!(refused.kind, RemoteErrorKind::Refused);
+}
+
+/// The hello and the refusal are what every version reads, so that peers of different
+/// versions learn why they cannot talk: their encoding must not change with the version.
+#[test]
+fn the_hello_and_the_refusal_keep_their_encoding_across_versions() {
+    let hello = encode(&Request::Hello {
+        protocol: 5,
+        from: Some(3),
+    });
+    assert_eq!(&hello[..], [codec::FORMAT_VERSION, 0, 5, 1, 3]);
+    let answer = encode(&Response::Hello { protocol: 5 });
+    assert_eq!(&answer[..], [codec::FORMAT_VERSION, 0, 5]);
+    let refused = encode(&Response::Refused("no".into()));
+    assert_eq!(&refused[..], [codec::FORMAT_VERSION, 6, 2, b'n', b'o']);
+}
