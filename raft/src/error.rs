@@ -6,9 +6,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, Fatal, InitializeError, RaftError};
+
 use crate::network::protocol::{PROTOCOL_VERSION, RemoteError};
 use crate::network::refusal::{HelloRefusal, SnapshotRefusal};
-use crate::types::NodeId;
+use crate::types::{LogId, NodeId, TypeConfig};
 
 /// Failures of the consensus layer as the node sees them.
 #[derive(Debug, thiserror::Error)]
@@ -25,15 +29,38 @@ pub enum Error {
     /// The proposal queue is full: the leader is not keeping up (the request gets no reply).
     #[error("proposal queue full")]
     Overloaded,
-    /// Raft has stopped (shutdown or a fatal storage error).
+    /// Raft has stopped (shutdown or a fatal storage error), or could not start.
     #[error("raft stopped: {0}")]
-    Stopped(String),
+    Stopped(#[from] StopCause),
     /// Storage failure.
     #[error("storage: {0}")]
     Storage(#[from] statestore_storage::StorageError),
-    /// Membership change refused.
+    /// Applying a committed entry to the state machine failed.
+    #[error("applying entry {log_id}: {source}")]
+    Apply {
+        /// The entry.
+        log_id: LogId,
+        /// Why.
+        #[source]
+        source: statestore_storage::StorageError,
+    },
+    /// Raft refused a membership change.
     #[error("membership change: {0}")]
-    Membership(String),
+    Membership(#[source] ClientWriteError<TypeConfig>),
+    /// A node to add as a voter never acknowledged replication, so it was not added.
+    #[error(
+        "membership change: node {id} at {addr} acknowledged no replication within {within:?}, so it was not added \
+         (is it running with --join, reachable from the leader at that address, and holding a certificate \
+         of the cluster's CA when peers use TLS?)"
+    )]
+    LearnerSilent {
+        /// The node.
+        id: NodeId,
+        /// Its Raft address.
+        addr: String,
+        /// How long the leader waited for its acknowledgement.
+        within: Duration,
+    },
     /// A membership change forwarded to the leader failed on the way there or was refused by
     /// it.
     #[error("membership change: leader at {leader_addr}: {source}")]
@@ -54,9 +81,18 @@ pub enum Error {
         /// How long the forwarding waited.
         within: Duration,
     },
-    /// Bad configuration.
+    /// openraft refused the Raft configuration.
     #[error("configuration: {0}")]
-    Config(String),
+    Config(#[source] openraft::ConfigError),
+    /// The peer network's TLS settings are unusable.
+    #[error("configuration: {0}")]
+    PeerTls(#[from] PeerTlsError),
+    /// Registering the consensus metrics failed.
+    #[error("configuration: metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// Initialising the cluster failed.
+    #[error("configuration: bootstrap: {0}")]
+    Bootstrap(#[source] RaftError<TypeConfig, InitializeError<TypeConfig>>),
     /// Network listener failure.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -69,6 +105,93 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why Raft stopped, could not start, or is no longer there to take a request.
+#[derive(Debug, thiserror::Error)]
+pub enum StopCause {
+    /// openraft stopped: a fatal error (a failed log write or fsync, a failed apply, a panic
+    /// in its core), or a shutdown.
+    #[error(transparent)]
+    Fatal(#[from] Fatal<TypeConfig>),
+    /// openraft's metrics channel closed: Raft is gone.
+    #[error("raft metrics closed")]
+    MetricsClosed,
+    /// Stopping Raft's tasks failed.
+    #[error("{0}")]
+    Shutdown(#[source] tokio::task::JoinError),
+    /// The task opening the Raft log failed.
+    #[error("opening the log: {0}")]
+    OpenLog(#[source] tokio::task::JoinError),
+    /// The state machine could not be opened.
+    #[error("state machine: {0}")]
+    StateMachine(#[source] std::io::Error),
+    /// The proposal batcher is gone.
+    #[error("proposal batcher stopped")]
+    BatcherStopped,
+    /// A write's answer was dropped before it came.
+    #[error("raft dropped the write")]
+    WriteDropped,
+    /// Raft dropped a write's answer.
+    #[error("raft dropped the write (shutting down or leadership lost)")]
+    WriteAbandoned,
+    /// Leadership changed before the write committed.
+    #[error("leadership changed before the write committed; outcome unknown")]
+    LeadershipChanged,
+    /// Applying a batch gave another number of outcomes than it had proposals.
+    #[error("batch of {proposals} proposals got {outcomes} outcomes")]
+    OutcomeCount {
+        /// Proposals in the batch.
+        proposals: usize,
+        /// Outcomes Raft returned.
+        outcomes: usize,
+    },
+    /// The batch this proposal was in failed (every proposal of it gets this).
+    #[error("{0}")]
+    Batch(#[source] Arc<Error>),
+}
+
+/// Unusable peer TLS settings (`cluster.tls`): which setting, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerTlsError {
+    /// A file could not be read.
+    #[error("peer TLS: {setting}: {}: {source}", .path.display())]
+    Read {
+        /// The setting naming the file.
+        setting: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is no valid PEM.
+    #[error("peer TLS: {setting}: {source}")]
+    Pem {
+        /// The setting naming the file.
+        setting: &'static str,
+        /// The parser's error.
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    /// A file holds no certificate.
+    #[error("peer TLS: {setting}: no certificate in it")]
+    NoCertificate {
+        /// The setting naming the file.
+        setting: &'static str,
+    },
+    /// rustls refused what it was given.
+    #[error("peer TLS: {what}: {source}")]
+    Rustls {
+        /// What was being built, or the settings it came from.
+        what: &'static str,
+        /// rustls's error.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The client certificate verifier could not be built.
+    #[error("peer TLS: client verifier: {0}")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
 
 /// A failure of the peer network. `Display` is the text openraft and the logs get.
 #[derive(Debug, thiserror::Error)]

@@ -158,10 +158,16 @@ impl RemoteError {
         let kind = match err {
             Error::NotLeader { .. } | Error::QuorumNotReached => RemoteErrorKind::NotLeader,
             Error::Stopped(_) => RemoteErrorKind::Stopped,
-            Error::Storage(_) | Error::Io(_) | Error::WalCorrupt(_) => RemoteErrorKind::Storage,
+            Error::Storage(_) | Error::Apply { .. } | Error::Io(_) | Error::WalCorrupt(_) => {
+                RemoteErrorKind::Storage
+            }
             Error::Overloaded
             | Error::Membership(_)
+            | Error::LearnerSilent { .. }
             | Error::Config(_)
+            | Error::PeerTls(_)
+            | Error::Metrics(_)
+            | Error::Bootstrap(_)
             | Error::Forward { .. }
             | Error::ForwardTimeout { .. } => RemoteErrorKind::Refused,
         };

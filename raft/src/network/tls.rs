@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::error::{Error, PeerError, Result};
+use crate::error::{PeerError, PeerTlsError, Result};
 use crate::metrics::PeerRpcMetrics;
 use crate::network::peer_names::{MemberCertVerifier, PeerNames};
 
@@ -57,18 +57,18 @@ struct ServerParts {
 impl ServerParts {
     /// A server configuration whose client certificates must chain to the CA and name one of
     /// `names`.
-    fn config(&self, names: PeerNames) -> Result<rustls::ServerConfig> {
+    fn config(&self, names: PeerNames) -> Result<rustls::ServerConfig, PeerTlsError> {
         let ca =
             WebPkiClientVerifier::builder_with_provider(self.roots.clone(), self.provider.clone())
                 .build()
-                .map_err(|e| config("client verifier", e))?;
+                .map_err(PeerTlsError::Verifier)?;
         let verifier = Arc::new(MemberCertVerifier { inner: ca, names });
         rustls::ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| config("server", e))?
+            .map_err(refused("server"))?
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| config("cert_file/key_file", e))
+            .map_err(refused("cert_file/key_file"))
     }
 }
 
@@ -78,18 +78,28 @@ impl std::fmt::Debug for PeerTls {
     }
 }
 
-fn config(what: &str, err: impl std::fmt::Display) -> Error {
-    Error::Config(format!("peer TLS: {what}: {err}"))
+/// rustls's refusal of `what`.
+fn refused(what: &'static str) -> impl FnOnce(rustls::Error) -> PeerTlsError {
+    move |source| PeerTlsError::Rustls { what, source }
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| config(what, format!("{}: {e}", path.display())))
+/// A PEM file of `setting` that does not parse.
+fn bad_pem(setting: &'static str) -> impl FnOnce(rustls::pki_types::pem::Error) -> PeerTlsError {
+    move |source| PeerTlsError::Pem { setting, source }
+}
+
+fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, PeerTlsError> {
+    std::fs::read(path).map_err(|source| PeerTlsError::Read {
+        setting,
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl PeerTls {
     /// Reads the CA certificates, this node's certificate chain and its private key from PEM
     /// files.
-    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls> {
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls, PeerTlsError> {
         PeerTls::from_pem(
             &read("ca_file", ca)?,
             &read("cert_file", cert)?,
@@ -99,31 +109,33 @@ impl PeerTls {
 
     /// Builds both sides from PEM text: `ca` (one or more CA certificates), `cert` (this
     /// node's certificate, then any intermediates) and `key` (its private key).
-    pub fn from_pem(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<PeerTls> {
+    pub fn from_pem(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<PeerTls, PeerTlsError> {
         let mut roots = RootCertStore::empty();
         for der in CertificateDer::pem_slice_iter(ca) {
-            let der = der.map_err(|e| config("ca_file", e))?;
-            roots.add(der).map_err(|e| config("ca_file", e))?;
+            let der = der.map_err(bad_pem("ca_file"))?;
+            roots.add(der).map_err(refused("ca_file"))?;
         }
         if roots.is_empty() {
-            return Err(config("ca_file", "no certificate in it"));
+            return Err(PeerTlsError::NoCertificate { setting: "ca_file" });
         }
         let roots = Arc::new(roots);
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| config("cert_file", e))?;
+            .map_err(bad_pem("cert_file"))?;
         if chain.is_empty() {
-            return Err(config("cert_file", "no certificate in it"));
+            return Err(PeerTlsError::NoCertificate {
+                setting: "cert_file",
+            });
         }
-        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| config("key_file", e))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(bad_pem("key_file"))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
         let client = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| config("client", e))?
+            .map_err(refused("client"))?
             .with_root_certificates(roots.clone())
             .with_client_auth_cert(chain.clone(), key.clone_key())
-            .map_err(|e| config("cert_file/key_file", e))?;
+            .map_err(refused("cert_file/key_file"))?;
         let server = ServerParts {
             provider,
             roots,
@@ -141,7 +153,7 @@ impl PeerTls {
     /// The same settings, accepting client certificates valid for one of `names`' hosts (a
     /// node's own set: clones of one `PeerTls` given to several nodes in one process must
     /// each be bound to their node's names).
-    pub fn for_members(&self, names: PeerNames) -> Result<PeerTls> {
+    pub fn for_members(&self, names: PeerNames) -> Result<PeerTls, PeerTlsError> {
         Ok(PeerTls {
             connector: self.connector.clone(),
             acceptor: TlsAcceptor::from(Arc::new(self.server.config(names)?)),

@@ -87,7 +87,11 @@ fn a_remote_error_round_trips_and_shows_the_servers_message() {
     assert_eq!(not_leader.kind, RemoteErrorKind::NotLeader);
     assert_eq!(not_leader.kind.label(), "not_leader");
     assert_eq!(not_leader.message, "not the leader (leader: Some(2))");
-    let refused = RemoteError::from_error(&Error::Membership("no".into()));
+    let refused = RemoteError::from_error(&Error::LearnerSilent {
+        id: 4,
+        addr: "n4:7481".into(),
+        within: std::time::Duration::from_secs(1),
+    });
     assert_eq!(refused.kind, RemoteErrorKind::Refused);
 }
 
