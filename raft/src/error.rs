@@ -1,12 +1,14 @@
-//! The raft crate's one error type, [`Error`], and the peer network's failures inside it
-//! ([`PeerError`]: dialling a peer, its hello, its answers, and serving a peer's connection).
-//! Refusals the listener counts are small enums of their own ([`crate::network::refusal`]);
-//! openraft's network errors are built from these at the transport's boundary.
+//! The raft crate's one error type, [`Error`], and the error enums inside it: [`StopCause`]
+//! (why Raft stopped or could not start), [`PeerError`] (the peer network: dialling a peer, its
+//! hello, its answers, serving a peer's connection) and [`PeerTlsError`] (unusable
+//! `cluster.tls` files). Refusals the listener counts are small enums of their own
+//! ([`crate::network::refusal`]); openraft's network errors are built from these at the
+//! transport's boundary, and its storage traits get them inside an `io::Error`. The `Display`
+//! texts are the ones logged and shown to operators.
 
 use std::path::PathBuf;
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, Fatal, InitializeError, RaftError};
 
@@ -96,6 +98,41 @@ pub enum Error {
     /// Network listener failure.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// A chunk of the Raft log could not be read while checking it.
+    #[error("i/o: reading raft log chunk {}: {source}", .path.display())]
+    ReadWal {
+        /// The chunk file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A Raft log frame to write is longer than its kind may be.
+    #[error("{what} frame of {len} bytes, over {max}")]
+    FrameTooLong {
+        /// The frame's kind.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The most it may be.
+        max: u32,
+    },
+    /// A Raft log frame read claims a length beyond what its kind may be: damage.
+    #[error("{what} frame length {len} over {max}")]
+    FrameLengthOver {
+        /// The frame's kind.
+        what: &'static str,
+        /// The length stored.
+        len: u32,
+        /// The most it may be.
+        max: u32,
+    },
+    /// A Raft log frame shorter than its length says.
+    #[error("{what} frame cut short")]
+    FrameCutShort {
+        /// The frame's kind.
+        what: &'static str,
+    },
     /// The Raft log on disk is damaged where it is not a torn last write: the node refuses to
     /// start rather than drop acknowledged entries (the message names the file, the offset and
     /// the way out).
@@ -105,6 +142,15 @@ pub enum Error {
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shows an inbound handshake failure as [`crate::network::describe_handshake_failure`] does.
+struct InboundHandshakeText<'e>(&'e std::io::Error);
+
+impl std::fmt::Display for InboundHandshakeText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        crate::network::describe_handshake_failure(self.0, f)
+    }
+}
 
 /// Why Raft stopped, could not start, or is no longer there to take a request.
 #[derive(Debug, thiserror::Error)]
@@ -337,6 +383,15 @@ pub enum PeerError {
     SnapshotNotInstalled(#[source] RemoteError),
 
     // --- Serving a peer's connection (why this node closed it).
+    /// An inbound TLS handshake failed (a refused certificate shows its refusal's message).
+    #[error("{}", InboundHandshakeText(.0))]
+    InboundHandshake(#[source] std::io::Error),
+    /// An inbound TLS handshake did not finish in time.
+    #[error("no handshake within {within:?}")]
+    InboundHandshakeTimeout {
+        /// The deadline.
+        within: Duration,
+    },
     /// The first frame was no acceptable hello.
     #[error(transparent)]
     NoHello(#[from] HelloRefusal),

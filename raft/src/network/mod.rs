@@ -21,4 +21,4 @@ pub use peer_names::PeerNames;
 pub use refusal::{CertificateRefusal, ConnectionRefusal, HelloRefusal, SnapshotRefusal};
 pub(crate) use server::serve;
 pub use tls::PeerTls;
-pub(crate) use tls::Transport;
+pub(crate) use tls::{Transport, describe_handshake_failure};

@@ -158,9 +158,14 @@ impl RemoteError {
         let kind = match err {
             Error::NotLeader { .. } | Error::QuorumNotReached => RemoteErrorKind::NotLeader,
             Error::Stopped(_) => RemoteErrorKind::Stopped,
-            Error::Storage(_) | Error::Apply { .. } | Error::Io(_) | Error::WalCorrupt(_) => {
-                RemoteErrorKind::Storage
-            }
+            Error::Storage(_)
+            | Error::Apply { .. }
+            | Error::Io(_)
+            | Error::ReadWal { .. }
+            | Error::FrameTooLong { .. }
+            | Error::FrameLengthOver { .. }
+            | Error::FrameCutShort { .. }
+            | Error::WalCorrupt(_) => RemoteErrorKind::Storage,
             Error::Overloaded
             | Error::Membership(_)
             | Error::LearnerSilent { .. }

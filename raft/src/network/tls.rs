@@ -255,30 +255,35 @@ impl Transport {
         let Some(tls) = &self.tls else {
             return Some(PeerStream::Plain(tcp));
         };
-        let failed = |reason: String| {
+        let failed = |reason: PeerError| {
             self.metrics.tls_failures("server").inc();
             tracing::warn!(%peer, %reason, "refused a peer connection: TLS handshake failed");
             None
         };
         match tokio::time::timeout(self.handshake_timeout, tls.acceptor.accept(tcp)).await {
             Ok(Ok(stream)) => Some(PeerStream::Tls(Box::new(stream.into()))),
-            Ok(Err(err)) => failed(handshake_failure(&err)),
-            Err(_) => failed(format!("no handshake within {:?}", self.handshake_timeout)),
+            Ok(Err(err)) => failed(PeerError::InboundHandshake(err)),
+            Err(_) => failed(PeerError::InboundHandshakeTimeout {
+                within: self.handshake_timeout,
+            }),
         }
     }
 }
 
-/// Why a handshake failed, readable: rustls shows a custom certificate refusal (a certificate
-/// naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
-fn handshake_failure(err: &io::Error) -> String {
+/// Why an inbound handshake failed, readable: rustls shows a custom certificate refusal (a
+/// certificate naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
+pub(crate) fn describe_handshake_failure(
+    err: &io::Error,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
     match err
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
     {
         Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) => {
-            format!("invalid peer certificate: {other}")
+            write!(f, "invalid peer certificate: {other}")
         }
-        _ => err.to_string(),
+        _ => write!(f, "{err}"),
     }
 }
 
