@@ -1125,12 +1125,7 @@ impl Config {
         };
         statestore_raft::PeerTls::from_files(&tls.ca_file, &tls.cert_file, &tls.key_file)
             .map(Some)
-            .map_err(|e| match e {
-                statestore_raft::Error::Config(message) => {
-                    invalid(format!("cluster.tls: {message}"))
-                }
-                other => invalid(format!("cluster.tls: {other}")),
-            })
+            .map_err(|e| invalid(format!("cluster.tls: {e}")))
     }
 
     /// The HTTP listener's TLS, read from `[admin.tls]`'s files.

@@ -29,7 +29,7 @@ pub enum NodeError {
     /// Raft stopped on a fatal error (a failed disk write, fsync or apply) while running; the
     /// process exits so that its supervisor restarts it on the same data directory.
     #[error("raft stopped on a fatal error, exiting: {0}")]
-    RaftFatal(String),
+    RaftFatal(#[source] statestore_raft::StopCause),
     /// One of the node's tasks or threads panicked or ended while the node was running
     /// ([`crate::supervisor`]); the process exits so that its supervisor restarts it.
     #[error("{0}; exiting")]

@@ -324,7 +324,7 @@ async fn serve<L>(
 }
 
 /// Logs Raft's fatal error and makes it the node's.
-fn raft_fatal(reason: String) -> NodeError {
+fn raft_fatal(reason: statestore_raft::StopCause) -> NodeError {
     tracing::error!(%reason, "raft stopped on a fatal error; the node exits (non-zero) so its supervisor restarts it");
     NodeError::RaftFatal(reason)
 }

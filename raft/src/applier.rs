@@ -20,6 +20,7 @@ use statestore_storage::machine::{Carry, DeviceIndex, Machine, Outcome};
 use statestore_storage::sled::StateTree;
 use tokio::sync::oneshot;
 
+use crate::error::Error;
 use crate::metrics::RaftStorageMetrics;
 use crate::state_machine::{EventSink, LAST_APPLIED, MEMBERSHIP, TracedEvent};
 use crate::trace;
@@ -48,8 +49,9 @@ pub(crate) struct Applier {
     jobs: mpsc::Sender<Job>,
 }
 
-fn io_err(err: impl std::fmt::Display) -> io::Error {
-    io::Error::other(err.to_string())
+/// `err` as the `io::Error` openraft's storage traits take (its message and source kept).
+fn io_err(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
+    io::Error::other(err)
 }
 
 impl Applier {
@@ -167,7 +169,7 @@ impl Worker {
                         for (i, proposal) in batch.proposals().iter().enumerate() {
                             let applied = machine
                                 .apply(proposal)
-                                .map_err(|e| io_err(format!("applying entry {log_id}: {e}")))?;
+                                .map_err(|source| io_err(Error::Apply { log_id, source }))?;
                             let trace = traces.next_if(|(at, _)| *at == i).map(|(_, c)| c);
                             events.extend(applied.events.into_iter().map(|event| TracedEvent {
                                 event,

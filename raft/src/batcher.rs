@@ -23,7 +23,7 @@ use statestore_storage::machine::{Outcome, Proposal};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::batch::{Batch, approximate_bytes};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::types::Raft;
 
 /// Batches in flight at once (replicating and being made durable while the next one fills).
@@ -62,20 +62,18 @@ impl LogWriter for Raft {
         let (responder, response) = ProgressResponder::complete_only();
         self.client_write_ff(batch, Some(responder))
             .await
-            .map_err(|fatal| Error::Stopped(fatal.to_string()))?;
+            .map_err(StopCause::Fatal)?;
         Ok(async move {
             match response.await {
                 Ok(Ok(written)) => Ok(written.data),
                 Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(Error::NotLeader {
                     leader: f.leader_id,
                 }),
-                Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => Err(Error::Stopped(
-                    "leadership changed before the write committed; outcome unknown".into(),
-                )),
-                Ok(Err(e)) => Err(Error::Membership(e.to_string())),
-                Err(_) => Err(Error::Stopped(
-                    "raft dropped the write (shutting down or leadership lost)".into(),
-                )),
+                Ok(Err(ClientWriteError::LogEntryDiscarded(_))) => {
+                    Err(StopCause::LeadershipChanged.into())
+                }
+                Ok(Err(e)) => Err(Error::Membership(e)),
+                Err(_) => Err(StopCause::WriteAbandoned.into()),
             }
         })
     }
@@ -109,9 +107,7 @@ impl Batcher {
             .try_send((proposal, tx, crate::trace::current_sampled()))
             .map_err(|err| match err {
                 mpsc::error::TrySendError::Full(_) => Error::Overloaded,
-                mpsc::error::TrySendError::Closed(_) => {
-                    Error::Stopped("proposal batcher stopped".into())
-                }
+                mpsc::error::TrySendError::Closed(_) => StopCause::BatcherStopped.into(),
             })?;
         Ok(rx)
     }
@@ -168,23 +164,31 @@ fn distribute(waiters: Vec<Waiter>, result: Result<Vec<Outcome>>) {
             }
         }
         Ok(outcomes) => {
-            let message = format!(
-                "batch of {} proposals got {} outcomes",
-                waiters.len(),
-                outcomes.len()
+            let (proposals, outcomes) = (waiters.len(), outcomes.len());
+            tracing::error!(
+                "{}",
+                StopCause::OutcomeCount {
+                    proposals,
+                    outcomes
+                }
             );
-            tracing::error!("{message}");
             for waiter in waiters {
-                let _ = waiter.send(Err(Error::Stopped(message.clone())));
+                let _ = waiter.send(Err(StopCause::OutcomeCount {
+                    proposals,
+                    outcomes,
+                }
+                .into()));
+            }
+        }
+        Err(Error::NotLeader { leader }) => {
+            for waiter in waiters {
+                let _ = waiter.send(Err(Error::NotLeader { leader }));
             }
         }
         Err(err) => {
-            let message = err.to_string();
+            let err = Arc::new(err);
             for waiter in waiters {
-                let _ = waiter.send(Err(match &err {
-                    Error::NotLeader { leader } => Error::NotLeader { leader: *leader },
-                    _ => Error::Stopped(message.clone()),
-                }));
+                let _ = waiter.send(Err(StopCause::Batch(err.clone()).into()));
             }
         }
     }

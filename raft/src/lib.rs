@@ -26,7 +26,7 @@ pub mod trace;
 pub mod types;
 pub mod wal_check;
 
-pub use error::{Error, Result};
+pub use error::{Error, PeerError, PeerTlsError, Result, StopCause};
 pub use membership::MembershipChange;
 pub use network::{InboundLimits, PeerNames, PeerTimeouts, PeerTls};
 pub use raft_node::{Leadership, PendingWrite, RaftConfig, RaftNode};

@@ -94,7 +94,11 @@ fn encode_framed<T: serde::Serialize, W: io::Write>(
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("log record frame of {} bytes, over {max}", bytes.len()),
+                Error::FrameTooLong {
+                    what: "log record",
+                    len: bytes.len(),
+                    max,
+                },
             )
         })?;
     w.write_all(&len.to_be_bytes())?;
@@ -116,7 +120,7 @@ fn decode_framed<T: serde::de::DeserializeOwned, R: io::Read>(
     if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{what} frame length {len} over {max}"),
+            Error::FrameLengthOver { what, len, max },
         ));
     }
     let mut bytes = Vec::with_capacity((len as usize).min(1 << 20));
@@ -124,7 +128,7 @@ fn decode_framed<T: serde::de::DeserializeOwned, R: io::Read>(
     if bytes.len() != len as usize {
         return Err(io::Error::new(
             io::ErrorKind::UnexpectedEof,
-            format!("{what} frame cut short"),
+            Error::FrameCutShort { what },
         ));
     }
     codec::decode(what, &bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))

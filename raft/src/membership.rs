@@ -10,7 +10,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PeerError, Result, StopCause};
 use crate::network::protocol::{self, Request, Response};
 use crate::network::{Transport, connect, read_response};
 use crate::types::{LogId, NodeId, Raft, TypeConfig};
@@ -45,8 +45,8 @@ fn write_error(err: RaftError<TypeConfig, ClientWriteError<TypeConfig>>) -> Erro
         | RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)) => Error::NotLeader {
             leader: f.leader_id,
         },
-        RaftError::APIError(e) => Error::Membership(e.to_string()),
-        RaftError::Fatal(f) => Error::Stopped(f.to_string()),
+        RaftError::APIError(e) => Error::Membership(e),
+        RaftError::Fatal(f) => StopCause::Fatal(f).into(),
     }
 }
 
@@ -79,11 +79,11 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                     ?removed,
                     "a node to add never acknowledged replication: not added"
                 );
-                return Err(Error::Membership(format!(
-                    "node {id} at {addr} acknowledged no replication within {LEARNER_ACK_WAIT:?}, so it was not added \
-                     (is it running with --join, reachable from the leader at that address, and holding a certificate \
-                     of the cluster's CA when peers use TLS?)"
-                )));
+                return Err(Error::LearnerSilent {
+                    id: *id,
+                    addr: addr.clone(),
+                    within: LEARNER_ACK_WAIT,
+                });
             }
             raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([*id])), false)
                 .await
@@ -154,20 +154,22 @@ async fn forward(
         let mut conn = connect(transport, leader_addr, None, Duration::from_secs(5)).await?;
         conn.send(protocol::encode(&Request::ChangeMembership(change.clone())))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(PeerError::Send)?;
         match read_response(&mut conn).await? {
-            Response::ChangeMembership(result) => result,
-            Response::Refused(reason) => Err(format!("refused: {reason}")),
-            _ => Err("answer of another kind".to_owned()),
+            Response::ChangeMembership(result) => result.map_err(PeerError::Remote),
+            Response::Refused(reason) => Err(PeerError::Refused { reason }),
+            _ => Err(PeerError::UnexpectedForwardAnswer),
         }
     };
     match tokio::time::timeout(FORWARD_TIMEOUT, exchange).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(reason)) => Err(Error::Membership(format!(
-            "leader at {leader_addr}: {reason}"
-        ))),
-        Err(_) => Err(Error::Membership(format!(
-            "leader at {leader_addr} did not finish the change within {FORWARD_TIMEOUT:?}"
-        ))),
+        Ok(Err(source)) => Err(Error::Forward {
+            leader_addr: leader_addr.to_owned(),
+            source,
+        }),
+        Err(_) => Err(Error::ForwardTimeout {
+            leader_addr: leader_addr.to_owned(),
+            within: FORWARD_TIMEOUT,
+        }),
     }
 }

@@ -6,6 +6,7 @@ use prometheus::{
     Registry,
 };
 
+use crate::network::refusal::{ConnectionRefusal, SnapshotRefusal};
 use crate::slow_io::SlowFlushReporter;
 use crate::types::RaftMetrics;
 
@@ -168,12 +169,17 @@ pub struct PeerRpcMetrics {
 /// larger than a hello may be), `bad_hello` (a first frame that is no hello, or a hello of
 /// another protocol version). TLS handshake failures are counted in
 /// `statestore_raft_peer_tls_failures_total{side="server"}` instead.
-pub const CONNECTION_REFUSALS: [&str; 4] = ["limit", "timeout", "oversized", "bad_hello"];
+pub const CONNECTION_REFUSALS: [&str; 4] = [
+    ConnectionRefusal::ALL[0].label(),
+    ConnectionRefusal::ALL[1].label(),
+    ConnectionRefusal::ALL[2].label(),
+    ConnectionRefusal::ALL[3].label(),
+];
 
 /// The `reason` label of `statestore_raft_snapshots_refused_total`: `too_large` (the transfer
 /// passed `cluster.max_snapshot_mb`; the partial file is removed), `busy` (another snapshot was
 /// still being received).
-pub const SNAPSHOT_REFUSALS: [&str; 2] = ["too_large", "busy"];
+pub const SNAPSHOT_REFUSALS: [&str; 2] = SnapshotRefusal::LABELS;
 
 /// The `side` label of `statestore_raft_peer_tls_failures_total`: `client` (this node dialled
 /// a peer and the handshake failed, e.g. the peer's certificate is not of the cluster CA or

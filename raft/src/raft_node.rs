@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::async_runtime::watch::WatchReceiver;
-use openraft::error::{InitializeError, RaftError};
+use openraft::error::{Fatal, InitializeError, RaftError};
 use openraft::network::NetSnapshot;
 use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
 use crate::batcher::Batcher;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
@@ -123,7 +123,7 @@ impl RaftConfig {
             enable_leader_restore: Some(false),
             ..Default::default()
         };
-        config.validate().map_err(|e| Error::Config(e.to_string()))
+        config.validate().map_err(Error::Config)
     }
 }
 
@@ -146,7 +146,7 @@ impl PendingWrite {
     pub async fn outcome(self) -> Result<Outcome> {
         self.0
             .await
-            .unwrap_or_else(|_| Err(Error::Stopped("raft dropped the write".into())))
+            .unwrap_or_else(|_| Err(StopCause::WriteDropped.into()))
     }
 }
 
@@ -167,7 +167,7 @@ pub struct RaftNode {
     leadership: watch::Receiver<Leadership>,
     metrics: watch::Receiver<RaftMetrics>,
     /// Raft's fatal error, once it stopped on one.
-    fatal: watch::Receiver<Option<String>>,
+    fatal: watch::Receiver<Option<Fatal<TypeConfig>>>,
     batcher: Batcher,
 }
 
@@ -183,8 +183,7 @@ impl RaftNode {
         registry: &Registry,
     ) -> Result<RaftNode> {
         let rpcs = PeerRpcMetrics::default();
-        rpcs.register(registry)
-            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        rpcs.register(registry)?;
         let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs.clone())
             .with_tls(config.peer_tls.clone());
         Self::start_inner(config, store, sink, registry, network, rpcs).await
@@ -238,13 +237,9 @@ impl RaftNode {
             .transpose()?;
         let transport = Transport::new(server_tls, rpcs, config.peer_timeouts.connect);
         let storage_metrics = Arc::new(RaftStorageMetrics::default());
-        storage_metrics
-            .register(registry)
-            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        storage_metrics.register(registry)?;
         let consensus_metrics = Arc::new(ConsensusMetrics::default());
-        consensus_metrics
-            .register(registry)
-            .map_err(|e| Error::Config(format!("metrics: {e}")))?;
+        consensus_metrics.register(registry)?;
 
         let log_config = LogConfig {
             dir: store.dir().join("raft-log"),
@@ -255,7 +250,7 @@ impl RaftNode {
         let log_store =
             tokio::task::spawn_blocking(move || LogStore::open(&log_config, log_metrics))
                 .await
-                .map_err(|e| Error::Stopped(format!("opening the log: {e}")))?
+                .map_err(StopCause::OpenLog)?
                 .map_err(|err| match err {
                     Error::WalCorrupt(mut corruption) => {
                         corruption.node = Some(config.id);
@@ -269,7 +264,7 @@ impl RaftNode {
             after_entries: config.snapshot_after_entries,
         };
         let state_machine = StateMachine::new(store.clone(), sink, storage_metrics, trigger)
-            .map_err(|e| Error::Stopped(format!("state machine: {e}")))?;
+            .map_err(StopCause::StateMachine)?;
         let state = state_machine.state();
         let raft = Raft::new(
             config.id,
@@ -279,7 +274,7 @@ impl RaftNode {
             state_machine,
         )
         .await
-        .map_err(|e| Error::Stopped(e.to_string()))?;
+        .map_err(StopCause::Fatal)?;
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
         let first = raft.metrics().borrow_watched().clone();
@@ -345,12 +340,7 @@ impl RaftNode {
         // The members to be may dial this node before its own initialisation lands.
         self.peer_names
             .add_configured(members.values().map(String::as_str));
-        if self
-            .raft
-            .is_initialized()
-            .await
-            .map_err(|e| Error::Stopped(e.to_string()))?
-        {
+        if self.raft.is_initialized().await.map_err(StopCause::Fatal)? {
             return Ok(false);
         }
         let nodes: BTreeMap<NodeId, BasicNode> = members
@@ -360,7 +350,7 @@ impl RaftNode {
         match self.raft.initialize(nodes).await {
             Ok(()) => Ok(true),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(false),
-            Err(e) => Err(Error::Config(format!("bootstrap: {e}"))),
+            Err(e) => Err(Error::Bootstrap(e)),
         }
     }
 
@@ -439,17 +429,19 @@ impl RaftNode {
             .trigger()
             .snapshot()
             .await
-            .map_err(|e| Error::Stopped(e.to_string()))
+            .map_err(|fatal| StopCause::Fatal(fatal).into())
     }
 
     /// Resolves when Raft stopped on a fatal error (a failed log write or fsync, a failed
-    /// apply, a panic in its core), with that error's text. Never resolves while Raft runs;
-    /// also resolves if the metrics channel closes (Raft is gone).
-    pub async fn fatal(&self) -> String {
+    /// apply, a panic in its core), with that error. Never resolves while Raft runs; also
+    /// resolves if the metrics channel closes (Raft is gone).
+    pub async fn fatal(&self) -> StopCause {
         let mut fatal = self.fatal.clone();
         match fatal.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone().unwrap_or_default(),
-            Err(_) => "raft metrics closed".to_owned(),
+            Ok(reason) => reason
+                .clone()
+                .map_or(StopCause::MetricsClosed, StopCause::Fatal),
+            Err(_) => StopCause::MetricsClosed,
         }
     }
 
@@ -458,7 +450,7 @@ impl RaftNode {
         self.raft
             .shutdown()
             .await
-            .map_err(|e| Error::Stopped(e.to_string()))
+            .map_err(|err| StopCause::Shutdown(err).into())
     }
 
     /// For a leader: time since a quorum last acknowledged it (a heartbeat or replication
@@ -499,7 +491,7 @@ impl RaftNode {
             .trigger()
             .transfer_leader(target)
             .await
-            .map_err(|e| Error::Stopped(e.to_string()))?;
+            .map_err(StopCause::Fatal)?;
         Ok(Some(target))
     }
 
@@ -517,7 +509,7 @@ struct MetricsWatchers {
     /// heartbeat acknowledgement, thousands of times a second on a busy leader).
     mirror: watch::Sender<RaftMetrics>,
     /// Set once, when Raft stops on a fatal error.
-    fatal: watch::Sender<Option<String>>,
+    fatal: watch::Sender<Option<Fatal<TypeConfig>>>,
     /// The members' Raft addresses, for the peer certificate check.
     peer_names: PeerNames,
 }
@@ -552,11 +544,10 @@ async fn watch_metrics(
             term: snapshot.current_term,
         };
         if let Err(fatal) = &snapshot.running_state {
-            let reason = fatal.to_string();
             watchers.fatal.send_if_modified(|current| {
                 let first = current.is_none();
                 if first {
-                    *current = Some(reason);
+                    *current = Some(fatal.clone());
                 }
                 first
             });

@@ -10,7 +10,7 @@
 use openraft::ReadPolicy;
 use openraft::error::{LinearizableReadError, RaftError};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StopCause};
 use crate::types::Raft;
 
 /// Rounds retried when a quorum did not answer in time.
@@ -55,7 +55,7 @@ async fn confirm(raft: &Raft, wait_for_apply: bool) -> Result<()> {
             Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
                 return Err(Error::QuorumNotReached);
             }
-            Err(RaftError::Fatal(f)) => return Err(Error::Stopped(f.to_string())),
+            Err(RaftError::Fatal(f)) => return Err(StopCause::Fatal(f).into()),
         }
     }
 }

@@ -105,8 +105,9 @@ pub struct StateMachine {
     applier: Applier,
 }
 
-fn io_err(err: impl std::fmt::Display) -> io::Error {
-    io::Error::other(err.to_string())
+/// `err` as the `io::Error` openraft's storage traits take (its message and source kept).
+fn io_err(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
+    io::Error::other(err)
 }
 
 impl StateMachine {

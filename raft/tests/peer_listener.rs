@@ -156,6 +156,36 @@ async fn closed_within(tcp: &mut TcpStream, within: Duration) -> Duration {
     }
 }
 
+/// A peer of the previous protocol version (5: errors in answers were strings) is refused at
+/// its hello with a reason it can read, counted as `bad_hello`, and closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_of_the_previous_protocol_version_is_refused_at_the_hello() {
+    let listener = start().await;
+    let tcp = TcpStream::connect(&listener.addr).await.expect("connect");
+    let mut conn = Framed::new(tcp, protocol::framing());
+    conn.send(protocol::encode(&Request::Hello {
+        protocol: PROTOCOL_VERSION - 1,
+        from: Some(2),
+    }))
+    .await
+    .expect("hello");
+    match answer(&mut conn).await {
+        Some(Response::Refused(reason)) => assert!(
+            reason.contains(&format!("peer protocol {}", PROTOCOL_VERSION - 1))
+                && reason.contains(&format!("this node speaks {PROTOCOL_VERSION}")),
+            "{reason}"
+        ),
+        _ => panic!("no refusal"),
+    }
+    assert!(
+        answer(&mut conn).await.is_none(),
+        "closed after the refusal"
+    );
+    assert_eq!(listener.refused("bad_hello"), 1);
+    // A peer of this version is still served.
+    drop(listener.greeted().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_connections_are_closed_and_a_peer_is_still_served() {
     let listener = start().await;

@@ -1,4 +1,4 @@
-//! Unit tests of log-entry batches: encoding round trips, undecodable bytes.
+//! Unit tests of [`super`]: a batch serialises as its cached encoding and undecodable bytes are an error.
 
 use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::SetCondition;

@@ -56,11 +56,11 @@ impl LogWriter for FakeWriter {
                 proposals: batch.proposals().to_vec(),
                 applied,
             })
-            .map_err(|_| Error::Stopped("the test ended".into()))?;
+            .map_err(|_| Error::Stopped(StopCause::WriteAbandoned))?;
         Ok(async move {
             outcome
                 .await
-                .unwrap_or_else(|_| Err(Error::Stopped("the test dropped the batch".into())))
+                .unwrap_or_else(|_| Err(Error::Stopped(StopCause::WriteDropped)))
         })
     }
 }
@@ -249,7 +249,7 @@ async fn an_outcome_count_mismatch_fails_every_waiter_and_frees_the_slot() {
     for waiter in waiters {
         let answer = answer(waiter).await;
         assert!(
-            matches!(&answer, Err(Error::Stopped(m)) if m.contains("3 proposals got 2 outcomes")),
+            matches!(&answer, Err(Error::Stopped(m)) if m.to_string().contains("3 proposals got 2 outcomes")),
             "{answer:?}"
         );
     }

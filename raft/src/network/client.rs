@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use crate::error::PeerError;
 use crate::metrics::{PeerRpcMetrics, RpcKind};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
 use crate::network::tls::{PeerStream, PeerTls, Transport};
@@ -148,12 +149,15 @@ pub struct PeerClient {
     appends: prometheus::IntCounter,
 }
 
-fn network(err: impl std::fmt::Display) -> RpcError {
-    RPCError::Network(NetworkError::from_string(err.to_string()))
+/// `err` as openraft's `Network` error (retried at once). Built from the message, so that
+/// openraft logs the same text as ours.
+fn network(err: PeerError) -> RpcError {
+    RPCError::Network(NetworkError::from_string(err))
 }
 
-fn unreachable(err: impl std::fmt::Display) -> RpcError {
-    RPCError::Unreachable(Unreachable::from_string(err.to_string()))
+/// `err` as openraft's `Unreachable` error (retried after a backoff).
+fn unreachable(err: PeerError) -> RpcError {
+    RPCError::Unreachable(Unreachable::from_string(err))
 }
 
 /// Opens a connection to `addr` (TCP, then TLS if configured) and exchanges hellos, all
@@ -163,7 +167,7 @@ pub(crate) async fn connect(
     addr: &str,
     from: Option<NodeId>,
     within: Duration,
-) -> Result<Conn, String> {
+) -> Result<Conn, PeerError> {
     let open = async {
         let stream = transport.connect(addr).await?;
         let mut conn = Framed::new(stream, protocol::framing());
@@ -173,31 +177,39 @@ pub(crate) async fn connect(
         };
         conn.send(protocol::encode(&hello))
             .await
-            .map_err(|e| format!("hello to {addr}: {e}"))?;
-        match read_response(&mut conn).await {
-            Ok(Response::Hello { protocol }) if protocol == PROTOCOL_VERSION => Ok(conn),
-            Ok(Response::Hello { protocol }) => Err(format!(
-                "{addr} speaks peer protocol {protocol}, this node {PROTOCOL_VERSION}"
-            )),
-            Ok(Response::Refused(reason)) => Err(format!("{addr} refused: {reason}")),
-            Ok(_) => Err(format!("{addr} answered the hello with something else")),
-            Err(e) => Err(e),
+            .map_err(|source| PeerError::SendHello {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let addr = addr.to_owned();
+        match read_response(&mut conn).await? {
+            Response::Hello { protocol } if protocol == PROTOCOL_VERSION => Ok(conn),
+            Response::Hello { protocol } => Err(PeerError::OtherProtocol { addr, protocol }),
+            Response::Refused(reason) => Err(PeerError::HelloRefused { addr, reason }),
+            _ => Err(PeerError::NoHelloAnswer { addr }),
         }
     };
     tokio::time::timeout(within, open)
         .await
-        .unwrap_or_else(|_| Err(format!("connect {addr}: no answer within {within:?}")))
+        .unwrap_or_else(|_| {
+            Err(PeerError::ConnectTimeout {
+                addr: addr.to_owned(),
+                within,
+            })
+        })
 }
 
 /// Reads the next response frame.
-pub(crate) async fn read_response<S>(conn: &mut S) -> Result<Response, String>
+pub(crate) async fn read_response<S>(conn: &mut S) -> Result<Response, PeerError>
 where
     S: Stream<Item = std::io::Result<bytes::BytesMut>> + Unpin,
 {
     match conn.next().await {
-        Some(Ok(frame)) => protocol::decode("peer response", &frame).map_err(|e| e.to_string()),
-        Some(Err(e)) => Err(format!("reading answer: {e}")),
-        None => Err("peer closed the connection".to_owned()),
+        Some(Ok(frame)) => {
+            protocol::decode("peer response", &frame).map_err(PeerError::UndecodableAnswer)
+        }
+        Some(Err(e)) => Err(PeerError::ReadAnswer(e)),
+        None => Err(PeerError::Closed),
     }
 }
 
@@ -247,7 +259,7 @@ impl PeerClient {
         let exchange = async {
             conn.send(protocol::encode(request))
                 .await
-                .map_err(network)?;
+                .map_err(|e| network(PeerError::Send(e)))?;
             sent.inc();
             read_response(&mut conn).await.map_err(network)
         };
@@ -346,8 +358,8 @@ impl Session<'_> {
                 }
                 Ok(())
             }
-            Ok(None) => Err(network("sending AppendEntries failed")),
-            Err(e) => Err(network(format!("AppendEntries writer: {e}"))),
+            Ok(None) => Err(network(PeerError::AppendNotSent)),
+            Err(e) => Err(network(PeerError::AppendWriter(e))),
         }
     }
 }
@@ -359,11 +371,14 @@ fn stream_answer(
 ) -> Result<StreamAppendResult<TypeConfig>, RpcError> {
     match response {
         Response::Append(Ok(result)) => Ok(result),
-        Response::Append(Err(fatal)) => Err(unreachable(format!(
-            "raft on node {target} stopped: {fatal}"
-        ))),
-        Response::Refused(reason) => Err(network(format!("refused: {reason}"))),
-        _ => Err(network("answer of another kind to AppendEntries")),
+        Response::Append(Err(fatal)) => Err(unreachable(PeerError::RemoteStopped {
+            target,
+            source: fatal,
+        })),
+        Response::Refused(reason) => Err(network(PeerError::Refused { reason })),
+        _ => Err(network(PeerError::UnexpectedAnswer {
+            to: "AppendEntries",
+        })),
     }
 }
 
@@ -503,10 +518,12 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
             .await?
         {
             Response::TransferLeader(Ok(response)) => Ok(response),
-            Response::TransferLeader(Err(fatal)) => Err(unreachable(fatal)),
+            Response::TransferLeader(Err(fatal)) => Err(unreachable(PeerError::Remote(fatal))),
             _ => {
                 self.conn = None;
-                Err(network("answer of another kind to TransferLeader"))
+                Err(network(PeerError::UnexpectedAnswer {
+                    to: "TransferLeader",
+                }))
             }
         }
     }
@@ -524,10 +541,10 @@ impl PeerClient {
             .await?
         {
             Response::Vote(Ok(response)) => Ok(response),
-            Response::Vote(Err(fatal)) => Err(unreachable(fatal)),
+            Response::Vote(Err(fatal)) => Err(unreachable(PeerError::Remote(fatal))),
             _ => {
                 self.conn = None;
-                Err(network("answer of another kind to a vote"))
+                Err(network(PeerError::UnexpectedAnswer { to: "a vote" }))
             }
         }
     }
@@ -546,36 +563,35 @@ impl PeerClient {
         let transfer = async {
             conn.send(protocol::encode(&Request::SnapshotBegin { vote, meta }))
                 .await
-                .map_err(network)?;
+                .map_err(PeerError::Send)?;
             let mut chunk = vec![0u8; SNAPSHOT_CHUNK_BYTES];
             loop {
-                let n = file.read(&mut chunk).await.map_err(network)?;
+                let n = file.read(&mut chunk).await.map_err(PeerError::Send)?;
                 if n == 0 {
                     break;
                 }
                 let frame = protocol::encode(&Request::SnapshotChunk(chunk[..n].to_vec()));
                 tokio::time::timeout(within, conn.send(frame))
                     .await
-                    .map_err(|_| network("snapshot chunk not accepted in time"))?
-                    .map_err(network)?;
+                    .map_err(|_| PeerError::SnapshotChunkTimeout)?
+                    .map_err(PeerError::Send)?;
             }
             conn.send(protocol::encode(&Request::SnapshotEnd))
                 .await
-                .map_err(network)?;
+                .map_err(PeerError::Send)?;
             sent.inc();
             tokio::time::timeout(within, read_response(&mut conn))
                 .await
-                .map_err(|_| network("snapshot not installed in time"))?
-                .map_err(network)
+                .map_err(|_| PeerError::SnapshotInstallTimeout)?
         };
-        match transfer.await? {
+        match transfer.await.map_err(network)? {
             Response::Snapshot(Ok(response)) => {
                 self.conn = Some(conn);
                 Ok(response)
             }
-            Response::Snapshot(Err(err)) => Err(network(format!("installing snapshot: {err}"))),
-            Response::Refused(reason) => Err(network(format!("snapshot refused: {reason}"))),
-            _ => Err(network("answer of another kind to a snapshot")),
+            Response::Snapshot(Err(err)) => Err(network(PeerError::SnapshotNotInstalled(err))),
+            Response::Refused(reason) => Err(network(PeerError::SnapshotRefusedByPeer { reason })),
+            _ => Err(network(PeerError::UnexpectedAnswer { to: "a snapshot" })),
         }
     }
 }

@@ -17,6 +17,7 @@ use prometheus::IntGauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::PeerRpcMetrics;
+use crate::network::refusal::{ConnectionRefusal, SnapshotRefusal};
 
 /// How long a snapshot transfer waits for another one to finish before it is refused (a leader
 /// that reconnects starts its new transfer while the old connection is being torn down).
@@ -73,29 +74,34 @@ impl Inbound {
                 })
             }
             Err(_) => {
-                self.metrics.connections_refused("limit").inc();
+                self.metrics
+                    .connections_refused(ConnectionRefusal::Limit.label())
+                    .inc();
                 None
             }
         }
     }
 
     /// Counts a connection refused before its hello for `reason`.
-    pub(crate) fn refused(&self, reason: &str) {
-        self.metrics.connections_refused(reason).inc();
+    pub(crate) fn refused(&self, reason: ConnectionRefusal) {
+        self.metrics.connections_refused(reason.label()).inc();
     }
 
     /// The right to receive a snapshot, held until it is installed or dropped. Waits up to
     /// [`SNAPSHOT_PERMIT_WAIT`] for a transfer in progress; then refuses (counted).
-    pub(crate) async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, String> {
+    pub(crate) async fn snapshot_permit(&self) -> Result<OwnedSemaphorePermit, SnapshotRefusal> {
         match tokio::time::timeout(SNAPSHOT_PERMIT_WAIT, self.snapshots.clone().acquire_owned())
             .await
         {
             Ok(Ok(permit)) => Ok(permit),
-            _ => {
-                self.metrics.snapshots_refused("busy").inc();
-                Err("another snapshot is being received".to_owned())
-            }
+            _ => self.refused_snapshot(SnapshotRefusal::Busy),
         }
+    }
+
+    /// Counts `refusal` and returns it.
+    fn refused_snapshot<T>(&self, refusal: SnapshotRefusal) -> Result<T, SnapshotRefusal> {
+        self.metrics.snapshots_refused(refusal.label()).inc();
+        Err(refusal)
     }
 
     /// A byte budget for one snapshot transfer.
@@ -129,94 +135,18 @@ pub(crate) struct SnapshotBudget {
 
 impl SnapshotBudget {
     /// Accounts for `bytes` more; an error (counted) once the transfer passes the cap.
-    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), String> {
+    pub(crate) fn take(&mut self, bytes: usize) -> Result<(), SnapshotRefusal> {
         self.received = self
             .received
             .saturating_add(u64::try_from(bytes).unwrap_or(u64::MAX));
         if self.received > self.max {
-            self.metrics.snapshots_refused("too_large").inc();
-            return Err(format!(
-                "the snapshot is larger than this node accepts ({} bytes; cluster.max_snapshot_mb)",
-                self.max
-            ));
+            let refusal = SnapshotRefusal::TooLarge { max: self.max };
+            self.metrics.snapshots_refused(refusal.label()).inc();
+            return Err(refusal);
         }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn refused(metrics: &PeerRpcMetrics, reason: &str) -> u64 {
-        metrics.connections_refused(reason).get()
-    }
-
-    #[test]
-    fn connections_beyond_the_cap_are_refused_and_slots_come_back() {
-        let metrics = PeerRpcMetrics::default();
-        let inbound = Inbound::new(
-            InboundLimits {
-                max_connections: 2,
-                max_snapshot_bytes: 10,
-            },
-            metrics.clone(),
-        );
-        let first = inbound.admit().expect("first");
-        let second = inbound.admit().expect("second");
-        assert_eq!(metrics.connections_open().get(), 2);
-        assert!(inbound.admit().is_none(), "over the cap");
-        assert_eq!(refused(&metrics, "limit"), 1);
-        drop(first);
-        assert_eq!(metrics.connections_open().get(), 1);
-        let third = inbound
-            .admit()
-            .expect("a slot freed by a closed connection");
-        assert_eq!(metrics.connections_open().get(), 2);
-        drop((second, third));
-        assert_eq!(metrics.connections_open().get(), 0);
-        inbound.refused("timeout");
-        assert_eq!(refused(&metrics, "timeout"), 1);
-    }
-
-    #[test]
-    fn a_snapshot_past_the_cap_is_refused_naming_the_setting() {
-        let metrics = PeerRpcMetrics::default();
-        let inbound = Inbound::new(
-            InboundLimits {
-                max_connections: 1,
-                max_snapshot_bytes: 10,
-            },
-            metrics.clone(),
-        );
-        let mut budget = inbound.snapshot_budget();
-        budget.take(6).expect("6 of 10");
-        budget.take(4).expect("exactly 10");
-        let err = budget.take(1).expect_err("11 of 10");
-        assert!(err.contains("cluster.max_snapshot_mb"), "{err}");
-        assert_eq!(metrics.snapshots_refused("too_large").get(), 1);
-        // A new transfer starts from zero.
-        inbound.snapshot_budget().take(10).expect("a new budget");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn one_snapshot_at_a_time_a_second_waits_then_is_refused() {
-        let metrics = PeerRpcMetrics::default();
-        let inbound = Inbound::new(InboundLimits::default(), metrics.clone());
-        let first = inbound.snapshot_permit().await.expect("first");
-        let err = inbound.snapshot_permit().await.expect_err("busy");
-        assert!(err.contains("another snapshot"), "{err}");
-        assert_eq!(metrics.snapshots_refused("busy").get(), 1);
-        // Released while the next one waits: it gets the permit.
-        let waiting = {
-            let inbound = inbound.clone();
-            tokio::spawn(async move { inbound.snapshot_permit().await.is_ok() })
-        };
-        tokio::task::yield_now().await;
-        drop(first);
-        assert!(
-            waiting.await.expect("task"),
-            "the waiting transfer proceeds"
-        );
-    }
-}
+mod tests;

@@ -10,6 +10,7 @@ mod client;
 mod inbound;
 mod peer_names;
 pub mod protocol;
+pub mod refusal;
 mod server;
 mod tls;
 
@@ -17,6 +18,7 @@ pub use client::{NetworkFactory, PeerClient, PeerTimeouts};
 pub(crate) use client::{connect, read_response};
 pub use inbound::InboundLimits;
 pub use peer_names::PeerNames;
+pub use refusal::{CertificateRefusal, ConnectionRefusal, HelloRefusal, SnapshotRefusal};
 pub(crate) use server::serve;
 pub use tls::PeerTls;
-pub(crate) use tls::Transport;
+pub(crate) use tls::{Transport, describe_handshake_failure};

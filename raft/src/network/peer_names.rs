@@ -20,6 +20,7 @@ use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, SignatureScheme,
 };
 
+use crate::network::refusal::CertificateRefusal;
 use crate::network::tls::server_name;
 
 /// The hosts a peer's certificate may name: configured ones and the current members'. Clones
@@ -75,8 +76,8 @@ impl PeerNames {
 
     /// Accepts `cert` when it is valid for one of the hosts; otherwise says which names it
     /// carries and which hosts it was checked against.
-    pub fn check(&self, cert: &CertificateDer<'_>) -> Result<(), String> {
-        let parsed = ParsedCertificate::try_from(cert).map_err(|e| e.to_string())?;
+    pub fn check(&self, cert: &CertificateDer<'_>) -> Result<(), CertificateRefusal> {
+        let parsed = ParsedCertificate::try_from(cert).map_err(CertificateRefusal::Unparsable)?;
         let hosts = self.hosts();
         for host in &hosts {
             let Ok(name) = ServerName::try_from(host.as_str()) else {
@@ -86,11 +87,10 @@ impl PeerNames {
                 return Ok(());
             }
         }
-        Err(format!(
-            "the peer certificate names {}, none of them a member's host ({})",
-            presented_names(&parsed),
-            hosts.join(", ")
-        ))
+        Err(CertificateRefusal::NoMemberHost {
+            names: presented_names(&parsed),
+            hosts,
+        })
     }
 }
 
@@ -107,19 +107,6 @@ fn presented_names(cert: &ParsedCertificate<'_>) -> String {
         _ => "no usable subjectAltName".to_owned(),
     }
 }
-
-/// A refused peer certificate's reason, as a rustls error (the handshake fails with a
-/// `bad_certificate` alert).
-#[derive(Debug)]
-struct NotAPeer(String);
-
-impl std::fmt::Display for NotAPeer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotAPeer {}
 
 /// The CA check of `inner`, then [`PeerNames::check`].
 #[derive(Debug)]
@@ -150,9 +137,11 @@ impl ClientCertVerifier for MemberCertVerifier {
         let verified = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        self.names.check(end_entity).map_err(|reason| {
+        // The refusal travels as a rustls error: the handshake fails with a
+        // `bad_certificate` alert.
+        self.names.check(end_entity).map_err(|refusal| {
             rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(
-                NotAPeer(reason),
+                refusal,
             ))))
         })?;
         Ok(verified)
@@ -182,5 +171,4 @@ impl ClientCertVerifier for MemberCertVerifier {
 }
 
 #[cfg(test)]
-#[path = "tests/peer_names.rs"]
 mod tests;

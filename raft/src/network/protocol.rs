@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use statestore_storage::codec;
 use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
 
+use crate::error::Error;
 use crate::membership::MembershipChange;
 use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 
@@ -29,8 +30,9 @@ use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 /// delivery state, snapshots hold no queue index tables, and a SEND can be refused at the
 /// store-wide message cap), 5 with data format 7 (the limits carry the per-key observer cap, a
 /// KEYNOTIFY registration stores a floor, device-bound entries carry the seed of their lock
-/// tokens' secrets, request ids and remembered replies a request digest).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// tokens' secrets, request ids and remembered replies a request digest), 6: typed errors in
+/// responses ([`RemoteError`] where a string was).
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Largest frame accepted once the hello was: a full AppendEntries of proposal batches (the
 /// batcher keeps a batch near 4 MiB plus one value of at most 4 MiB; openraft sends at most
 /// `max_payload_entries`).
@@ -86,17 +88,96 @@ pub enum Response {
         protocol: u32,
     },
     /// Answer to an AppendEntries; `Err` when the server's Raft has stopped.
-    Append(Result<StreamAppendResult<TypeConfig>, String>),
+    Append(Result<StreamAppendResult<TypeConfig>, RemoteError>),
     /// Answer to a vote or pre-vote.
-    Vote(Result<VoteResponse<TypeConfig>, String>),
+    Vote(Result<VoteResponse<TypeConfig>, RemoteError>),
     /// Answer to a leadership transfer notice.
-    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, String>),
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, RemoteError>),
     /// Answer to a forwarded membership change.
-    ChangeMembership(Result<(), String>),
+    ChangeMembership(Result<(), RemoteError>),
     /// Answer to a finished snapshot transfer.
-    Snapshot(Result<SnapshotResponse<TypeConfig>, String>),
-    /// The request broke the protocol; the server closes the connection after this.
+    Snapshot(Result<SnapshotResponse<TypeConfig>, RemoteError>),
+    /// The request broke the protocol; the server closes the connection after this. (Its
+    /// place and shape are those of every version, like the hello's, so that a peer of
+    /// another version still reads why it was refused.)
     Refused(String),
+}
+
+/// A request the server took but could not carry out: what kind of failure, and the server's
+/// own message (its `Display`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct RemoteError {
+    /// What failed.
+    pub kind: RemoteErrorKind,
+    /// The server's description.
+    pub message: String,
+}
+
+/// The kinds of [`RemoteError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RemoteErrorKind {
+    /// The server's Raft has stopped (shut down, or a fatal storage error).
+    Stopped,
+    /// The server is not the leader (a forwarded membership change).
+    NotLeader,
+    /// Raft refused the request (a membership change it does not allow).
+    Refused,
+    /// The server could not store what it was sent (a received snapshot).
+    Storage,
+}
+
+impl RemoteErrorKind {
+    /// A short name for logs and metric labels.
+    pub const fn label(self) -> &'static str {
+        match self {
+            RemoteErrorKind::Stopped => "stopped",
+            RemoteErrorKind::NotLeader => "not_leader",
+            RemoteErrorKind::Refused => "refused",
+            RemoteErrorKind::Storage => "storage",
+        }
+    }
+}
+
+impl RemoteError {
+    /// A failure of `kind` described by `err`.
+    pub fn new(kind: RemoteErrorKind, err: impl std::fmt::Display) -> RemoteError {
+        RemoteError {
+            kind,
+            message: err.to_string(),
+        }
+    }
+
+    /// The server's Raft stopped: `err` is its fatal error.
+    pub fn stopped(err: impl std::fmt::Display) -> RemoteError {
+        RemoteError::new(RemoteErrorKind::Stopped, err)
+    }
+
+    /// This crate's error as the peer gets it.
+    pub fn from_error(err: &Error) -> RemoteError {
+        let kind = match err {
+            Error::NotLeader { .. } | Error::QuorumNotReached => RemoteErrorKind::NotLeader,
+            Error::Stopped(_) => RemoteErrorKind::Stopped,
+            Error::Storage(_)
+            | Error::Apply { .. }
+            | Error::Io(_)
+            | Error::ReadWal { .. }
+            | Error::FrameTooLong { .. }
+            | Error::FrameLengthOver { .. }
+            | Error::FrameCutShort { .. }
+            | Error::WalCorrupt(_) => RemoteErrorKind::Storage,
+            Error::Overloaded
+            | Error::Membership(_)
+            | Error::LearnerSilent { .. }
+            | Error::Config(_)
+            | Error::PeerTls(_)
+            | Error::Metrics(_)
+            | Error::Bootstrap(_)
+            | Error::Forward { .. }
+            | Error::ForwardTimeout { .. } => RemoteErrorKind::Refused,
+        };
+        RemoteError::new(kind, err)
+    }
 }
 
 /// The frame codec both ends use (a server starts with [`framing_before_hello`]).
@@ -139,78 +220,4 @@ pub fn decode<T: serde::de::DeserializeOwned>(
 }
 
 #[cfg(test)]
-mod tests {
-    use tokio_util::codec::Decoder;
-
-    use super::*;
-
-    #[test]
-    fn hello_round_trips_and_garbage_is_an_error() {
-        let frame = encode(&Request::Hello {
-            protocol: PROTOCOL_VERSION,
-            from: Some(3),
-        });
-        let back: Request = decode("request", &BytesMut::from(&frame[..])).expect("decodes");
-        assert!(matches!(
-            back,
-            Request::Hello {
-                protocol: PROTOCOL_VERSION,
-                from: Some(3)
-            }
-        ));
-        let garbage = BytesMut::from(&[codec::FORMAT_VERSION, 0xee, 0xff][..]);
-        assert!(decode::<Request>("request", &garbage).is_err());
-    }
-
-    /// A frame body behind a 4-byte big-endian length, as the codec writes it.
-    fn framed(len: u32, body: &[u8]) -> BytesMut {
-        let mut bytes = BytesMut::from(&len.to_be_bytes()[..]);
-        bytes.extend_from_slice(body);
-        bytes
-    }
-
-    #[test]
-    fn before_the_hello_a_large_length_header_is_refused_without_reserving_it() {
-        let hello = encode(&Request::Hello {
-            protocol: PROTOCOL_VERSION,
-            from: Some(u64::MAX),
-        });
-        assert!(
-            hello.len() * 16 < HELLO_FRAME_BYTES,
-            "a hello ({} bytes) fits the pre-hello limit many times over",
-            hello.len()
-        );
-
-        // A header claiming 100 MiB: refused as soon as the header is read, the buffer not
-        // grown towards it.
-        let mut codec = framing_before_hello();
-        let mut src = framed(100 << 20, b"x");
-        let err = codec.decode(&mut src).expect_err("oversized");
-        assert!(is_oversized(&err), "{err}");
-        assert!(src.capacity() < HELLO_FRAME_BYTES, "{}", src.capacity());
-        // The full codec would have reserved it.
-        let mut src = framed(100 << 20, b"x");
-        assert!(framing().decode(&mut src).expect("waits").is_none());
-        assert!(src.capacity() >= 100 << 20, "the old behaviour: reserved");
-
-        // A hello passes; after it the limit is the full one.
-        let mut codec = framing_before_hello();
-        let mut src = framed(hello.len() as u32, &hello);
-        let frame = codec.decode(&mut src).expect("decodes").expect("a frame");
-        assert!(matches!(
-            decode::<Request>("request", &frame).expect("hello"),
-            Request::Hello { .. }
-        ));
-        accept_after_hello(&mut codec);
-        let big = vec![7u8; 64 << 10];
-        let mut src = framed(big.len() as u32, &big);
-        let frame = codec.decode(&mut src).expect("decodes").expect("a frame");
-        assert_eq!(frame.len(), big.len());
-        let mut src = framed((MAX_FRAME_BYTES + 1) as u32, b"");
-        assert!(is_oversized(
-            &codec.decode(&mut src).expect_err("over the full limit")
-        ));
-        // Other errors are not mistaken for it.
-        assert!(!is_oversized(&std::io::Error::other("reset")));
-    }
-}
+mod tests;

@@ -29,9 +29,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
+use crate::error::PeerError;
 use crate::membership;
 use crate::network::inbound::{Inbound, InboundLimits, SnapshotBudget};
-use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::network::protocol::{
+    self, PROTOCOL_VERSION, RemoteError, RemoteErrorKind, Request, Response,
+};
+use crate::network::refusal::HelloRefusal;
 use crate::network::tls::{PeerStream, Transport};
 use crate::snapshot::SnapshotData;
 use crate::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
@@ -131,29 +135,21 @@ struct Connection {
     inbound: Inbound,
 }
 
-/// Why a connection's first frame was not an acceptable hello: the counter's reason (none for
-/// a connection closed before it sent anything), the refusal sent back, if any.
-struct NoHello {
-    reason: Option<&'static str>,
-    answer: Option<String>,
-    log: String,
-}
-
 impl Connection {
     /// Reads the hello (by `hello_by`, in a small frame) and answers it; then serves requests.
-    async fn run(self, stream: PeerStream, hello_by: Instant) -> Result<(), String> {
+    async fn run(self, stream: PeerStream, hello_by: Instant) -> Result<(), PeerError> {
         let mut conn = Framed::new(stream, protocol::framing_before_hello());
         if let Err(refused) = hello(&mut conn, hello_by).await {
-            if let Some(reason) = refused.reason {
+            if let Some(reason) = refused.counted_as() {
                 self.inbound.refused(reason);
             }
-            if let Some(answer) = refused.answer {
+            if let Some(answer) = refused.answer() {
                 tracing::warn!(reason = %answer, "refusing a peer connection");
                 let refusal = protocol::encode(&Response::Refused(answer));
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(refusal))
                     .await;
             }
-            return Err(refused.log);
+            return Err(refused.into());
         }
         protocol::accept_after_hello(conn.codec_mut());
         let (mut sink, mut frames) = conn.split();
@@ -193,23 +189,23 @@ impl Connection {
             Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>,
         >,
         pending: &mpsc::Sender<Pending>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PeerError> {
         let mut appends: Option<mpsc::Sender<_>> = None;
         let mut incoming: Option<(Incoming, PartialFile)> = None;
         while let Some(frame) = frames.next().await {
-            let frame = frame.map_err(|e| format!("reading: {e}"))?;
+            let frame = frame.map_err(PeerError::ReadRequest)?;
             let request: Request = match protocol::decode("peer request", &frame) {
                 Ok(request) => request,
                 Err(err) => {
-                    let reason = format!("undecodable request: {err}");
-                    refuse(pending, &reason).await;
-                    return Err(reason);
+                    let err = PeerError::UndecodableRequest(err);
+                    refuse(pending, &err.to_string()).await;
+                    return Err(err);
                 }
             };
             let work = match request {
                 Request::Hello { .. } => {
                     refuse(pending, "hello sent twice").await;
-                    return Err("second hello".into());
+                    return Err(PeerError::SecondHello);
                 }
                 Request::Append(rpc) => {
                     let input = match &appends {
@@ -236,13 +232,13 @@ impl Connection {
                 Request::Vote(rpc) => {
                     let raft = self.raft.clone();
                     Pending::Task(tokio::spawn(async move {
-                        Response::Vote(raft.vote(rpc).await.map_err(|e| e.to_string()))
+                        Response::Vote(raft.vote(rpc).await.map_err(RemoteError::stopped))
                     }))
                 }
                 Request::PreVote(rpc) => {
                     let raft = self.raft.clone();
                     Pending::Task(tokio::spawn(async move {
-                        Response::Vote(raft.pre_vote(rpc).await.map_err(|e| e.to_string()))
+                        Response::Vote(raft.pre_vote(rpc).await.map_err(RemoteError::stopped))
                     }))
                 }
                 Request::TransferLeader(rpc) => {
@@ -251,7 +247,7 @@ impl Connection {
                         Response::TransferLeader(
                             raft.handle_transfer_leader(rpc)
                                 .await
-                                .map_err(|e| e.to_string()),
+                                .map_err(RemoteError::stopped),
                         )
                     }))
                 }
@@ -261,7 +257,7 @@ impl Connection {
                         Response::ChangeMembership(
                             membership::apply_locally(&raft, &change)
                                 .await
-                                .map_err(|e| e.to_string()),
+                                .map_err(|e| RemoteError::from_error(&e)),
                         )
                     }))
                 }
@@ -271,15 +267,16 @@ impl Connection {
                     drop(incoming.take());
                     let permit = match self.inbound.snapshot_permit().await {
                         Ok(permit) => permit,
-                        Err(reason) => {
-                            refuse(pending, &reason).await;
-                            return Err(reason);
+                        Err(refusal) => {
+                            refuse(pending, &refusal.to_string()).await;
+                            return Err(refusal.into());
                         }
                     };
                     let path = self.state.incoming_snapshot_path();
-                    let file = tokio::fs::File::create(&path)
-                        .await
-                        .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                    let file = match tokio::fs::File::create(&path).await {
+                        Ok(file) => file,
+                        Err(source) => return Err(PeerError::CreateSnapshot { path, source }),
+                    };
                     let partial = PartialFile(Some(path.clone()));
                     incoming = Some((
                         Incoming {
@@ -297,24 +294,24 @@ impl Connection {
                 Request::SnapshotChunk(bytes) => {
                     let Some((receiving, _)) = incoming.as_mut() else {
                         refuse(pending, "snapshot chunk without a snapshot").await;
-                        return Err("stray snapshot chunk".into());
+                        return Err(PeerError::StraySnapshotChunk);
                     };
-                    if let Err(reason) = receiving.budget.take(bytes.len()) {
+                    if let Err(refusal) = receiving.budget.take(bytes.len()) {
                         // Dropping `incoming` on return removes the partial file.
-                        refuse(pending, &reason).await;
-                        return Err(reason);
+                        refuse(pending, &refusal.to_string()).await;
+                        return Err(refusal.into());
                     }
                     receiving
                         .file
                         .write_all(&bytes)
                         .await
-                        .map_err(|e| format!("writing snapshot: {e}"))?;
+                        .map_err(PeerError::WriteSnapshot)?;
                     continue;
                 }
                 Request::SnapshotEnd => {
                     let Some((receiving, mut partial)) = incoming.take() else {
                         refuse(pending, "snapshot end without a snapshot").await;
-                        return Err("stray snapshot end".into());
+                        return Err(PeerError::StraySnapshotEnd);
                     };
                     partial.0 = None; // from here the state machine owns the file
                     let raft = self.raft.clone();
@@ -331,31 +328,14 @@ impl Connection {
 async fn hello(
     conn: &mut Framed<PeerStream, LengthDelimitedCodec>,
     hello_by: Instant,
-) -> Result<(), NoHello> {
-    let refused = |reason, answer: Option<String>, log: String| NoHello {
-        reason: Some(reason),
-        answer,
-        log,
-    };
+) -> Result<(), HelloRefusal> {
     let frame = match tokio::time::timeout_at(hello_by, conn.next()).await {
-        Err(_) => {
-            return Err(refused("timeout", None, "no hello in time".into()));
-        }
-        Ok(None) => {
-            return Err(NoHello {
-                reason: None,
-                answer: None,
-                log: "closed before its hello".into(),
-            });
-        }
+        Err(_) => return Err(HelloRefusal::Timeout),
+        Ok(None) => return Err(HelloRefusal::Closed),
         Ok(Some(Err(err))) if protocol::is_oversized(&err) => {
-            return Err(refused(
-                "oversized",
-                None,
-                format!("a first frame over {} bytes", protocol::HELLO_FRAME_BYTES),
-            ));
+            return Err(HelloRefusal::Oversized);
         }
-        Ok(Some(Err(err))) => return Err(refused("bad_hello", None, format!("reading: {err}"))),
+        Ok(Some(Err(err))) => return Err(HelloRefusal::Unreadable(err)),
         Ok(Some(Ok(frame))) => frame,
     };
     let answer = match protocol::decode::<Request>("peer request", &frame) {
@@ -363,40 +343,23 @@ async fn hello(
             protocol: PROTOCOL_VERSION,
         },
         Ok(Request::Hello { protocol, from }) => {
-            let reason = format!(
-                "peer protocol {protocol} from node {from:?}, this node speaks {PROTOCOL_VERSION}"
-            );
-            return Err(refused("bad_hello", Some(reason.clone()), reason));
+            return Err(HelloRefusal::OtherProtocol { protocol, from });
         }
-        Ok(_) => {
-            let reason = "the first frame must be a hello".to_owned();
-            return Err(refused("bad_hello", Some(reason), "no hello".into()));
-        }
-        Err(err) => {
-            let reason = format!("undecodable request: {err}");
-            return Err(refused("bad_hello", Some(reason.clone()), reason));
-        }
+        Ok(_) => return Err(HelloRefusal::NotAHello),
+        Err(err) => return Err(HelloRefusal::Undecodable(err)),
     };
     match tokio::time::timeout_at(hello_by, conn.send(protocol::encode(&answer))).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(err)) => Err(refused(
-            "bad_hello",
-            None,
-            format!("answering the hello: {err}"),
-        )),
-        Err(_) => Err(refused(
-            "timeout",
-            None,
-            "the hello's answer not taken in time".into(),
-        )),
+        Ok(Err(err)) => Err(HelloRefusal::AnswerFailed(err)),
+        Err(_) => Err(HelloRefusal::AnswerTimeout),
     }
 }
 
-async fn send(pending: &mpsc::Sender<Pending>, work: Pending) -> Result<(), String> {
+async fn send(pending: &mpsc::Sender<Pending>, work: Pending) -> Result<(), PeerError> {
     pending
         .send(work)
         .await
-        .map_err(|_| "connection writer stopped".to_owned())
+        .map_err(|_| PeerError::WriterStopped)
 }
 
 async fn refuse(pending: &mpsc::Sender<Pending>, reason: &str) {
@@ -421,8 +384,11 @@ async fn next_append(
     match stream.next().await {
         Some(Ok(Ok(appended))) => (Response::Append(Ok(Ok(appended))), false),
         Some(Ok(Err(rejected))) => (Response::Append(Ok(Err(rejected))), true),
-        Some(Err(fatal)) => (Response::Append(Err(fatal.to_string())), true),
-        None => (Response::Append(Err("raft stopped".into())), true),
+        Some(Err(fatal)) => (Response::Append(Err(RemoteError::stopped(fatal))), true),
+        None => (
+            Response::Append(Err(RemoteError::stopped("raft stopped"))),
+            true,
+        ),
     }
 }
 
@@ -447,7 +413,10 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
         Ok(data) => data,
         Err(e) => {
             let _ = std::fs::remove_file(&path);
-            return Response::Snapshot(Err(format!("storing the snapshot: {e}")));
+            return Response::Snapshot(Err(RemoteError::new(
+                RemoteErrorKind::Storage,
+                format_args!("storing the snapshot: {e}"),
+            )));
         }
     };
     let result = raft
@@ -459,7 +428,7 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
             },
         )
         .await
-        .map_err(|e| e.to_string());
+        .map_err(RemoteError::stopped);
     // The state machine renames an installed snapshot; a refused one is left behind.
     if path.exists() {
         let _ = std::fs::remove_file(&path);

@@ -31,7 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::error::{Error, Result};
+use crate::error::{PeerError, PeerTlsError, Result};
 use crate::metrics::PeerRpcMetrics;
 use crate::network::peer_names::{MemberCertVerifier, PeerNames};
 
@@ -57,18 +57,18 @@ struct ServerParts {
 impl ServerParts {
     /// A server configuration whose client certificates must chain to the CA and name one of
     /// `names`.
-    fn config(&self, names: PeerNames) -> Result<rustls::ServerConfig> {
+    fn config(&self, names: PeerNames) -> Result<rustls::ServerConfig, PeerTlsError> {
         let ca =
             WebPkiClientVerifier::builder_with_provider(self.roots.clone(), self.provider.clone())
                 .build()
-                .map_err(|e| config("client verifier", e))?;
+                .map_err(PeerTlsError::Verifier)?;
         let verifier = Arc::new(MemberCertVerifier { inner: ca, names });
         rustls::ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| config("server", e))?
+            .map_err(refused("server"))?
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| config("cert_file/key_file", e))
+            .map_err(refused("cert_file/key_file"))
     }
 }
 
@@ -78,18 +78,28 @@ impl std::fmt::Debug for PeerTls {
     }
 }
 
-fn config(what: &str, err: impl std::fmt::Display) -> Error {
-    Error::Config(format!("peer TLS: {what}: {err}"))
+/// rustls's refusal of `what`.
+fn refused(what: &'static str) -> impl FnOnce(rustls::Error) -> PeerTlsError {
+    move |source| PeerTlsError::Rustls { what, source }
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| config(what, format!("{}: {e}", path.display())))
+/// A PEM file of `setting` that does not parse.
+fn bad_pem(setting: &'static str) -> impl FnOnce(rustls::pki_types::pem::Error) -> PeerTlsError {
+    move |source| PeerTlsError::Pem { setting, source }
+}
+
+fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, PeerTlsError> {
+    std::fs::read(path).map_err(|source| PeerTlsError::Read {
+        setting,
+        path: path.to_owned(),
+        source,
+    })
 }
 
 impl PeerTls {
     /// Reads the CA certificates, this node's certificate chain and its private key from PEM
     /// files.
-    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls> {
+    pub fn from_files(ca: &Path, cert: &Path, key: &Path) -> Result<PeerTls, PeerTlsError> {
         PeerTls::from_pem(
             &read("ca_file", ca)?,
             &read("cert_file", cert)?,
@@ -99,31 +109,33 @@ impl PeerTls {
 
     /// Builds both sides from PEM text: `ca` (one or more CA certificates), `cert` (this
     /// node's certificate, then any intermediates) and `key` (its private key).
-    pub fn from_pem(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<PeerTls> {
+    pub fn from_pem(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<PeerTls, PeerTlsError> {
         let mut roots = RootCertStore::empty();
         for der in CertificateDer::pem_slice_iter(ca) {
-            let der = der.map_err(|e| config("ca_file", e))?;
-            roots.add(der).map_err(|e| config("ca_file", e))?;
+            let der = der.map_err(bad_pem("ca_file"))?;
+            roots.add(der).map_err(refused("ca_file"))?;
         }
         if roots.is_empty() {
-            return Err(config("ca_file", "no certificate in it"));
+            return Err(PeerTlsError::NoCertificate { setting: "ca_file" });
         }
         let roots = Arc::new(roots);
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| config("cert_file", e))?;
+            .map_err(bad_pem("cert_file"))?;
         if chain.is_empty() {
-            return Err(config("cert_file", "no certificate in it"));
+            return Err(PeerTlsError::NoCertificate {
+                setting: "cert_file",
+            });
         }
-        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| config("key_file", e))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(bad_pem("key_file"))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
 
         let client = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| config("client", e))?
+            .map_err(refused("client"))?
             .with_root_certificates(roots.clone())
             .with_client_auth_cert(chain.clone(), key.clone_key())
-            .map_err(|e| config("cert_file/key_file", e))?;
+            .map_err(refused("cert_file/key_file"))?;
         let server = ServerParts {
             provider,
             roots,
@@ -141,7 +153,7 @@ impl PeerTls {
     /// The same settings, accepting client certificates valid for one of `names`' hosts (a
     /// node's own set: clones of one `PeerTls` given to several nodes in one process must
     /// each be bound to their node's names).
-    pub fn for_members(&self, names: PeerNames) -> Result<PeerTls> {
+    pub fn for_members(&self, names: PeerNames) -> Result<PeerTls, PeerTlsError> {
         Ok(PeerTls {
             connector: self.connector.clone(),
             acceptor: TlsAcceptor::from(Arc::new(self.server.config(names)?)),
@@ -152,17 +164,24 @@ impl PeerTls {
 
 /// The name a peer's certificate must carry: the host part of its `host:port` address (an
 /// IP address stays one, `[v6]` loses its brackets).
-pub(crate) fn server_name(addr: &str) -> std::result::Result<ServerName<'static>, String> {
+pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>, PeerError> {
     let host = match addr.rsplit_once(':') {
         Some((host, port)) if port.parse::<u16>().is_ok() => host,
-        _ => return Err(format!("peer address {addr:?} is not host:port")),
+        _ => {
+            return Err(PeerError::NotHostPort {
+                addr: addr.to_owned(),
+            });
+        }
     };
     let host = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    ServerName::try_from(host.to_owned())
-        .map_err(|e| format!("peer address {addr:?}: {host:?} is no DNS name or IP address: {e}"))
+    ServerName::try_from(host.to_owned()).map_err(|source| PeerError::BadHost {
+        addr: addr.to_owned(),
+        host: host.to_owned(),
+        source,
+    })
 }
 
 /// How a node's peer connections are made and accepted: plain or TLS, and where handshake
@@ -200,10 +219,13 @@ impl Transport {
 
     /// Opens a TCP connection to `addr` and, with TLS, does the handshake (the caller bounds
     /// the whole with its connect timeout).
-    pub(crate) async fn connect(&self, addr: &str) -> std::result::Result<PeerStream, String> {
+    pub(crate) async fn connect(&self, addr: &str) -> Result<PeerStream, PeerError> {
         let tcp = TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+            .map_err(|source| PeerError::Connect {
+                addr: addr.to_owned(),
+                source,
+            })?;
         let _ = tcp.set_nodelay(true);
         let Some(tls) = &self.tls else {
             return Ok(PeerStream::Plain(tcp));
@@ -211,9 +233,12 @@ impl Transport {
         let name = server_name(addr)?;
         match tls.connector.connect(name, tcp).await {
             Ok(stream) => Ok(PeerStream::Tls(Box::new(stream.into()))),
-            Err(err) => {
+            Err(source) => {
                 self.metrics.tls_failures("client").inc();
-                Err(format!("TLS handshake with {addr}: {err}"))
+                Err(PeerError::Handshake {
+                    addr: addr.to_owned(),
+                    source,
+                })
             }
         }
     }
@@ -230,30 +255,35 @@ impl Transport {
         let Some(tls) = &self.tls else {
             return Some(PeerStream::Plain(tcp));
         };
-        let failed = |reason: String| {
+        let failed = |reason: PeerError| {
             self.metrics.tls_failures("server").inc();
             tracing::warn!(%peer, %reason, "refused a peer connection: TLS handshake failed");
             None
         };
         match tokio::time::timeout(self.handshake_timeout, tls.acceptor.accept(tcp)).await {
             Ok(Ok(stream)) => Some(PeerStream::Tls(Box::new(stream.into()))),
-            Ok(Err(err)) => failed(handshake_failure(&err)),
-            Err(_) => failed(format!("no handshake within {:?}", self.handshake_timeout)),
+            Ok(Err(err)) => failed(PeerError::InboundHandshake(err)),
+            Err(_) => failed(PeerError::InboundHandshakeTimeout {
+                within: self.handshake_timeout,
+            }),
         }
     }
 }
 
-/// Why a handshake failed, readable: rustls shows a custom certificate refusal (a certificate
-/// naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
-fn handshake_failure(err: &io::Error) -> String {
+/// Why an inbound handshake failed, readable: rustls shows a custom certificate refusal (a
+/// certificate naming no peer, see [`PeerNames`]) through its `Debug`; this gives its message.
+pub(crate) fn describe_handshake_failure(
+    err: &io::Error,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
     match err
         .get_ref()
         .and_then(|e| e.downcast_ref::<rustls::Error>())
     {
         Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other))) => {
-            format!("invalid peer certificate: {other}")
+            write!(f, "invalid peer certificate: {other}")
         }
-        _ => err.to_string(),
+        _ => write!(f, "{err}"),
     }
 }
 
@@ -325,30 +355,4 @@ impl AsyncWrite for PeerStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_names_come_from_the_host_of_the_address() {
-        let ip = server_name("127.0.0.1:7481").expect("ipv4");
-        assert!(matches!(ip, ServerName::IpAddress(_)), "{ip:?}");
-        let v6 = server_name("[::1]:7481").expect("ipv6");
-        assert!(matches!(v6, ServerName::IpAddress(_)), "{v6:?}");
-        let dns =
-            server_name("statestore-0.statestore-headless.ns.svc.cluster.local:7481").expect("dns");
-        assert_eq!(
-            dns,
-            ServerName::try_from("statestore-0.statestore-headless.ns.svc.cluster.local")
-                .expect("name")
-        );
-        assert!(server_name("no-port").is_err());
-        assert!(server_name("host:notaport").is_err());
-        assert!(server_name("bad name:1").is_err());
-    }
-
-    #[test]
-    fn pem_without_certificates_is_refused_naming_the_setting() {
-        let err = PeerTls::from_pem(b"", b"", b"").expect_err("empty CA");
-        assert!(err.to_string().contains("ca_file"), "{err}");
-    }
-}
+mod tests;

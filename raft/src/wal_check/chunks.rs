@@ -153,5 +153,4 @@ pub fn check_chunks<S: ChunkSource, C: FrameCodec>(
 }
 
 #[cfg(test)]
-#[path = "tests/chunks.rs"]
 mod tests;

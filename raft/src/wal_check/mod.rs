@@ -151,10 +151,7 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
             }
             Ok(accepted)
         }
-        Err(Refused::Read((path, err))) => Err(Error::Io(std::io::Error::new(
-            err.kind(),
-            format!("reading raft log chunk {}: {err}", path.display()),
-        ))),
+        Err(Refused::Read((path, source))) => Err(Error::ReadWal { path, source }),
         Err(Refused::Corrupt { chunk, corruption }) => {
             Err(Error::WalCorrupt(Box::new(WalCorruption {
                 path: files.files[chunk].1.clone(),
@@ -167,9 +164,4 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
 }
 
 #[cfg(test)]
-#[path = "tests/support.rs"]
-mod test_support;
-
-#[cfg(test)]
-#[path = "tests/codec.rs"]
 mod tests;

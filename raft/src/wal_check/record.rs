@@ -415,5 +415,4 @@ impl<'a, L: FnMut(Field, u32, usize) -> Result<u32, Defect>> Cursor<'a, L> {
 }
 
 #[cfg(test)]
-#[path = "tests/record.rs"]
 mod tests;

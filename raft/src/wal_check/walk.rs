@@ -370,5 +370,4 @@ fn record_after<C: FrameCodec>(
 }
 
 #[cfg(test)]
-#[path = "tests/walk.rs"]
 mod tests;

@@ -6,8 +6,8 @@ use std::ops::Range;
 
 use codeq::config::{CodeqConfig, Crc32fast};
 
-use super::record::{FrameKind, parse};
-use super::walk::FrameCodec;
+use crate::wal_check::record::{FrameKind, parse};
+use crate::wal_check::walk::FrameCodec;
 
 /// A frame as `log_store` writes it: u32 length, value.
 pub fn frame(value: &[u8]) -> Vec<u8> {

@@ -3,7 +3,7 @@
 //! record's data does not turn a tear into a refusal unless it carries the next log index.
 
 use super::*;
-use crate::wal_check::test_support::{Plain, append, chunk, commit, records};
+use crate::wal_check::tests::support::{Plain, append, chunk, commit, records};
 
 /// The verdict on `bytes` as the last chunk, `None` when it is whole.
 fn verdict(bytes: &[u8]) -> Option<TailVerdict> {
@@ -23,18 +23,18 @@ fn a_whole_chunk_walks_to_its_end_following_the_last_log_id() {
 
     // truncate after 3, purge up to 9, as raft-log's state follows them
     let mut more = bytes.clone();
-    more.extend(crate::wal_check::test_support::record(
+    more.extend(crate::wal_check::tests::support::record(
         3,
         &[
             vec![1],
-            crate::wal_check::test_support::frame(&3u64.to_be_bytes()),
+            crate::wal_check::tests::support::frame(&3u64.to_be_bytes()),
         ]
         .concat(),
     ));
     assert_eq!(walk_chunk(&more, &Plain, None).last, Some(3));
-    more.extend(crate::wal_check::test_support::record(
+    more.extend(crate::wal_check::tests::support::record(
         4,
-        &crate::wal_check::test_support::frame(&9u64.to_be_bytes()),
+        &crate::wal_check::tests::support::frame(&9u64.to_be_bytes()),
     ));
     assert_eq!(walk_chunk(&more, &Plain, None).last, Some(9));
 }
@@ -222,7 +222,7 @@ fn the_search_verifies_a_bounded_number_of_candidates() {
 
 #[test]
 fn every_flipped_bit_of_a_small_last_record_is_refused() {
-    use crate::wal_check::test_support::{frame, id, record};
+    use crate::wal_check::tests::support::{frame, id, record};
     let vote = record(0, &frame(&id(7)));
     let truncate_none = record(3, &[0]);
     let truncate_some = record(3, &[vec![1], frame(&id(2))].concat());

@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use super::*;
-use crate::wal_check::test_support::{Plain, chunk, records};
+use crate::wal_check::tests::support::{Plain, chunk, records};
 
 /// Chunks in memory, named by their offsets.
 struct Memory(Vec<(u64, Vec<u8>)>);

@@ -3,7 +3,7 @@
 //! damage is named at the field that has it.
 
 use super::*;
-use crate::wal_check::test_support::{frame, record};
+use crate::wal_check::tests::support::{frame, record};
 
 fn append(log_id: &[u8], payload: &[u8]) -> Vec<u8> {
     record(1, &[frame(log_id), frame(payload)].concat())

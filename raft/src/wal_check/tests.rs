@@ -8,6 +8,9 @@ use super::*;
 use crate::batch::Batch;
 use crate::types::TypeConfig;
 
+/// Record and chunk builders shared by the check's submodules' tests.
+pub(super) mod support;
+
 fn natural_len_with_trailing_bytes<T: serde::Serialize>(kind: FrameKind, value: &T) {
     let bytes = storage_codec::encode(value);
     let mut longer = bytes.clone();
