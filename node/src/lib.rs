@@ -3,7 +3,8 @@
 //! Data flow: [`mqtt`] receives a request → [`service`] checks the envelope, parses it with
 //! [`protocol`], reads linearizably or proposes a typed mutation through
 //! `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
-//! assembles the pieces; [`cli`] and [`config`] describe them; [`http`] and [`metrics`] make
+//! assembles the pieces; [`cli`] and [`config`] describe them ([`runtime_config`] turns the
+//! settings into each subsystem's); [`http`] and [`metrics`] make
 //! them observable. [`devicebound`] holds the pure codecs of the device-bound message queues
 //! (IoT Hub cloud-to-device semantics).
 
@@ -23,6 +24,7 @@ pub mod mqtt;
 pub mod node;
 pub mod outbound;
 pub mod protocol;
+pub mod runtime_config;
 pub mod service;
 pub mod stall;
 pub mod supervisor;
