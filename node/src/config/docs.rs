@@ -223,3 +223,6 @@ fn number(value: f64) -> Value {
         json!(value)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -284,3 +284,6 @@ fn split(path: &str) -> (std::str::Split<'_, char>, &str) {
     }
     (names, key)
 }
+
+#[cfg(test)]
+mod tests;

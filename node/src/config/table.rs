@@ -719,3 +719,6 @@ pub const SETTINGS: &[Setting] = &[
                endpoints stays)",
     },
 ];
+
+#[cfg(test)]
+mod tests;
