@@ -173,8 +173,6 @@ impl Config {
         }
     }
 
-    /// The replicated device-bound settings this node's configuration asks for (the
-
     /// Service settings.
     pub fn service(&self) -> ServiceConfig {
         ServiceConfig {

@@ -44,7 +44,7 @@ fn parser(kind: Kind) -> ValueParser {
         Kind::Choice(choices) => PossibleValuesParser::new(choices.iter().copied()).into(),
         Kind::Address => clap::value_parser!(SocketAddr).into(),
         Kind::Text | Kind::Path | Kind::Bool | Kind::List | Kind::Table => {
-            clap::value_parser!(String).into()
+            clap::value_parser!(String)
         }
     }
 }

@@ -110,9 +110,7 @@ fn help_texts_fit_a_table_cell_and_summaries_read_alone() {
         );
         let summary = row.summary();
         assert!(
-            !summary.is_empty()
-                && !summary.starts_with('.')
-                && !summary.ends_with(['(', ',']),
+            !summary.is_empty() && !summary.starts_with('.') && !summary.ends_with(['(', ',']),
             "{}: summary {summary:?}",
             row.path
         );
