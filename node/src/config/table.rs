@@ -41,7 +41,7 @@ pub const SETTINGS: &[Setting] = &[
         default: D::Text("statestore-data"),
         kind: Kind::Path,
         table: DocTable::Node,
-        help: "data directory: Raft log, state database and snapshots (layout below)",
+        help: "data directory: Raft log, state database and snapshots; layout below",
     },
     Setting {
         path: "mqtt.broker",
