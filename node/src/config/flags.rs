@@ -26,12 +26,6 @@ impl SettingFlags {
         }
         Ok(())
     }
-
-    /// Sets a value as if its flag had been given (for tests and callers without a command
-    /// line).
-    pub fn set(&mut self, path: &'static str, value: toml::Value) {
-        self.given.push((path, value));
-    }
 }
 
 /// The parser of a row's value: typed, so that a malformed value is refused by clap as before.
