@@ -115,3 +115,6 @@ impl Args for SettingFlags {
         Self::augment_args(command)
     }
 }
+
+#[cfg(test)]
+mod tests;
