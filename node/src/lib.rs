@@ -1,10 +1,10 @@
 //! The statestore node: request service, MQTT 5 session, CLI, metrics.
 //!
 //! Data flow: [`mqtt`] receives a request → [`service`] checks the envelope, parses it with
-//! `statestore_protocol` (the wire formats, their own crate), reads linearizably or proposes a typed mutation through
-//! `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
-//! assembles the pieces; [`cli`] and [`config`] describe them; [`http`] and [`metrics`] make
-//! them observable.
+//! `statestore_protocol` (the wire formats, their own crate), reads linearizably or proposes
+//! a typed mutation through `statestore_raft::RaftNode` → the reply goes back out through [`mqtt`]. [`node::run`]
+//! assembles the pieces; [`cli`] and [`config`] describe them ([`runtime_config`] turns the
+//! settings into each subsystem's); [`http`] and [`metrics`] make them observable.
 
 pub mod admin;
 pub mod admission;
@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod mqtt;
 pub mod node;
 pub mod outbound;
+pub mod runtime_config;
 pub mod service;
 pub mod stall;
 pub mod supervisor;

@@ -37,6 +37,10 @@ fn main() -> ExitCode {
                 println!("{}", admin::run(&args).await?);
                 Ok(())
             }
+            CliCommand::Settings(args) => {
+                args.run()?;
+                Ok(())
+            }
             // Its own exit statuses (0 found, 1 missing, 2 error); it prints its errors.
             CliCommand::Kv(args) => std::process::exit(i32::from(kv::run(*args).await)),
         }

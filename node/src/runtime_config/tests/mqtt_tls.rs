@@ -74,7 +74,7 @@ const CASES: &[Case] = &[
 #[test]
 fn broker_addresses_and_tls_settings_are_checked() {
     for (table, expected) in CASES {
-        let config: Config = toml::from_str(&format!("[mqtt]\n{table}\n"))
+        let config: Config = Config::from_toml_str(&format!("[mqtt]\n{table}\n"))
             .unwrap_or_else(|e| panic!("{table}: {e}"));
         let outcome = config.validate().and_then(|()| config.mqtt.endpoint());
         match (expected, outcome) {

@@ -11,7 +11,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 #[test]
 fn security_sections_parse_and_reject_unknown_or_missing_keys() {
-    let config: Config = toml::from_str(
+    let config: Config = Config::from_toml_str(
         r#"
         [cluster.tls]
         ca_file = "/pki/ca.pem"
@@ -48,12 +48,12 @@ fn security_sections_parse_and_reject_unknown_or_missing_keys() {
         "plain text and no token by default"
     );
     assert!(
-        toml::from_str::<Config>("[cluster.tls]\nca_file = \"a\"\ncert_file = \"b\"\n").is_err(),
+        Config::from_toml_str("[cluster.tls]\nca_file = \"a\"\ncert_file = \"b\"\n").is_err(),
         "a peer TLS section without key_file"
     );
-    assert!(toml::from_str::<Config>("[admin]\ntoken = \"inline\"\n").is_err());
+    assert!(Config::from_toml_str("[admin]\ntoken = \"inline\"\n").is_err());
     assert!(
-        toml::from_str::<Config>(
+        Config::from_toml_str(
             "[admin.tls]\ncert_file = \"a\"\nkey_file = \"b\"\nca_file = \"c\"\n"
         )
         .is_err()
@@ -245,6 +245,7 @@ fn an_http_listener_off_loopback_needs_a_token_or_the_insecure_flag() {
         guarded.admin.token_file = Some(token.clone());
         guarded.validate().expect("a token");
     }
-    let parsed: Config = toml::from_str("[admin]\nallow_insecure_http = true\n").expect("parses");
+    let parsed: Config =
+        Config::from_toml_str("[admin]\nallow_insecure_http = true\n").expect("parses");
     assert!(parsed.admin.allow_insecure_http);
 }

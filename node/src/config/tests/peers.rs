@@ -19,11 +19,14 @@ fn the_snapshot_cap_is_explicit_or_derived_from_what_the_store_holds() {
     small.devicebound.max_messages = 10;
     assert_eq!(small.max_snapshot_bytes(), 4 << 30, "never below 4 GiB");
 
-    let explicit: Config = toml::from_str("[cluster]\nmax_snapshot_mb = 512\n").expect("parses");
+    let explicit: Config =
+        Config::from_toml_str("[cluster]\nmax_snapshot_mb = 512\n").expect("parses");
     explicit.validate().expect("valid");
     assert_eq!(explicit.max_snapshot_bytes(), 512 << 20);
     assert_eq!(explicit.raft().inbound.max_snapshot_bytes, 512 << 20);
 
+    // The largest `cluster.max_snapshot_mb`: 16 TiB.
+    const MAX_SNAPSHOT_MB: u64 = 16 << 20;
     for mb in [0, MAX_SNAPSHOT_MB + 1] {
         let mut bad = Config::default();
         bad.cluster.max_snapshot_mb = Some(mb);
@@ -34,7 +37,7 @@ fn the_snapshot_cap_is_explicit_or_derived_from_what_the_store_holds() {
 
 #[test]
 fn peer_certificates_may_name_the_configured_peers_and_this_node() {
-    let config: Config = toml::from_str(
+    let config: Config = Config::from_toml_str(
         r#"
         id = 2
         [cluster]
