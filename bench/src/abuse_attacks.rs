@@ -178,7 +178,8 @@ impl Attacker {
         let (client, mut eventloop) = AsyncClient::new(mqtt_load::options(broker, &id, 256), 1024);
         let pending: Pending = Arc::default();
         let counts = Arc::new(Counts::default());
-        let (subacks_tx, mut subacks) = tokio::sync::mpsc::unbounded_channel();
+        // One SUBACK per subscription this attacker makes (its own topics and `extra`).
+        let (subacks_tx, mut subacks) = tokio::sync::mpsc::channel(extra.len() + 1);
         let own = format!("clients/{id}/");
         let events = {
             let pending = pending.clone();
@@ -210,7 +211,7 @@ impl Attacker {
                             }
                         }
                         Ok(Event::Incoming(Packet::SubAck(ack))) => {
-                            let _ = subacks_tx.send(mqtt_load::suback_result(&ack));
+                            let _ = subacks_tx.try_send(mqtt_load::suback_result(&ack));
                         }
                         Ok(_) => {}
                         Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,

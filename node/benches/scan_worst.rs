@@ -21,10 +21,10 @@ use statestore_protocol::glob::{
 };
 use statestore_protocol::scan::{PageEnd, PageLimits, StoredKey, page_until};
 use statestore_storage::engine::Overlay;
-use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{SetCondition, read};
 use statestore_storage::machine::{Carry, Machine, Mutation, Proposal};
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_vocab::hlc::Hlc;
 
 /// Wall time of the writes (and of the reads: nothing expires).
 const T0_MS: u64 = 1_700_000_000_000;

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig};
-use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::Limits;
+use statestore_vocab::hlc::Hlc;
 
 use crate::error::NodeError;
 use table::SETTINGS;

@@ -39,7 +39,7 @@ pub enum NodeError {
     Admin(String),
     /// A request's HLC stamp was refused by the leader's clock.
     #[error("leader clock: {0}")]
-    Clock(#[from] statestore_storage::hlc::ClockSkew),
+    Clock(#[from] statestore_vocab::hlc::ClockSkew),
     /// The SCAN slots' semaphore was closed (never while the service runs).
     #[error("SCAN slots closed")]
     ScanSlotsClosed,

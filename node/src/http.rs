@@ -80,22 +80,36 @@ impl Drop for DigestRun {
 impl HttpState {
     /// `Ok` when the node can do its job: connected to the broker, a leader is known, and if
     /// this node is the leader it has taken over and holds the request subscription.
-    pub fn readiness(&self) -> Result<(), String> {
+    pub fn readiness(&self) -> Result<(), NotReady> {
         let mqtt = *self.mqtt.borrow();
         if !mqtt.connected {
-            return Err("not connected to the MQTT broker".into());
+            return Err(NotReady::BrokerDisconnected);
         }
         let leadership = *self.raft.leadership().borrow();
         let Some(leader) = leadership.leader else {
-            return Err("no Raft leader known".into());
+            return Err(NotReady::NoLeader);
         };
         if leader == self.raft.id()
             && !(self.serving.load(Ordering::SeqCst) && mqtt.request_subscription_active)
         {
-            return Err("leader still taking over the request subscription".into());
+            return Err(NotReady::TakingOver);
         }
         Ok(())
     }
+}
+
+/// Why `/readyz` answers 503 (its body says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotReady {
+    /// The MQTT session is down.
+    #[error("not connected to the MQTT broker")]
+    BrokerDisconnected,
+    /// No leader is known to this node.
+    #[error("no Raft leader known")]
+    NoLeader,
+    /// This node leads but does not serve yet.
+    #[error("leader still taking over the request subscription")]
+    TakingOver,
 }
 
 /// The router.

@@ -126,17 +126,23 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// Reports of ended tasks the supervisor holds: one per guard, and the node makes one guard per
+/// task and thread it runs (twice that for slack).
+pub const EXIT_QUEUE: usize = 2 * Task::ALL.len();
+
 /// Reports its task's end when dropped: on return, on a panic (dropped while unwinding) or
 /// when the task is aborted.
 #[derive(Debug)]
 pub struct ExitGuard {
     task: Task,
-    exits: mpsc::UnboundedSender<Failure>,
+    exits: mpsc::Sender<Failure>,
 }
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
-        let _ = self.exits.send(Failure {
+        // Never full: one report per guard, and the queue holds one for every guard the node
+        // makes (see [`EXIT_QUEUE`]); were it full, the node would be exiting already.
+        let _ = self.exits.try_send(Failure {
             task: self.task,
             panicked: std::thread::panicking(),
         });
@@ -147,8 +153,8 @@ impl Drop for ExitGuard {
 pub struct Supervisor {
     tasks: JoinSet<()>,
     handles: Vec<(AbortHandle, Task)>,
-    exits_tx: mpsc::UnboundedSender<Failure>,
-    exits: mpsc::UnboundedReceiver<Failure>,
+    exits_tx: mpsc::Sender<Failure>,
+    exits: mpsc::Receiver<Failure>,
     failures_total: IntCounterVec,
     failpoint: Option<Task>,
     /// Failures [`Supervisor::failure`] reported (not reported again by `join`).
@@ -178,7 +184,7 @@ impl Supervisor {
             }
             task
         });
-        let (exits_tx, exits) = mpsc::unbounded_channel();
+        let (exits_tx, exits) = mpsc::channel(EXIT_QUEUE);
         Ok(Supervisor {
             tasks: JoinSet::new(),
             handles: Vec::new(),

@@ -8,7 +8,7 @@
 //! errors it classifies.
 
 use statestore_protocol::{ErrorReply, Reply};
-use statestore_storage::hlc::Hlc;
+use statestore_vocab::hlc::Hlc;
 
 use crate::error::NodeError;
 

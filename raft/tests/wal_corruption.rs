@@ -24,9 +24,9 @@ use statestore_raft::wal_check::record::{Field, RecordType, parse};
 use statestore_raft::wal_check::walk::{Problem, walk_chunk};
 use statestore_raft::wal_check::{LogFrames, check_dir};
 use statestore_raft::{Error, Result};
-use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::SetCondition;
 use statestore_storage::machine::{Mutation, Proposal};
+use statestore_vocab::hlc::Hlc;
+use statestore_vocab::keyspace::SetCondition;
 
 /// Entries written by [`write_log`].
 const ENTRIES: u64 = 40;

@@ -43,11 +43,11 @@ use statestore_storage::devicebound::{
     Ack, DeviceCommand, DeviceResult, Expiry, SendMessage, Settlement, TokenSeed,
 };
 use statestore_storage::engine::Overlay;
-use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{SetCondition, read};
 use statestore_storage::layout::Table;
 use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_vocab::hlc::Hlc;
 
 /// Wall time of the first prefill proposal.
 const T0_MS: u64 = 1_700_000_000_000;

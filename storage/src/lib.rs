@@ -19,7 +19,7 @@
 //!   through it alone.
 //!
 //! The hybrid logical clock and the enums shared with the node come from `statestore-vocab`
-//! (re-exported as [`hlc`], and where the parts use them). Knows nothing about openraft or
+//! (the enums are re-exported where the parts use them). Knows nothing about openraft or
 //! MQTT: the consensus layer hands it opaque log records and typed proposals.
 
 pub mod codec;
@@ -32,5 +32,3 @@ pub mod machine;
 pub mod sled;
 
 pub use error::{Result, StorageError};
-/// The hybrid logical clock, from [`statestore_vocab::hlc`] (re-exported where it always was).
-pub use statestore_vocab::hlc;

@@ -34,10 +34,10 @@ use statestore_storage::devicebound::{
     Settlement, TokenSeed,
 };
 use statestore_storage::engine::{OrderedRead, Overlay, Txn};
-use statestore_storage::hlc::Hlc;
 use statestore_storage::layout;
 use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
 use statestore_storage::sled::{Store, StoreConfig};
+use statestore_vocab::hlc::Hlc;
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 

@@ -39,7 +39,6 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use statestore_storage::codec;
 use statestore_storage::engine::{KvPair, OrderedRead, Overlay};
-use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{
     Change, KeyEvent, KeyspaceMeta, Limits, Record, Rejection, SetCondition, read,
 };
@@ -50,6 +49,7 @@ use statestore_storage::machine::{
     Applied, Machine, Mutation, Outcome, Proposal, RememberedReply, RequestId,
 };
 use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_vocab::hlc::Hlc;
 
 // ---------------------------------------------------------------------------------------------
 // The universe the generated sequences live in.

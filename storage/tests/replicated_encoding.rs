@@ -6,9 +6,9 @@ use statestore_storage::devicebound::{
     Ack, DeadLetter, DeadLetterReason, DeviceCommand, DeviceCounters, DeviceOutcome, DeviceResult,
     Expiry, FeedbackRecord, FeedbackSettlement, FeedbackStatus, Message, SendMessage, TokenSeed,
 };
-use statestore_storage::hlc::Hlc;
 use statestore_storage::keyspace::{KeyspaceMeta, Limits, Rejection, SetCondition};
 use statestore_storage::machine::{Mutation, Outcome, Proposal, RememberedReply, RequestId};
+use statestore_vocab::hlc::Hlc;
 
 /// The bytes each sample encoded to when the vocabulary crate and the state-machine root were
 /// introduced (checked equal to the bytes of the build before them).

@@ -16,6 +16,46 @@ pub enum Expiry {
     Default,
 }
 
+/// Which outcomes of a message produce feedback records (spec §4; IoT Hub's `iothub-ack`): the
+/// `ACK` option of a SEND. Part of the replicated encoding (variants only ever appended).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Ack {
+    /// No feedback (the default, as in IoT Hub).
+    #[default]
+    None,
+    /// `Success` on completion.
+    Positive,
+    /// `Expired`, `DeliveryCountExceeded`, `Rejected`, `Purged`.
+    Negative,
+    /// Both.
+    Full,
+}
+
+impl Ack {
+    /// Every mode, in wire order.
+    pub const ALL: [Ack; 4] = [Ack::None, Ack::Positive, Ack::Negative, Ack::Full];
+
+    /// The `ACK` option value: `none`, `positive`, `negative`, `full`.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            Ack::None => "none",
+            Ack::Positive => "positive",
+            Ack::Negative => "negative",
+            Ack::Full => "full",
+        }
+    }
+
+    /// Completion yields a `Success` record.
+    pub fn on_success(self) -> bool {
+        matches!(self, Ack::Positive | Ack::Full)
+    }
+
+    /// Dead-lettering and purging yield a record.
+    pub fn on_failure(self) -> bool {
+        matches!(self, Ack::Negative | Ack::Full)
+    }
+}
+
 /// The service's settlement of a feedback batch (spec §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FeedbackSettlement {

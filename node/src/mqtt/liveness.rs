@@ -54,5 +54,4 @@ impl Liveness {
 }
 
 #[cfg(test)]
-#[path = "liveness_tests.rs"]
 mod tests;

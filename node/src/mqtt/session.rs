@@ -136,7 +136,21 @@ pub(super) async fn run(
     }
 }
 
-async fn connect(config: &SessionConfig) -> Result<Client, String> {
+/// Why a connection to the broker could not be opened (logged; the session retries).
+#[derive(Debug, thiserror::Error)]
+enum ConnectFailure {
+    /// The TCP or TLS connector could not be set up (ntex's error, as it formats it).
+    #[error("connector: {0}")]
+    Connector(String),
+    /// The connection or the CONNECT/CONNACK exchange failed (ntex's error, as it formats it).
+    #[error("{0}")]
+    Handshake(String),
+    /// No CONNACK within the handshake's 10 s.
+    #[error("connect timed out")]
+    TimedOut,
+}
+
+async fn connect(config: &SessionConfig) -> Result<Client, ConnectFailure> {
     let keep_alive = u16::try_from(config.keep_alive.as_secs()).unwrap_or(u16::MAX);
     let mut connect = Connect::new(config.broker.clone())
         .client_id(ByteString::from(config.client_id.clone()))
@@ -166,7 +180,7 @@ async fn connect(config: &SessionConfig) -> Result<Client, String> {
 async fn handshake<T>(
     connector: MqttConnector<BrokerAddress, T>,
     connect: Connect<BrokerAddress>,
-) -> Result<Client, String>
+) -> Result<Client, ConnectFailure>
 where
     T: ServiceFactory<ntex_net::connect::Connect<BrokerAddress>, SharedCfg, Error = ConnectError>,
     T::InitError: std::fmt::Debug,
@@ -176,12 +190,12 @@ where
         connector
             .create(SharedCfg::default())
             .await
-            .map_err(|e| format!("connector: {e:?}"))?,
+            .map_err(|e| ConnectFailure::Connector(format!("{e:?}")))?,
     );
     match tokio::time::timeout(Duration::from_secs(10), connector.call(connect)).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(err)) => Err(format!("{err:?}")),
-        Err(_) => Err("connect timed out".to_owned()),
+        Ok(Err(err)) => Err(ConnectFailure::Handshake(format!("{err:?}"))),
+        Err(_) => Err(ConnectFailure::TimedOut),
     }
 }
 

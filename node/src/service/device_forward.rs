@@ -262,5 +262,4 @@ impl<O: Outbox> DevicePush<O> {
 }
 
 #[cfg(test)]
-#[path = "tests/device_forward.rs"]
 mod tests;

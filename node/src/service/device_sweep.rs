@@ -62,14 +62,10 @@ pub async fn run<O: Outbox>(push: Arc<DevicePush<O>>, mut stop: watch::Receiver<
     }
 }
 
-fn internal(err: impl std::fmt::Display) -> String {
-    err.to_string()
-}
-
 /// When each kind of sweep is next due (ms since the epoch), on the current state.
-fn next_due<O: Outbox>(service: &Service<O>) -> Result<[(Option<u64>, Step); 5], String> {
+fn next_due<O: Outbox>(service: &Service<O>) -> Result<[(Option<u64>, Step); 5], Unavailable> {
     let view = service.raft().view();
-    let meta = device_read::meta(&view).map_err(internal)?;
+    let meta = device_read::meta(&view)?;
     let (locks, messages) =
         service.read_device_index(|index| (index.next_lock_expiry(), index.next_message_expiry()));
     Ok([
@@ -77,11 +73,11 @@ fn next_due<O: Outbox>(service: &Service<O>) -> Result<[(Option<u64>, Step); 5],
         (messages, Step::Messages),
         (device_read::next_feedback_cut(&meta), Step::Cut),
         (
-            device_read::next_feedback_lock_expiry(&view).map_err(internal)?,
+            device_read::next_feedback_lock_expiry(&view)?,
             Step::FeedbackLocks,
         ),
         (
-            device_read::next_feedback_expiry(&view).map_err(internal)?,
+            device_read::next_feedback_expiry(&view)?,
             Step::FeedbackBatches,
         ),
     ])
@@ -120,7 +116,10 @@ impl Step {
 }
 
 /// One round: every due step, then feedback publishing. Returns how long to sleep.
-async fn sweep<O: Outbox>(service: &Service<O>, push: &DevicePush<O>) -> Result<Duration, String> {
+async fn sweep<O: Outbox>(
+    service: &Service<O>,
+    push: &DevicePush<O>,
+) -> Result<Duration, Unavailable> {
     let now = service.wall_ms();
     for (due, step) in next_due(service)? {
         if due.is_none_or(|at| at > now) {
@@ -130,10 +129,7 @@ async fn sweep<O: Outbox>(service: &Service<O>, push: &DevicePush<O>) -> Result<
             if !service.is_serving() {
                 return Ok(MAX_SLEEP);
             }
-            let outcome = service
-                .propose_device(None, None, step.command())
-                .await
-                .map_err(|e: Unavailable| format!("{e:?}"))?;
+            let outcome = service.propose_device(None, None, step.command()).await?;
             let Outcome::Device(outcome) = outcome else {
                 break;
             };
@@ -157,11 +153,9 @@ async fn sweep<O: Outbox>(service: &Service<O>, push: &DevicePush<O>) -> Result<
 }
 
 /// Locks Enqueued feedback batches and publishes them after commit.
-async fn deliver_feedback<O: Outbox>(service: &Service<O>) -> Result<(), String> {
+async fn deliver_feedback<O: Outbox>(service: &Service<O>) -> Result<(), Unavailable> {
     for _ in 0..MAX_ENTRIES_PER_ROUND {
-        if !service.is_serving()
-            || !device_read::feedback_deliverable(&service.raft().view()).map_err(internal)?
-        {
+        if !service.is_serving() || !device_read::feedback_deliverable(&service.raft().view())? {
             return Ok(());
         }
         let outcome = service
@@ -172,8 +166,7 @@ async fn deliver_feedback<O: Outbox>(service: &Service<O>) -> Result<(), String>
                     max: FEEDBACK_PER_DELIVERY,
                 },
             )
-            .await
-            .map_err(|e| format!("{e:?}"))?;
+            .await?;
         let Outcome::Device(outcome) = outcome else {
             return Ok(());
         };

@@ -5,9 +5,7 @@
 
 use std::sync::Arc;
 
-use statestore_storage::devicebound::{
-    self as store, DeviceCommand, SendMessage, read as device_read,
-};
+use statestore_storage::devicebound::{DeviceCommand, SendMessage, read as device_read};
 use statestore_storage::machine::read;
 use statestore_storage::machine::{Mutation, Outcome};
 use tokio::time::Instant;
@@ -23,7 +21,7 @@ use crate::transport::{InboundMessage, Outbox};
 use crate::verdict::{Answer, Unavailable};
 use statestore_protocol::ProtocolError;
 use statestore_protocol::devicebound::{
-    AckMode, DeadLetterEntry, DeviceRequest, DeviceVerb, SendRequest, application_properties,
+    DeadLetterEntry, DeviceRequest, DeviceVerb, SendRequest, application_properties,
     check_delivery_fits, encode_dead_letters, encode_queue_stats, parse_device_request,
     sniff_device_verb,
 };
@@ -79,12 +77,7 @@ pub fn send_command(send: &SendRequest<'_>, properties: Vec<(String, String)>) -
         properties,
         content_type: send.content_type.map(|t| t.as_bytes().to_vec()),
         content_encoding: send.content_encoding.map(|e| e.as_bytes().to_vec()),
-        ack: match send.ack {
-            AckMode::None => store::Ack::None,
-            AckMode::Positive => store::Ack::Positive,
-            AckMode::Negative => store::Ack::Negative,
-            AckMode::Full => store::Ack::Full,
-        },
+        ack: send.ack,
         expiry: send.expiry,
         generation: send.generation.map(|g| g.as_bytes().to_vec()),
     }

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::service::Service;
 use crate::transport::Outbox;
+use crate::verdict::Unavailable;
 
 /// Runs until `stop` flips to true.
 pub async fn run<O: Outbox>(
@@ -49,13 +50,13 @@ pub async fn run<O: Outbox>(
 }
 
 /// One batch. Returns true if the batch was full (more may be due).
-async fn sweep_once<O: Outbox>(service: &Service<O>, batch: usize) -> Result<bool, String> {
+async fn sweep_once<O: Outbox>(service: &Service<O>, batch: usize) -> Result<bool, Unavailable> {
     let started = Instant::now();
     let metrics = &service.metrics().store;
     let view = service.raft().view();
-    let meta = read::meta(&view).map_err(|e| e.to_string())?;
+    let meta = read::meta(&view)?;
     let time = machine_read::read_time(&meta, service.wall_ms());
-    let due = read::due_keys(&view, time, batch).map_err(|e| e.to_string())?;
+    let due = read::due_keys(&view, time, batch)?;
     metrics
         .due_keys
         .set(i64::try_from(due.len()).unwrap_or(i64::MAX));

@@ -34,10 +34,10 @@ use std::time::Duration;
 
 use statestore_raft::RaftNode;
 use statestore_storage::devicebound::{DeviceIndex, TokenSeed};
-use statestore_storage::hlc::{Hlc, HlcClock, SystemClock, WallClock};
 use statestore_storage::keyspace::read;
 use statestore_storage::machine::read as machine_read;
 use statestore_storage::machine::{Mutation, Outcome, Proposal, RequestId};
+use statestore_vocab::hlc::{Hlc, HlcClock, SystemClock, WallClock};
 use tokio::sync::{Mutex, Notify};
 use tracing::Instrument;
 
@@ -172,7 +172,7 @@ impl<O: Outbox> Service<O> {
     }
 
     /// The same service reading wall time from `wall` instead of the system clock (tests: a
-    /// [`statestore_storage::hlc::ManualClock`]). Call before the service handles anything.
+    /// [`statestore_vocab::hlc::ManualClock`]). Call before the service handles anything.
     pub fn with_wall_clock(mut self, wall: Arc<dyn WallClock>) -> Self {
         let node = self.clock.get_mut().node().to_owned();
         self.clock = Mutex::new(HlcClock::new(node, wall.clone()));
@@ -307,15 +307,13 @@ impl<O: Outbox> Service<O> {
     }
 
     /// Internal proposal (sweeps, departed clients, limits) with no reply memory.
-    pub async fn propose_internal(&self, mutation: Mutation) -> Result<Outcome, String> {
-        self.propose(None, mutation, None)
-            .await
-            .map_err(|e| format!("{e:?}"))
+    pub async fn propose_internal(&self, mutation: Mutation) -> Result<Outcome, Unavailable> {
+        self.propose(None, mutation, None).await
     }
 
     /// Raises the HLC above every version in the store (called on becoming leader).
-    pub async fn catch_up_clock(&self) -> Result<(), String> {
-        let meta = read::meta(&self.raft.view()).map_err(|e| e.to_string())?;
+    pub async fn catch_up_clock(&self) -> Result<(), Unavailable> {
+        let meta = read::meta(&self.raft.view())?;
         if let Some(max) = &meta.max_version {
             self.clock.lock().await.observe(max);
         }

@@ -146,7 +146,9 @@ async fn intake<O: Outbox>(
             return None;
         }
     };
-    if let Err(requested) = envelope::check_protocol_version(message) {
+    if let Err(envelope::UnsupportedVersion { requested }) =
+        envelope::check_protocol_version(message)
+    {
         service.metrics.service.unsupported_version_total.inc();
         let expiry = envelope::remaining_expiry_secs(envelope.deadline, Instant::now());
         service

@@ -124,5 +124,4 @@ fn matches_filter(filter: &str, topic: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "tests/reply_topic_table.rs"]
 mod tests;

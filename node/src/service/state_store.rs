@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use statestore_protocol::{Command, CommandVerb, ErrorReply, ProtocolError, Reply};
-use statestore_storage::hlc::{Hlc, MAX_CLOCK_DRIFT_MS};
 use statestore_storage::keyspace::read;
 use statestore_storage::machine::Mutation;
 use statestore_storage::machine::read as machine_read;
+use statestore_vocab::hlc::{Hlc, MAX_CLOCK_DRIFT_MS};
 use tokio::time::Instant;
 
 use super::envelope::Envelope;

@@ -44,9 +44,9 @@ pub use reply::{
     settlement_payload, settlement_reply,
 };
 pub use request::{
-    AckMode, ApplicationProperty, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement,
-    REQUEST_TOPIC, SendRequest, application_properties, encode_device_request,
-    parse_device_request, sniff_device_verb,
+    Ack, ApplicationProperty, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement, REQUEST_TOPIC,
+    SendRequest, application_properties, encode_device_request, parse_device_request,
+    sniff_device_verb,
 };
 pub use time::format_utc_millis;
 pub use topic::{

@@ -47,56 +47,14 @@ const MAX_DEAD_LETTERS_OPTION_ELEMENTS: usize = 2;
 /// `(name, value)`.
 pub type ApplicationProperty = (String, String);
 
-/// Which outcomes of a message produce feedback (devicebound.md §4; IoT Hub's
-/// `iothub-ack`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum AckMode {
-    /// No feedback (the default, as in IoT Hub).
-    #[default]
-    None,
-    /// Feedback when the message is completed (`Success`).
-    Positive,
-    /// Feedback when the message is dead-lettered or purged.
-    Negative,
-    /// Both.
-    Full,
-}
+/// The `ACK` option of a SEND (devicebound.md §4; IoT Hub's `iothub-ack`).
+pub use statestore_vocab::devicebound::Ack;
 
-impl AckMode {
-    /// Every mode, in wire order.
-    pub const ALL: [AckMode; 4] = [
-        AckMode::None,
-        AckMode::Positive,
-        AckMode::Negative,
-        AckMode::Full,
-    ];
-
-    /// The `ACK` option value: `none`, `positive`, `negative`, `full`.
-    pub fn keyword(self) -> &'static str {
-        match self {
-            AckMode::None => "none",
-            AckMode::Positive => "positive",
-            AckMode::Negative => "negative",
-            AckMode::Full => "full",
-        }
-    }
-
-    /// The mode named by `keyword`, matched case-insensitively.
-    fn from_keyword(keyword: &[u8]) -> Option<AckMode> {
-        AckMode::ALL
-            .into_iter()
-            .find(|mode| keyword.eq_ignore_ascii_case(mode.keyword().as_bytes()))
-    }
-
-    /// Whether completing the message yields a `Success` record.
-    pub fn reports_success(self) -> bool {
-        matches!(self, AckMode::Positive | AckMode::Full)
-    }
-
-    /// Whether dead-lettering or purging the message yields a record.
-    pub fn reports_failure(self) -> bool {
-        matches!(self, AckMode::Negative | AckMode::Full)
-    }
+/// The mode named by `keyword`, matched case-insensitively.
+fn ack_mode(keyword: &[u8]) -> Option<Ack> {
+    Ack::ALL
+        .into_iter()
+        .find(|mode| keyword.eq_ignore_ascii_case(mode.keyword().as_bytes()))
 }
 
 pub use statestore_vocab::devicebound::{Expiry, FeedbackSettlement};
@@ -113,8 +71,8 @@ pub struct SendRequest<'a> {
     pub body: &'a [u8],
     /// `TTL` or `EXPIRES`; [`Expiry::Default`] (the configured default TTL) when absent.
     pub expiry: Expiry,
-    /// `ACK`; [`AckMode::None`] when absent.
-    pub ack: AckMode,
+    /// `ACK`; [`Ack::None`] when absent.
+    pub ack: Ack,
     /// `GENERATION`: the device generation id feedback reports.
     pub generation: Option<&'a str>,
     /// `CONTENTTYPE`, delivered as `$.ct`.
@@ -406,7 +364,7 @@ fn send_elements(send: &SendRequest<'_>) -> Vec<Vec<u8>> {
         Expiry::At(unix_ms) => option("EXPIRES", unix_ms.to_string().as_bytes()),
         Expiry::Default => {}
     }
-    if send.ack != AckMode::None {
+    if send.ack != Ack::None {
         option("ACK", send.ack.keyword().as_bytes());
     }
     let text_options = [
@@ -450,7 +408,7 @@ fn parse_send<'a>(
         } else if name.eq_ignore_ascii_case(b"EXPIRES") {
             set_once(&mut expiry, Expiry::At(parse_expires(value)?))?;
         } else if name.eq_ignore_ascii_case(b"ACK") {
-            let mode = AckMode::from_keyword(value).ok_or(ProtocolError::Syntax)?;
+            let mode = ack_mode(value).ok_or(ProtocolError::Syntax)?;
             set_once(&mut ack, mode)?;
         } else if name.eq_ignore_ascii_case(b"GENERATION") {
             set_once(&mut generation, property_text(value)?)?;

@@ -10,7 +10,7 @@ mod request_table;
 mod time_table;
 mod topic_table;
 
-use super::request::{AckMode, Expiry, SendRequest};
+use super::request::{Ack, Expiry, SendRequest};
 use crate::resp3::encode_bulk;
 
 /// A request array of `elements`, as a client would send it.
@@ -29,7 +29,7 @@ fn send<'a>(device_id: &'a str, message_id: &'a str, body: &'a [u8]) -> SendRequ
         message_id,
         body,
         expiry: Expiry::Default,
-        ack: AckMode::None,
+        ack: Ack::None,
         generation: None,
         content_type: None,
         content_encoding: None,

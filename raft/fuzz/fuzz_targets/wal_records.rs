@@ -26,8 +26,8 @@ use statestore_raft::types::{EntryPayload, LogId, TypeConfig, Vote};
 use statestore_raft::wal_check::record::parse;
 use statestore_raft::wal_check::walk::Problem;
 use statestore_raft_fuzz::{Choices, Chunks, action, check, check_invariants, checkpoint};
-use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::SetCondition;
+use statestore_vocab::hlc::Hlc;
+use statestore_vocab::keyspace::SetCondition;
 use statestore_storage::machine::{Mutation, Proposal};
 
 fuzz_target!(|input: &[u8]| {

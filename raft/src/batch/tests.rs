@@ -1,7 +1,7 @@
 //! Unit tests of [`super`]: a batch serialises as its cached encoding and undecodable bytes are an error.
 
-use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::SetCondition;
+use statestore_vocab::hlc::Hlc;
+use statestore_vocab::keyspace::SetCondition;
 
 use super::*;
 

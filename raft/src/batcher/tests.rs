@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use statestore_storage::hlc::Hlc;
-use statestore_storage::keyspace::SetCondition;
 use statestore_storage::machine::Mutation;
+use statestore_vocab::hlc::Hlc;
+use statestore_vocab::keyspace::SetCondition;
 use tokio::time::timeout;
 
 use super::*;

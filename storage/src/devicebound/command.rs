@@ -207,30 +207,7 @@ pub struct SendMessage {
     pub generation: Option<Vec<u8>>,
 }
 
-/// Which outcomes of a message produce feedback records (spec §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Ack {
-    /// No feedback.
-    None,
-    /// `Success` on completion.
-    Positive,
-    /// `Expired`, `DeliveryCountExceeded`, `Rejected`, `Purged`.
-    Negative,
-    /// Both.
-    Full,
-}
-
-impl Ack {
-    /// Completion yields a `Success` record.
-    pub fn on_success(self) -> bool {
-        matches!(self, Ack::Positive | Ack::Full)
-    }
-
-    /// Dead-lettering and purging yield a record.
-    pub fn on_failure(self) -> bool {
-        matches!(self, Ack::Negative | Ack::Full)
-    }
-}
+pub use statestore_vocab::devicebound::Ack;
 
 /// A device's settlement of a delivered message (spec §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

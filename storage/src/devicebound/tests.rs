@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::engine::{OrderedRead, Overlay, TxnWrites};
-use crate::hlc::Hlc;
 use crate::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
+use statestore_vocab::hlc::Hlc;
 
 const T0: u64 = 1_700_000_000_000;
 const DEV: &[u8] = b"dev-1";

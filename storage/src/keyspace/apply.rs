@@ -51,11 +51,11 @@
 use crate::codec;
 use crate::engine::Txn;
 use crate::error::Result;
-use crate::hlc::Hlc;
 use crate::keyspace::layout;
 use crate::keyspace::outcome::{Change, KeyEvent, Outcome, Rejection};
 use crate::keyspace::read;
 use crate::keyspace::record::{self, KeyspaceMeta, RecordOut, RecordView};
+use statestore_vocab::hlc::Hlc;
 use statestore_vocab::keyspace::SetCondition;
 
 /// The keyspace of one transaction, for one command: the transaction and the keyspace meta

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::hlc::Hlc;
+use statestore_vocab::hlc::Hlc;
 
 /// Result of one entry, the same on every replica. The node maps it to the wire reply.
 ///

@@ -5,10 +5,10 @@
 use crate::codec;
 use crate::engine::{OrderedRead, prefix_end};
 use crate::error::{Result, StorageError};
-use crate::hlc::Hlc;
 use crate::keyspace::layout;
 use crate::keyspace::record::{KeyspaceMeta, Record, RecordView, decode_observer_floor};
 use crate::layout::Table;
+use statestore_vocab::hlc::Hlc;
 
 /// The store-wide record (defaults on an empty store).
 pub fn meta(view: &(impl OrderedRead + ?Sized)) -> Result<KeyspaceMeta> {

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 
-use crate::hlc::Hlc;
 use crate::keyspace::limits::Limits;
+use statestore_vocab::hlc::Hlc;
 
 /// One key's stored state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,13 +3,13 @@
 //! the `apply` module docs).
 
 use crate::engine::Overlay;
-use crate::hlc::Hlc;
 use crate::keyspace::layout;
 use crate::keyspace::{Change, KeyEvent, Limits, Rejection, SetCondition, read};
 use crate::layout::Table;
 use crate::machine::read as machine_read;
 use crate::machine::tests::*;
 use crate::machine::{Machine, Mutation, Outcome, Proposal, RequestId};
+use statestore_vocab::hlc::Hlc;
 
 /// Rows in the tables that sort around the keys table: a registration and a remembered reply.
 fn observe_and_remember(r: &mut Replica) {

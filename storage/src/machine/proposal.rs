@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::devicebound::{DeviceCommand, TokenSeed};
-use crate::hlc::Hlc;
 use crate::keyspace::Limits;
+use statestore_vocab::hlc::Hlc;
 use statestore_vocab::keyspace::SetCondition;
 
 /// One log entry's payload.

@@ -16,7 +16,7 @@ use crate::machine::reply_rows::{self, RememberedReply};
 /// How far the store's time may run ahead of the wall clock of the leader judging by it: the
 /// HLC's drift bound (§4). Leaders' clocks differ a little, and the floor keeps time monotonic
 /// across them; one leader whose clock jumped far ahead must not expire keys early for good.
-pub const MAX_FLOOR_LEAD_MS: u64 = crate::hlc::MAX_CLOCK_DRIFT_MS;
+pub const MAX_FLOOR_LEAD_MS: u64 = statestore_vocab::hlc::MAX_CLOCK_DRIFT_MS;
 
 /// The store time at a leader whose wall clock reads `wall_ms`, given the time floor reached by
 /// entries already applied: never behind the floor, except that the floor counts only up to

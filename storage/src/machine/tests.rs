@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use crate::engine::{OrderedRead, Overlay, RangeIter};
-use crate::hlc::Hlc;
 use crate::keyspace::layout;
 use crate::keyspace::{KeyEvent, KeyspaceMeta, Limits, Record, Rejection, SetCondition, read};
 use crate::layout::Table;
@@ -16,6 +15,7 @@ use crate::machine::{
     Applied, Machine, Mutation, Outcome, Proposal, REPLIES_PRUNED_PER_ENTRY, RememberedReply,
     RequestId,
 };
+use statestore_vocab::hlc::Hlc;
 
 /// A replica on a BTreeMap with a hand-driven leader clock.
 pub(crate) struct Replica {

@@ -1,6 +1,6 @@
 use super::*;
 use statestore_storage::devicebound::DeviceOutcome;
-use statestore_storage::hlc::Hlc;
+use statestore_vocab::hlc::Hlc;
 
 fn device(result: DeviceResult) -> Outcome {
     Outcome::Device(Box::new(DeviceOutcome {

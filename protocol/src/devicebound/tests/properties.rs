@@ -16,7 +16,7 @@ use crate::devicebound::property_bag::{
     delivery_user_properties, property_bag,
 };
 use crate::devicebound::request::{
-    AckMode, ApplicationProperty, DeviceRequest, Expiry, FeedbackSettlement, SendRequest,
+    Ack, ApplicationProperty, DeviceRequest, Expiry, FeedbackSettlement, SendRequest,
     encode_device_request, parse_device_request, sniff_device_verb,
 };
 use crate::devicebound::time::{MAX_FORMATTED_UNIX_MS, format_utc_millis};
@@ -30,7 +30,7 @@ enum Model {
         message_id: String,
         body: Vec<u8>,
         expiry: Expiry,
-        ack: AckMode,
+        ack: Ack,
         generation: Option<String>,
         content_type: Option<String>,
         content_encoding: Option<String>,
@@ -108,7 +108,7 @@ fn valid_request() -> impl Strategy<Value = Model> {
         mqtt_text(MAX_MESSAGE_ID_BYTES),
         proptest::collection::vec(any::<u8>(), 0..256),
         expiry(),
-        proptest::sample::select(AckMode::ALL.to_vec()),
+        proptest::sample::select(Ack::ALL.to_vec()),
         proptest::option::of(mqtt_text(128)),
         proptest::option::of(mqtt_text(128)),
         proptest::option::of(mqtt_text(128)),
@@ -379,7 +379,7 @@ proptest! {
             message_id: &message_id,
             body: b"",
             expiry: Expiry::Default,
-            ack: AckMode::None,
+            ack: Ack::None,
             generation: None,
             content_type: content_type.as_deref(),
             content_encoding: content_encoding.as_deref(),

@@ -5,7 +5,7 @@
 use super::{encode_elements, send};
 use crate::devicebound::DeviceboundLimits;
 use crate::devicebound::request::{
-    AckMode, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement, MAX_TTL_MS, SendRequest,
+    Ack, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement, MAX_TTL_MS, SendRequest,
     application_properties, encode_device_request, parse_device_request, sniff_device_verb,
 };
 use crate::{ErrorReply, ProtocolError, Reply};
@@ -82,7 +82,7 @@ fn section_2_every_command_form() {
             "§2 SEND ACK positive",
             &[b"SEND", b"d", b"m", b"b", b"ACK", b"positive"],
             ok_send(SendRequest {
-                ack: AckMode::Positive,
+                ack: Ack::Positive,
                 ..send("d", "m", b"b")
             }),
         ),
@@ -90,7 +90,7 @@ fn section_2_every_command_form() {
             "§2 SEND ACK negative",
             &[b"SEND", b"d", b"m", b"b", b"ACK", b"negative"],
             ok_send(SendRequest {
-                ack: AckMode::Negative,
+                ack: Ack::Negative,
                 ..send("d", "m", b"b")
             }),
         ),
@@ -98,7 +98,7 @@ fn section_2_every_command_form() {
             "§2 SEND ACK full",
             &[b"SEND", b"d", b"m", b"b", b"ACK", b"full"],
             ok_send(SendRequest {
-                ack: AckMode::Full,
+                ack: Ack::Full,
                 ..send("d", "m", b"b")
             }),
         ),
@@ -160,7 +160,7 @@ fn section_2_every_command_form() {
             ],
             ok_send(SendRequest {
                 expiry: Expiry::Ttl(5),
-                ack: AckMode::Full,
+                ack: Ack::Full,
                 generation: Some("g"),
                 content_type: Some("t"),
                 content_encoding: Some("e"),
@@ -187,7 +187,7 @@ fn section_2_every_command_form() {
             ],
             ok_send(SendRequest {
                 expiry: Expiry::At(0),
-                ack: AckMode::Negative,
+                ack: Ack::Negative,
                 generation: Some("g"),
                 content_type: Some("t"),
                 content_encoding: Some("e"),
@@ -313,7 +313,7 @@ fn section_2_verbs_options_and_keywords_are_case_insensitive() {
             ],
             ok_send(SendRequest {
                 expiry: Expiry::Ttl(7),
-                ack: AckMode::Full,
+                ack: Ack::Full,
                 generation: Some("g"),
                 content_type: Some("t"),
                 content_encoding: Some("e"),
@@ -334,7 +334,7 @@ fn section_2_verbs_options_and_keywords_are_case_insensitive() {
             ],
             ok_send(SendRequest {
                 expiry: Expiry::At(9),
-                ack: AckMode::Positive,
+                ack: Ack::Positive,
                 ..send("d", "m", b"b")
             }),
         ),
@@ -342,7 +342,7 @@ fn section_2_verbs_options_and_keywords_are_case_insensitive() {
             "§2 ack nEgAtIvE, ack NONE",
             &[b"SEND", b"d", b"m", b"b", b"ACK", b"nEgAtIvE"],
             ok_send(SendRequest {
-                ack: AckMode::Negative,
+                ack: Ack::Negative,
                 ..send("d", "m", b"b")
             }),
         ),
@@ -1206,7 +1206,7 @@ fn verbs_labels_sniffing_and_mutations() {
 fn section_2_encoder_output_is_byte_exact() {
     let send_request = DeviceRequest::Send(SendRequest {
         expiry: Expiry::Ttl(1000),
-        ack: AckMode::Full,
+        ack: Ack::Full,
         generation: Some("g"),
         ..send("d1", "m1", b"hi")
     });
@@ -1306,15 +1306,15 @@ fn section_1_expiry_resolution() {
 #[test]
 fn section_4_ack_modes_choose_the_feedback() {
     let cases = [
-        (AckMode::None, "none", false, false),
-        (AckMode::Positive, "positive", true, false),
-        (AckMode::Negative, "negative", false, true),
-        (AckMode::Full, "full", true, true),
+        (Ack::None, "none", false, false),
+        (Ack::Positive, "positive", true, false),
+        (Ack::Negative, "negative", false, true),
+        (Ack::Full, "full", true, true),
     ];
     for (mode, keyword, success, failure) in cases {
         assert_eq!(mode.keyword(), keyword);
-        assert_eq!(mode.reports_success(), success, "{mode:?}");
-        assert_eq!(mode.reports_failure(), failure, "{mode:?}");
+        assert_eq!(mode.on_success(), success, "{mode:?}");
+        assert_eq!(mode.on_failure(), failure, "{mode:?}");
     }
-    assert_eq!(AckMode::default(), AckMode::None);
+    assert_eq!(Ack::default(), Ack::None);
 }

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::codec;
-use crate::hlc::Hlc;
 use crate::keyspace::Rejection;
+use statestore_vocab::hlc::Hlc;
 
 #[test]
 fn reply_size_values_round_trip_and_stay_small() {
