@@ -26,6 +26,7 @@ use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
 use crate::service::notify::{self, NotifySink};
 use crate::service::notify_queue::{self, QueueBounds, QueueGauges};
+use crate::service::offline_devices::OfflineDevices;
 use crate::service::{Devicebound, Service, StateStore, expiry, leader};
 use crate::stall::StallDetector;
 use crate::supervisor::{FAILPOINT_ENV, Supervisor, Task};
@@ -129,6 +130,9 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         stalls,
         supervisor.exit_guard(Task::MqttSession),
     )?;
+    let offline_devices = Arc::new(OfflineDevices::new(
+        metrics.devicebound.devices_in_backoff.clone(),
+    ));
     let service = Arc::new(Service::new(
         raft.clone(),
         &config.node_name(),
@@ -136,6 +140,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         config.service(),
         metrics.clone(),
         serving.clone(),
+        offline_devices.clone(),
     ));
 
     let http_state = Arc::new(HttpState {
@@ -193,7 +198,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
             ),
         ),
     );
-    let push = DevicePush::new(service.clone(), Some(mqtt.state()));
+    let push = DevicePush::new(service.clone(), offline_devices, Some(mqtt.state()));
     supervisor.spawn(
         Task::Forgetter,
         notify::run_forgetter(session_events.forget, service.clone(), stop.clone()),

@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::service::device_push::DevicePush;
+use statestore_node::service::offline_devices::OfflineDevices;
 use statestore_node::service::{Devicebound, Service, ServiceConfig, StateStore};
 use statestore_node::transport::{
     DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer,
@@ -57,6 +58,7 @@ impl Outbox for FakeOutbox {
 
 struct Harness {
     service: Arc<Service<FakeOutbox>>,
+    offline_devices: Arc<OfflineDevices>,
     outbox: FakeOutbox,
     serving: Arc<AtomicBool>,
     metrics: Arc<NodeMetrics>,
@@ -114,6 +116,9 @@ impl Harness {
         }
         let outbox = FakeOutbox::default();
         let serving = Arc::new(AtomicBool::new(true));
+        let offline_devices = Arc::new(OfflineDevices::new(
+            metrics.devicebound.devices_in_backoff.clone(),
+        ));
         let mut service = Service::new(
             raft,
             "statestore-test",
@@ -130,6 +135,7 @@ impl Harness {
             },
             metrics.clone(),
             serving.clone(),
+            offline_devices.clone(),
         );
         let wall: Arc<dyn WallClock> = match setup.wall {
             Some(manual) => {
@@ -141,6 +147,7 @@ impl Harness {
         };
         Harness {
             service: Arc::new(service),
+            offline_devices,
             outbox,
             serving,
             metrics,
@@ -948,7 +955,7 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
     assert!(deliveries.is_empty(), "{deliveries:?}");
 
     // Completing the first delivers the second in the same proposal.
-    let push = DevicePush::new(h.service.clone(), None);
+    let push = DevicePush::new(h.service.clone(), h.offline_devices.clone(), None);
     let settle = InboundMessage {
         topic: format!("devices/dev1/messages/settle/complete/{token}"),
         qos: 1,
@@ -976,8 +983,8 @@ async fn a_send_delivers_with_its_commit_a_settlement_delivers_the_next_and_retr
     assert!(deliveries.is_empty(), "{deliveries:?}");
 
     // A device backing off (found offline): the SEND only enqueues.
-    h.service
-        .with_device_backoffs(|b| b.offline("dev2", Instant::now()));
+    h.offline_devices
+        .with(|b| b.offline("dev2", Instant::now()));
     let offline = device_request(&mut h, &[b"SEND", b"dev2", b"m3", b"three"]);
     let (deliveries, replies) = handle_device(&h, offline).await;
     assert_eq!(replies, vec![b"+OK\r\n".to_vec()]);
@@ -1018,7 +1025,7 @@ async fn a_settlement_at_a_deposed_leader_is_forwarded_and_settles_once() {
     h.service.clone().handle::<Devicebound>(send).await;
     let (deliveries, _) = split_device_publishes(h.outbox.take());
     let token = deliveries[0].1.clone();
-    let push = DevicePush::new(h.service.clone(), None);
+    let push = DevicePush::new(h.service.clone(), h.offline_devices.clone(), None);
     let forwards = |result: &str| {
         h.metrics
             .devicebound

@@ -3,15 +3,15 @@
 //! While this node serves as leader, [`DevicePush::run`] looks for devices with deliverable
 //! messages, proposes `Deliver{device,max}` and, only once it committed, publishes each
 //! locked message QoS 1 to its delivery topic. A PUBACK 0x10 (nobody subscribed: the device
-//! is offline) gives the delivery back (`Undeliver`) and backs the device off, 1 s doubling
-//! to 30 s, until the device publishes anything under its `messages/` topics.
+//! is offline) gives the delivery back (`Undeliver`) and backs the device off
+//! ([`crate::service::offline_devices`]) until the device publishes anything under its
+//! `messages/` topics.
 //! [`DevicePush::handle_inbound`] serves those publishes: settlements, pulls and activity; at
 //! a node that no longer serves, settlements and pulls are forwarded to the serving leader
 //! ([`crate::service::device_forward`]). Malformed device topics are dropped (and counted)
 //! without a reply.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::mqtt::{SessionEvent, SessionState};
 use crate::service::Service;
 use crate::service::envelope::{self, Envelope};
+use crate::service::offline_devices::OfflineDevices;
 use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::transport::{InboundMessage, OutboundKind, OutboundMessage, Outbox};
 use crate::verdict::Unavailable;
@@ -35,13 +36,6 @@ use statestore_protocol::devicebound::{
     message_expiry_interval_secs, parse_device_topic, pull_reply, settlement_reply,
 };
 
-/// First backoff of an offline device.
-pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-/// Longest backoff of an offline device.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// Devices tracked in backoff at once; beyond it an offline device is not backed off (its
-/// deliveries are retried at the push's normal pace) and the overflow is counted.
-pub const MAX_BACKOFF_DEVICES: usize = 100_000;
 /// Devices read from the deliverable index per page.
 const PAGE: usize = 256;
 /// Devices looked at per push round (the next round starts from the beginning again).
@@ -83,84 +77,11 @@ impl DeliveryText {
     }
 }
 
-/// One device's backoff.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Backoff {
-    until: Instant,
-    delay: Duration,
-}
-
-/// The offline devices' backoffs, bounded by `cap`.
-#[derive(Debug)]
-pub struct Backoffs {
-    devices: HashMap<String, Backoff>,
-    cap: usize,
-}
-
-impl Backoffs {
-    /// Empty, holding at most `cap` devices.
-    pub fn new(cap: usize) -> Self {
-        Backoffs {
-            devices: HashMap::new(),
-            cap,
-        }
-    }
-
-    /// The device was found offline at `now`: its backoff starts at 1 s or doubles (up to
-    /// 30 s). False if the map is full (the device is not backed off).
-    pub fn offline(&mut self, device: &str, now: Instant) -> bool {
-        if let Some(backoff) = self.devices.get_mut(device) {
-            backoff.delay = (backoff.delay * 2).min(MAX_BACKOFF);
-            backoff.until = now + backoff.delay;
-            return true;
-        }
-        if self.devices.len() >= self.cap {
-            // Forget the devices whose backoff ran out long ago before refusing.
-            self.devices
-                .retain(|_, b| now.saturating_duration_since(b.until) < MAX_BACKOFF);
-            if self.devices.len() >= self.cap {
-                return false;
-            }
-        }
-        self.devices.insert(
-            device.to_owned(),
-            Backoff {
-                until: now + FIRST_BACKOFF,
-                delay: FIRST_BACKOFF,
-            },
-        );
-        true
-    }
-
-    /// The device showed up: no backoff any more. True if it had one.
-    pub fn reset(&mut self, device: &str) -> bool {
-        self.devices.remove(device).is_some()
-    }
-
-    /// True while `device` is backing off at `now`.
-    pub fn blocked(&self, device: &str, now: Instant) -> bool {
-        self.devices.get(device).is_some_and(|b| b.until > now)
-    }
-
-    /// When `device`'s backoff ends, if it has one.
-    pub fn until(&self, device: &str) -> Option<Instant> {
-        self.devices.get(device).map(|b| b.until)
-    }
-
-    /// Devices tracked.
-    pub fn len(&self) -> usize {
-        self.devices.len()
-    }
-
-    /// True when no device is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.devices.is_empty()
-    }
-}
-
 /// The device push of one node.
 pub struct DevicePush<O: Outbox> {
     service: Arc<Service<O>>,
+    /// The devices found offline, shared with the service's SEND path.
+    offline_devices: Arc<OfflineDevices>,
     /// Feedback publishing pauses until then after a PUBACK 0x10 (no service listens).
     feedback_paused_until: Mutex<Option<Instant>>,
     /// The MQTT session's state (`None` without a session): a forward waits until this node
@@ -181,10 +102,12 @@ impl<O: Outbox> DevicePush<O> {
     /// `session`.
     pub fn new(
         service: Arc<Service<O>>,
+        offline_devices: Arc<OfflineDevices>,
         session: Option<watch::Receiver<SessionState>>,
     ) -> Arc<Self> {
         Arc::new(DevicePush {
             service,
+            offline_devices,
             feedback_paused_until: Mutex::new(None),
             session,
         })
@@ -249,9 +172,7 @@ impl<O: Outbox> DevicePush<O> {
                 .iter()
                 .filter(|candidate| {
                     let device = String::from_utf8_lossy(&candidate.device);
-                    !self
-                        .service
-                        .with_device_backoffs(|b| b.blocked(&device, now))
+                    !self.offline_devices.with(|b| b.blocked(&device, now))
                 })
                 .map(|candidate| {
                     self.service.propose_device(
@@ -331,14 +252,14 @@ impl<O: Outbox> DevicePush<O> {
             SessionEvent::DeviceOffline { device, token } => {
                 let metrics = &self.service.metrics().devicebound;
                 if self
-                    .service
-                    .with_device_backoffs(|b| b.offline(&device, Instant::now()))
+                    .offline_devices
+                    .with(|b| b.offline(&device, Instant::now()))
                 {
                     metrics.offline_backoffs_total.inc();
                 } else {
                     metrics.backoff_overflow_total.inc();
                 }
-                let until = self.service.with_device_backoffs(|b| b.until(&device));
+                let until = self.offline_devices.with(|b| b.until(&device));
                 tracing::debug!(device, ?until, "device offline: delivery given back");
                 Some(DeviceCommand::Undeliver {
                     device: device.into_bytes(),
@@ -394,10 +315,7 @@ impl<O: Outbox> DevicePush<O> {
             return;
         }
         // Any publish under the device's messages/ topics says it is online.
-        if self
-            .service
-            .with_device_backoffs(|b| b.reset(topic.device_id()))
-        {
+        if self.offline_devices.with(|b| b.reset(topic.device_id())) {
             self.service.device_wake().notify_one();
         }
         let device = topic.device_id().as_bytes().to_vec();
@@ -608,6 +526,3 @@ fn owned_properties(pairs: Vec<(String, String)>) -> Vec<(Cow<'static, str>, Str
         .map(|(name, value)| (Cow::Owned(name), value))
         .collect()
 }
-
-#[cfg(test)]
-mod tests;

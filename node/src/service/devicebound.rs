@@ -131,8 +131,9 @@ impl<O: Outbox> Service<O> {
                     return Ok(Answer::error(err.into()));
                 }
                 let command = send_command(&send, properties);
-                let offline =
-                    self.with_device_backoffs(|b| b.blocked(send.device_id, Instant::now()));
+                let offline = self
+                    .offline_devices
+                    .with(|b| b.blocked(send.device_id, Instant::now()));
                 if !offline {
                     let outcome = self
                         .send_and_deliver(asked, message.message_expiry_secs, command)

@@ -22,6 +22,7 @@ pub mod expiry;
 pub mod leader;
 pub mod notify;
 pub mod notify_queue;
+pub mod offline_devices;
 pub mod pipeline;
 pub mod reply_room;
 pub mod reply_topic;
@@ -45,6 +46,7 @@ use crate::metrics::NodeMetrics;
 use crate::transport::{InboundMessage, Outbox};
 use crate::verdict::{NoReply, Unavailable};
 use envelope::Envelope;
+use offline_devices::OfflineDevices;
 use statestore_protocol::ProtocolLimits;
 
 pub use devicebound::Devicebound;
@@ -135,15 +137,16 @@ pub struct Service<O: Outbox> {
     read_floor_ms: std::sync::atomic::AtomicU64,
     /// Woken whenever a device-bound command commits here (the device push looks again).
     device_wake: Arc<Notify>,
-    /// Offline devices backing off (device push). SEND reads it too: a device backing off
-    /// gets a plain `Send`, any other a `SendAndDeliver`.
-    device_backoffs: std::sync::Mutex<device_push::Backoffs>,
+    /// Devices found offline (the device push records them): SEND to a device backing off is
+    /// a plain `Send`, to any other a `SendAndDeliver`.
+    offline_devices: Arc<OfflineDevices>,
     /// [`SCAN_SLOTS`] permits: one per SCAN page being built.
     scan_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl<O: Outbox> Service<O> {
-    /// A service proposing through `raft`, stamping with an HLC named `node_name`.
+    /// A service proposing through `raft`, stamping with an HLC named `node_name`; SENDs look
+    /// up `offline_devices` (which the device push keeps).
     pub fn new(
         raft: RaftNode,
         node_name: &str,
@@ -151,6 +154,7 @@ impl<O: Outbox> Service<O> {
         config: ServiceConfig,
         metrics: Arc<NodeMetrics>,
         serving: Arc<AtomicBool>,
+        offline_devices: Arc<OfflineDevices>,
     ) -> Self {
         let wall: Arc<dyn WallClock> = Arc::new(SystemClock);
         Service {
@@ -164,9 +168,7 @@ impl<O: Outbox> Service<O> {
             in_flight: Arc::default(),
             read_floor_ms: std::sync::atomic::AtomicU64::new(0),
             device_wake: Arc::default(),
-            device_backoffs: std::sync::Mutex::new(device_push::Backoffs::new(
-                device_push::MAX_BACKOFF_DEVICES,
-            )),
+            offline_devices,
             scan_slots: Arc::new(tokio::sync::Semaphore::new(SCAN_SLOTS)),
         }
     }
@@ -292,18 +294,9 @@ impl<O: Outbox> Service<O> {
         self.device_wake.clone()
     }
 
-    /// Runs `f` on the offline devices' backoffs and updates their gauge.
-    pub fn with_device_backoffs<R>(&self, f: impl FnOnce(&mut device_push::Backoffs) -> R) -> R {
-        let mut backoffs = self
-            .device_backoffs
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let result = f(&mut backoffs);
-        self.metrics
-            .devicebound
-            .devices_in_backoff
-            .set(i64::try_from(backoffs.len()).unwrap_or(i64::MAX));
-        result
+    /// The devices found offline, shared with the device push.
+    pub fn offline_devices(&self) -> &OfflineDevices {
+        &self.offline_devices
     }
 
     /// Internal proposal (sweeps, departed clients, limits) with no reply memory.
