@@ -19,13 +19,15 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::abi::{
-    Callback, EvtMessage, MOSQ_ERR_ACL_DENIED, MOSQ_ERR_INVAL, MOSQ_ERR_SUCCESS,
-    MOSQ_ERR_UNKNOWN, MOSQ_EVT_MESSAGE, MOSQ_LOG_ERR, MOSQ_LOG_INFO, MOSQ_LOG_NOTICE,
-    MOSQ_LOG_WARNING, MOSQ_PLUGIN_VERSION, Mosquitto, MosquittoOpt, MosquittoProperty, PluginId,
+    Callback, EvtMessage, MOSQ_ERR_ACL_DENIED, MOSQ_ERR_INVAL, MOSQ_ERR_SUCCESS, MOSQ_ERR_UNKNOWN,
+    MOSQ_EVT_MESSAGE, MOSQ_LOG_ERR, MOSQ_LOG_INFO, MOSQ_LOG_NOTICE, MOSQ_LOG_WARNING,
+    MOSQ_PLUGIN_VERSION, Mosquitto, MosquittoOpt, MosquittoProperty, PluginId,
 };
 use crate::decide::{Client, Refusal, Verdict, decide};
 use crate::options::{MAX_OPTIONS, Options};
-use crate::report::{Admit, Counters, DropLog, MAX_LOGGED_CHARS, ReportClock, shorten, shorten_bytes};
+use crate::report::{
+    Admit, Counters, DropLog, MAX_LOGGED_CHARS, ReportClock, shorten, shorten_bytes,
+};
 use crate::rewrite::{Kind, MAX_PROPERTIES, Prop, kind, response_topic, vouch};
 use crate::topics::is_request;
 
@@ -228,12 +230,14 @@ unsafe fn read_props(list: *const MosquittoProperty) -> Option<Vec<Prop>> {
             Kind::Binary => {
                 let mut v: *mut c_void = ptr::null_mut();
                 let mut len = 0u16;
-                let r = unsafe { mosquitto_property_read_binary(p, ident, &mut v, &mut len, false) };
+                let r =
+                    unsafe { mosquitto_property_read_binary(p, ident, &mut v, &mut len, false) };
                 if r.is_null() || v.is_null() {
                     return None;
                 }
                 // SAFETY: `v` holds `len` bytes (calloc'd `len + 1`), freed right after.
-                let bytes = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), usize::from(len)) }.to_vec();
+                let bytes = unsafe { std::slice::from_raw_parts(v.cast::<u8>(), usize::from(len)) }
+                    .to_vec();
                 // SAFETY: calloc'd by lib/property_mosq.c, owned by us, not used after.
                 unsafe { free(v) };
                 Prop::Binary(ident, bytes)
@@ -251,7 +255,8 @@ unsafe fn read_props(list: *const MosquittoProperty) -> Option<Vec<Prop>> {
             Kind::StringPair => {
                 let mut n: *mut c_char = ptr::null_mut();
                 let mut v: *mut c_char = ptr::null_mut();
-                let r = unsafe { mosquitto_property_read_string_pair(p, ident, &mut n, &mut v, false) };
+                let r =
+                    unsafe { mosquitto_property_read_string_pair(p, ident, &mut n, &mut v, false) };
                 // SAFETY: each is NULL or a calloc'd copy, ours to free.
                 let (name, value) = unsafe { (take_c_string(n), take_c_string(v)) };
                 if r.is_null() {
@@ -323,7 +328,11 @@ impl State {
     }
 
     fn maybe_report(&self) {
-        let due = self.clock.lock().map(|mut c| c.due(now_s())).unwrap_or(false);
+        let due = self
+            .clock
+            .lock()
+            .map(|mut c| c.due(now_s()))
+            .unwrap_or(false);
         if due {
             log(MOSQ_LOG_NOTICE, &self.counters.line());
         }
@@ -406,7 +415,11 @@ impl State {
     }
 }
 
-unsafe extern "C" fn on_message(event: c_int, event_data: *mut c_void, userdata: *mut c_void) -> c_int {
+unsafe extern "C" fn on_message(
+    event: c_int,
+    event_data: *mut c_void,
+    userdata: *mut c_void,
+) -> c_int {
     if event != MOSQ_EVT_MESSAGE || event_data.is_null() || userdata.is_null() {
         return MOSQ_ERR_SUCCESS;
     }
@@ -421,7 +434,10 @@ unsafe extern "C" fn on_message(event: c_int, event_data: *mut c_void, userdata:
     }));
     result.unwrap_or_else(|_| {
         Counters::bump(&state.counters.errors);
-        log(MOSQ_LOG_ERR, "statestore-plugin: internal error (panic) on a request: dropped");
+        log(
+            MOSQ_LOG_ERR,
+            "statestore-plugin: internal error (panic) on a request: dropped",
+        );
         MOSQ_ERR_ACL_DENIED
     })
 }
@@ -436,7 +452,9 @@ pub unsafe extern "C" fn mosquitto_plugin_version(
     supported_versions: *const c_int,
 ) -> c_int {
     catch_unwind(|| {
-        let count = usize::try_from(supported_version_count).unwrap_or(0).min(64);
+        let count = usize::try_from(supported_version_count)
+            .unwrap_or(0)
+            .min(64);
         if supported_versions.is_null() {
             return -1;
         }
@@ -469,7 +487,10 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         }
         let count = usize::try_from(option_count).unwrap_or(0);
         if count > MAX_OPTIONS {
-            log(MOSQ_LOG_ERR, &format!("statestore-plugin: {count} options, at most {MAX_OPTIONS}"));
+            log(
+                MOSQ_LOG_ERR,
+                &format!("statestore-plugin: {count} options, at most {MAX_OPTIONS}"),
+            );
             return MOSQ_ERR_INVAL;
         }
         let raw: &[MosquittoOpt] = if options.is_null() || count == 0 {
@@ -481,7 +502,9 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         let mut pairs = Vec::with_capacity(raw.len());
         for o in raw {
             // SAFETY: the broker's option strings, alive during the call.
-            let (Some(k), Some(v)) = (unsafe { borrowed_str(o.key) }, unsafe { borrowed_str(o.value) }) else {
+            let (Some(k), Some(v)) = (unsafe { borrowed_str(o.key) }, unsafe {
+                borrowed_str(o.value)
+            }) else {
                 log(MOSQ_LOG_ERR, "statestore-plugin: an option is not UTF-8");
                 return MOSQ_ERR_INVAL;
             };
@@ -495,7 +518,10 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
             }
         };
         let report_interval_s = options.report_interval_s;
-        log(MOSQ_LOG_INFO, &format!("statestore-plugin: loaded: {}", options.describe()));
+        log(
+            MOSQ_LOG_INFO,
+            &format!("statestore-plugin: loaded: {}", options.describe()),
+        );
         let state = Box::new(State {
             identifier,
             options,
@@ -506,12 +532,21 @@ pub unsafe extern "C" fn mosquitto_plugin_init(
         let state = Box::into_raw(state);
         // SAFETY: `identifier` is the broker's for this plugin; `state` lives until cleanup.
         let rc = unsafe {
-            mosquitto_callback_register(identifier, MOSQ_EVT_MESSAGE, on_message, ptr::null(), state.cast())
+            mosquitto_callback_register(
+                identifier,
+                MOSQ_EVT_MESSAGE,
+                on_message,
+                ptr::null(),
+                state.cast(),
+            )
         };
         if rc != MOSQ_ERR_SUCCESS {
             // SAFETY: not registered, so not shared: reclaimed once.
             drop(unsafe { Box::from_raw(state) });
-            log(MOSQ_LOG_ERR, &format!("statestore-plugin: registering the message callback failed ({rc})"));
+            log(
+                MOSQ_LOG_ERR,
+                &format!("statestore-plugin: registering the message callback failed ({rc})"),
+            );
             return rc;
         }
         // SAFETY: `userdata` is the broker's out-pointer (checked non-NULL).
@@ -539,7 +574,12 @@ pub unsafe extern "C" fn mosquitto_plugin_cleanup(
         // SAFETY: `state` is the Box init leaked; the callback is unregistered before it is
         // freed, so no callback can see it afterwards.
         unsafe {
-            mosquitto_callback_unregister((*state).identifier, MOSQ_EVT_MESSAGE, on_message, ptr::null());
+            mosquitto_callback_unregister(
+                (*state).identifier,
+                MOSQ_EVT_MESSAGE,
+                on_message,
+                ptr::null(),
+            );
             log(MOSQ_LOG_NOTICE, &(*state).counters.line());
             drop(Box::from_raw(state));
         }

@@ -169,7 +169,8 @@ impl Options {
                         .map_err(|_| bad("valid MQTT topic filters of at most 256 bytes"))?;
                 }
                 "check_response_topic" => {
-                    options.check_response_topic = parse_bool(value).ok_or_else(|| bad("true or false"))?;
+                    options.check_response_topic =
+                        parse_bool(value).ok_or_else(|| bad("true or false"))?;
                 }
                 "report_interval" => {
                     options.report_interval_s = value
@@ -191,7 +192,11 @@ impl Options {
             IdentitySource::Username => "username",
             IdentitySource::ClientId => "client_id",
         };
-        let topics: Vec<&str> = self.request_topics.iter().map(TopicFilter::as_str).collect();
+        let topics: Vec<&str> = self
+            .request_topics
+            .iter()
+            .map(TopicFilter::as_str)
+            .collect();
         format!(
             "identity={identity} property={} request_topics={} check_response_topic={} \
              report_interval={}s",

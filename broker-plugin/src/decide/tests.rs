@@ -4,14 +4,21 @@ use super::*;
 use crate::options::{DEVICEBOUND_REQUEST_TOPIC, STATE_STORE_REQUEST_TOPIC};
 
 fn client<'a>(client_id: Option<&'a str>, username: Option<&'a str>) -> Client<'a> {
-    Client { client_id, username }
+    Client {
+        client_id,
+        username,
+    }
 }
 
 #[test]
 fn identity_sources() {
     use IdentitySource::*;
     let table = [
-        (UsernameOrClientId, client(Some("c1"), Some("alice")), Some("alice")),
+        (
+            UsernameOrClientId,
+            client(Some("c1"), Some("alice")),
+            Some("alice"),
+        ),
         (UsernameOrClientId, client(Some("c1"), None), Some("c1")),
         (UsernameOrClientId, client(Some("c1"), Some("")), Some("c1")),
         (UsernameOrClientId, client(None, None), None),
@@ -24,6 +31,15 @@ fn identity_sources() {
         assert_eq!(identity(source, c), want, "{source:?} {c:?}");
     }
 }
+
+/// Options, topic, client, response topic, the verdict.
+type Row<'a> = (
+    &'a Options,
+    &'a str,
+    Client<'a>,
+    Option<&'a [u8]>,
+    Verdict<'a>,
+);
 
 #[test]
 fn verdicts() {
@@ -42,19 +58,55 @@ fn verdicts() {
     let anon = client(Some("app1"), None);
     let own: &[u8] = b"clients/app1/statestore/response";
     let other: &[u8] = b"clients/app2/statestore/response";
-    let table: Vec<(&Options, &str, Client, Option<&[u8]>, Verdict)> = vec![
-        (&open, "some/other/topic", alice, Some(other), Verdict::NotARequest),
+    let table: Vec<Row> = vec![
+        (
+            &open,
+            "some/other/topic",
+            alice,
+            Some(other),
+            Verdict::NotARequest,
+        ),
         (&open, ss, alice, Some(other), Verdict::Vouch("alice")),
         (&open, db, anon, None, Verdict::Vouch("app1")),
         (&strict, ss, alice, Some(own), Verdict::Vouch("alice")),
         (&strict, db, alice, Some(own), Verdict::Vouch("alice")),
         (&strict, ss, alice, None, Verdict::Vouch("alice")),
-        (&strict, ss, alice, Some(other), Verdict::Refuse(Refusal::ResponseTopicOutside)),
-        (&strict, ss, alice, Some(b"clients/alice/x"), Verdict::Refuse(Refusal::ResponseTopicOutside)),
-        (&strict, ss, alice, Some(b"clients/app1/\xff"), Verdict::Refuse(Refusal::ResponseTopicOutside)),
-        (&strict, ss, client(None, Some("alice")), Some(own), Verdict::Refuse(Refusal::ResponseTopicOutside)),
+        (
+            &strict,
+            ss,
+            alice,
+            Some(other),
+            Verdict::Refuse(Refusal::ResponseTopicOutside),
+        ),
+        (
+            &strict,
+            ss,
+            alice,
+            Some(b"clients/alice/x"),
+            Verdict::Refuse(Refusal::ResponseTopicOutside),
+        ),
+        (
+            &strict,
+            ss,
+            alice,
+            Some(b"clients/app1/\xff"),
+            Verdict::Refuse(Refusal::ResponseTopicOutside),
+        ),
+        (
+            &strict,
+            ss,
+            client(None, Some("alice")),
+            Some(own),
+            Verdict::Refuse(Refusal::ResponseTopicOutside),
+        ),
         (&strict, "x", alice, Some(other), Verdict::NotARequest),
-        (&by_name, ss, anon, None, Verdict::Refuse(Refusal::NoIdentity)),
+        (
+            &by_name,
+            ss,
+            anon,
+            None,
+            Verdict::Refuse(Refusal::NoIdentity),
+        ),
         (&by_name, ss, alice, None, Verdict::Vouch("alice")),
     ];
     for (options, topic, c, rt, want) in table {

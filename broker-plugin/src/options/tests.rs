@@ -8,7 +8,10 @@ fn no_options_give_the_defaults() {
     assert_eq!(o.identity, IdentitySource::UsernameOrClientId);
     assert_eq!(o.property, "__ssVouchedId");
     let topics: Vec<&str> = o.request_topics.iter().map(TopicFilter::as_str).collect();
-    assert_eq!(topics, [STATE_STORE_REQUEST_TOPIC, DEVICEBOUND_REQUEST_TOPIC]);
+    assert_eq!(
+        topics,
+        [STATE_STORE_REQUEST_TOPIC, DEVICEBOUND_REQUEST_TOPIC]
+    );
     assert!(!o.check_response_topic);
     assert_eq!(o.report_interval_s, DEFAULT_REPORT_INTERVAL_S);
 }
@@ -25,7 +28,10 @@ fn the_topics_match_the_vocabulary() {
 #[test]
 fn identity_values() {
     let table = [
-        ("username_or_client_id", Some(IdentitySource::UsernameOrClientId)),
+        (
+            "username_or_client_id",
+            Some(IdentitySource::UsernameOrClientId),
+        ),
         ("username", Some(IdentitySource::Username)),
         ("client_id", Some(IdentitySource::ClientId)),
         (" client_id ", Some(IdentitySource::ClientId)),
@@ -34,7 +40,9 @@ fn identity_values() {
         ("Username", None),
     ];
     for (value, want) in table {
-        let got = Options::parse(&[("identity", value)]).ok().map(|o| o.identity);
+        let got = Options::parse(&[("identity", value)])
+            .ok()
+            .map(|o| o.identity);
         assert_eq!(got, want, "identity {value:?}");
     }
 }
@@ -50,7 +58,9 @@ fn property_values() {
         (&long, None),
     ];
     for (value, want) in table {
-        let got = Options::parse(&[("property", value)]).ok().map(|o| o.property);
+        let got = Options::parse(&[("property", value)])
+            .ok()
+            .map(|o| o.property);
         assert_eq!(got.as_deref(), want, "property {value:?}");
     }
 }
@@ -68,9 +78,12 @@ fn request_topics_values() {
         (&many, None),
     ];
     for (value, want) in table {
-        let got = Options::parse(&[("request_topics", value)])
-            .ok()
-            .map(|o| o.request_topics.iter().map(|t| t.as_str().to_string()).collect::<Vec<_>>());
+        let got = Options::parse(&[("request_topics", value)]).ok().map(|o| {
+            o.request_topics
+                .iter()
+                .map(|t| t.as_str().to_string())
+                .collect::<Vec<_>>()
+        });
         let want = want.map(|w| w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(got, want, "request_topics {value:?}");
     }
@@ -92,9 +105,18 @@ fn check_response_topic_and_report_interval_values() {
             .map(|o| o.check_response_topic);
         assert_eq!(got, want, "check_response_topic {value:?}");
     }
-    let table = [("0", Some(0)), ("60", Some(60)), ("86400", Some(86_400)), ("86401", None), ("-1", None), ("1m", None)];
+    let table = [
+        ("0", Some(0)),
+        ("60", Some(60)),
+        ("86400", Some(86_400)),
+        ("86401", None),
+        ("-1", None),
+        ("1m", None),
+    ];
     for (value, want) in table {
-        let got = Options::parse(&[("report_interval", value)]).ok().map(|o| o.report_interval_s);
+        let got = Options::parse(&[("report_interval", value)])
+            .ok()
+            .map(|o| o.report_interval_s);
         assert_eq!(got, want, "report_interval {value:?}");
     }
 }
@@ -110,16 +132,25 @@ fn refusals() {
         Err(OptionError::Repeated("identity".into()))
     );
     let many = vec![("x", "y"); MAX_OPTIONS + 1];
-    assert_eq!(Options::parse(&many), Err(OptionError::TooMany(MAX_OPTIONS + 1)));
+    assert_eq!(
+        Options::parse(&many),
+        Err(OptionError::TooMany(MAX_OPTIONS + 1))
+    );
     let e = Options::parse(&[("identity", "cn")]).expect_err("bad value");
     assert!(e.to_string().contains("plugin_opt_identity 'cn'"), "{e}");
 }
 
 #[test]
 fn describe_names_every_setting() {
-    let o = Options::parse(&[("check_response_topic", "true"), ("identity", "username")]).expect("ok");
+    let o =
+        Options::parse(&[("check_response_topic", "true"), ("identity", "username")]).expect("ok");
     let d = o.describe();
-    for part in ["identity=username", "property=__ssVouchedId", "check_response_topic=true", "devicebound/v1/command/invoke"] {
+    for part in [
+        "identity=username",
+        "property=__ssVouchedId",
+        "check_response_topic=true",
+        "devicebound/v1/command/invoke",
+    ] {
         assert!(d.contains(part), "{d}");
     }
 }

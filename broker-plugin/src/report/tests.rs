@@ -33,7 +33,16 @@ fn report_clock() {
     assert!(!never.due(0));
     assert!(!never.due(u64::MAX));
     let mut c = ReportClock::new(60);
-    let table = [(1_000, false), (1_059, false), (1_060, true), (1_061, false), (1_119, false), (1_120, true), (5_000, true), (5_001, false)];
+    let table = [
+        (1_000, false),
+        (1_059, false),
+        (1_060, true),
+        (1_061, false),
+        (1_119, false),
+        (1_120, true),
+        (5_000, true),
+        (5_001, false),
+    ];
     for (now, want) in table {
         assert_eq!(c.due(now), want, "{now}");
     }

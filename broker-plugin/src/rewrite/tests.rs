@@ -5,7 +5,11 @@ use super::*;
 const NAME: &str = "__ssVouchedId";
 
 fn user(name: &str, value: &str) -> Prop {
-    Prop::Pair(id::USER_PROPERTY, name.as_bytes().to_vec(), value.as_bytes().to_vec())
+    Prop::Pair(
+        id::USER_PROPERTY,
+        name.as_bytes().to_vec(),
+        value.as_bytes().to_vec(),
+    )
 }
 
 #[test]
@@ -43,29 +47,51 @@ fn vouching_rewrites() {
         (vec![], vec![user(NAME, "alice")], 0),
         (
             vec![rt.clone(), cd.clone(), user("__srcId", "app1")],
-            vec![rt.clone(), cd.clone(), user("__srcId", "app1"), user(NAME, "alice")],
+            vec![
+                rt.clone(),
+                cd.clone(),
+                user("__srcId", "app1"),
+                user(NAME, "alice"),
+            ],
             0,
         ),
         // A forged copy (and a second one) removed, the order of the rest kept.
         (
-            vec![user(NAME, "forged"), rt.clone(), user(NAME, "again"), pfi.clone(), ct.clone()],
+            vec![
+                user(NAME, "forged"),
+                rt.clone(),
+                user(NAME, "again"),
+                pfi.clone(),
+                ct.clone(),
+            ],
             vec![rt.clone(), pfi.clone(), ct.clone(), user(NAME, "alice")],
             2,
         ),
         // Names are exact: other spellings stay (the node reads only the exact name).
         (
             vec![user("__ssvouchedid", "x"), user("__ssVouchedId ", "y")],
-            vec![user("__ssvouchedid", "x"), user("__ssVouchedId ", "y"), user(NAME, "alice")],
+            vec![
+                user("__ssvouchedid", "x"),
+                user("__ssVouchedId ", "y"),
+                user(NAME, "alice"),
+            ],
             0,
         ),
         // A user property whose value is the name is not the property.
-        (vec![user("x", NAME)], vec![user("x", NAME), user(NAME, "alice")], 0),
+        (
+            vec![user("x", NAME)],
+            vec![user("x", NAME), user(NAME, "alice")],
+            0,
+        ),
     ];
     for (input, want, removed) in table {
         let got = vouch(input.clone(), NAME, "alice");
         assert_eq!(got, (want, removed), "{input:?}");
         assert_eq!(
-            got.0.iter().filter(|p| matches!(p, Prop::Pair(_, n, _) if n == NAME.as_bytes())).count(),
+            got.0
+                .iter()
+                .filter(|p| matches!(p, Prop::Pair(_, n, _) if n == NAME.as_bytes()))
+                .count(),
             1
         );
     }
@@ -78,7 +104,10 @@ fn response_topic_is_the_first_response_topic_property() {
         (vec![user("responseTopic", "x")], None),
         (vec![Prop::String(id::CONTENT_TYPE, b"x".to_vec())], None),
         (
-            vec![user("a", "b"), Prop::String(id::RESPONSE_TOPIC, b"clients/a/r".to_vec())],
+            vec![
+                user("a", "b"),
+                Prop::String(id::RESPONSE_TOPIC, b"clients/a/r".to_vec()),
+            ],
             Some(b"clients/a/r"),
         ),
     ];

@@ -21,7 +21,10 @@ fn filter_validity() {
     for (filter, ok) in table {
         assert_eq!(TopicFilter::parse(filter).is_ok(), ok, "{filter:?}");
     }
-    assert_eq!(TopicFilter::parse(&"a".repeat(MAX_NAME_BYTES + 1)), Err(FilterError::Length));
+    assert_eq!(
+        TopicFilter::parse(&"a".repeat(MAX_NAME_BYTES + 1)),
+        Err(FilterError::Length)
+    );
 }
 
 #[test]
@@ -58,7 +61,10 @@ fn filter_matching() {
 
 #[test]
 fn request_topics() {
-    let filters: Vec<TopicFilter> = ["a/b", "c/#"].iter().filter_map(|f| TopicFilter::parse(f).ok()).collect();
+    let filters: Vec<TopicFilter> = ["a/b", "c/#"]
+        .iter()
+        .filter_map(|f| TopicFilter::parse(f).ok())
+        .collect();
     assert!(is_request(&filters, "a/b"));
     assert!(is_request(&filters, "c/d/e"));
     assert!(!is_request(&filters, "a/c"));
@@ -88,6 +94,10 @@ fn response_topic_prefix() {
         ("#", "clients/#/x", false),
     ];
     for (client_id, rt, want) in table {
-        assert_eq!(response_topic_inside(client_id, rt), want, "{client_id:?} {rt:?}");
+        assert_eq!(
+            response_topic_inside(client_id, rt),
+            want,
+            "{client_id:?} {rt:?}"
+        );
     }
 }
