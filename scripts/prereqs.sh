@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients), the
-# OpenSSL headers the official SDK client links against, protoc (etcd-client's build script,
-# for the benchmark), etcd (the benchmark's baseline), strace (the durability test), and
-# iproute2 and nftables (the fault tests put each node in its own network namespace), and
-# libfaketime (the fault tests restart a node with a skewed clock), npm (the dashboards' and
-# the Helm chart's checks), python3-venv (the Helm chart's checks), and Prometheus for
-# promtool (the alert rules' unit tests) and for the dashboards' live test
-# (tests/tests/t96_dashboards.rs starts its own server); its daemon is not left running.
+# Installs what statestore needs on Debian/Ubuntu: Mosquitto (broker and clients; its plugin
+# headers and client library for the broker plugin's header test), the OpenSSL headers the
+# official SDK client links against, protoc (etcd-client's build script, for the benchmark),
+# etcd (the benchmark's baseline), strace (the durability test), and iproute2 and nftables
+# (the fault tests put each node in its own network namespace), and libfaketime (the fault
+# tests restart a node with a skewed clock), npm (the dashboards' and the Helm chart's
+# checks), python3-venv (the Helm chart's checks), and Prometheus for promtool (the alert
+# rules' unit tests) and for the dashboards' live test (tests/tests/t96_dashboards.rs starts
+# its own server); its daemon is not left running.
 set -euo pipefail
 
 missing=()
 command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
 command -v mosquitto_pub >/dev/null 2>&1 || missing+=(mosquitto-clients)
+# broker-plugin/tests/headers.rs compiles against the plugin API's headers (mosquitto_broker.h,
+# mosquitto_plugin.h) and mosquitto.h, mqtt_protocol.h and libmosquitto.
+[ -f /usr/include/mosquitto_broker.h ] || missing+=(mosquitto-dev)
+[ -f /usr/include/mosquitto.h ] || missing+=(libmosquitto-dev)
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
