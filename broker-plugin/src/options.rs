@@ -7,9 +7,11 @@ use std::fmt;
 use crate::topics::TopicFilter;
 
 /// The user property that carries the identity the broker vouches for. `__` marks it as a
-/// protocol property (the Azure IoT Operations convention the statestore SDKs follow: their
-/// applications' own user data may not start with `__`), `ss` scopes it to statestore, and it
-/// is deliberately not `__srcId`, which every client sets itself and the SDKs use.
+/// protocol property, like the Azure IoT Operations protocol's own (`__srcId`, `__ts`,
+/// `__protVer`: `ProtocolReservedUserProperty` in azure_iot_operations_protocol), so it does
+/// not collide with an application's user data; `ss` scopes it to statestore, and
+/// `VouchedId` says who set it. It is deliberately not `__srcId`, which every client sets
+/// itself and the SDKs use for routing.
 pub const DEFAULT_PROPERTY: &str = "__ssVouchedId";
 
 /// The state store's request topic (`statestore_vocab::spec::STATE_STORE_REQUEST_TOPIC`).
