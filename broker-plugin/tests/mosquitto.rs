@@ -2,7 +2,8 @@
 //! .so this build made, with a password file; `mosquitto_pub` publishes as user A with a forged
 //! `__ssVouchedId`, `mosquitto_sub` (MQTT 5, `-F` with `%P` user properties and `%R` response
 //! topic) sees A's user name instead, and a request whose response topic lies outside
-//! `clients/<client id>/` is not delivered.
+//! `clients/<client id>/` is not delivered. Over a TLS listener with `use_identity_as_username`
+//! the identity is the client certificate's CN.
 //!
 //! The test lives in the plugin's crate because `cargo test -p statestore-mosquitto-plugin`
 //! (and `cargo test --workspace`) builds the crate's cdylib before its integration tests, so
@@ -17,6 +18,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use statestore_harness::broker::Broker;
+use statestore_harness::pki::Pki;
 
 const SS: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
 const DB: &str = "devicebound/v1/command/invoke";
@@ -63,9 +65,14 @@ fn password_file(dir: &Path, users: &[(&str, &str)]) -> PathBuf {
 /// A broker loading the plugin with `options` (`plugin_opt_` lines without the prefix),
 /// users alice/pw-a and bob/pw-b, and anonymous clients allowed.
 fn broker(dir: &Path, options: &[&str]) -> Broker {
+    broker_with(dir, options, "")
+}
+
+/// Like [`broker`], with `listeners` (further listener sections) in the configuration.
+fn broker_with(dir: &Path, options: &[&str], listeners: &str) -> Broker {
     let passwords = password_file(dir, &[("alice", "pw-a"), ("bob", "pw-b")]);
     let mut extra = format!(
-        "password_file {}\nplugin {}\n",
+        "password_file {}\nplugin {}\n{listeners}",
         passwords.display(),
         plugin_path().display()
     );
@@ -366,6 +373,69 @@ fn options_choose_the_source_the_name_and_the_check() {
         broker
             .log()
             .contains("no identity for the configured source")
+    );
+}
+
+#[test]
+fn the_client_certificate_cn_is_the_identity() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pki = Pki::new();
+    let ca = pki.ca("ca");
+    let server = pki.leaf("ca", "broker", "IP:127.0.0.1");
+    let device = pki.leaf("ca", "device-42", "DNS:device-42");
+    let tls_port = statestore_harness::free_port();
+    let broker = broker_with(
+        dir.path(),
+        &["check_response_topic true"],
+        &format!(
+            "listener {tls_port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\n\
+             require_certificate true\nuse_identity_as_username true\n",
+            ca.display(),
+            server.cert.display(),
+            server.key.display()
+        ),
+    );
+    let port = broker.port;
+    let sub = Subscriber::start(port, &[SS, "ready"]);
+    wait_subscribed(port, &sub);
+
+    // Over TLS with the device's certificate, claiming user alice and a forged property: the
+    // broker takes the certificate's CN as the user name, and the plugin vouches for that.
+    let tls = [
+        "--cafile".to_string(),
+        ca.display().to_string(),
+        "--cert".to_string(),
+        device.cert.display().to_string(),
+        "--key".to_string(),
+        device.key.display().to_string(),
+        "-p".to_string(),
+        tls_port.to_string(),
+    ];
+    let mut args: Vec<&str> = tls.iter().map(String::as_str).collect();
+    args.extend([
+        "-u",
+        "alice",
+        "-i",
+        "dev-client",
+        "-D",
+        "publish",
+        "user-property",
+        "__ssVouchedId",
+        "alice",
+        "-D",
+        "publish",
+        "response-topic",
+        "clients/dev-client/r",
+    ]);
+    let out = publish(port, SS, "over-tls", &args);
+    assert!(out.status.success(), "{out:?}");
+    publish(port, SS, "marker", &["-u", "bob", "-P", "pw-b"]);
+
+    let lines = sub.until("marker");
+    assert_eq!(
+        line_for(&lines, "over-tls"),
+        Some(format!("{SS}|__ssVouchedId:device-42|clients/dev-client/r|over-tls").as_str()),
+        "{lines:?}"
     );
 }
 
