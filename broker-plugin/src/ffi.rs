@@ -11,6 +11,7 @@
 //! allocator on both sides.
 
 #![allow(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -204,32 +205,40 @@ unsafe fn read_props(list: *const MosquittoProperty) -> Option<Vec<Prop>> {
         }
         // SAFETY: `p` is a non-NULL element of the list (the caller's contract).
         let ident = unsafe { mosquitto_property_identifier(p) };
-        // SAFETY (each read below): `p` is a valid element; `skip_first = false` reads `p`
-        // itself; the out-pointers are valid locals; a NULL return means not read.
         let prop = match kind(ident)? {
             Kind::Byte => {
                 let mut v = 0u8;
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself) and
+                // `v` a local the call writes; a NULL return means nothing was read.
                 let r = unsafe { mosquitto_property_read_byte(p, ident, &mut v, false) };
                 (!r.is_null()).then_some(Prop::Byte(ident, v))?
             }
             Kind::Int16 => {
                 let mut v = 0u16;
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself) and
+                // `v` a local the call writes; a NULL return means nothing was read.
                 let r = unsafe { mosquitto_property_read_int16(p, ident, &mut v, false) };
                 (!r.is_null()).then_some(Prop::Int16(ident, v))?
             }
             Kind::Int32 => {
                 let mut v = 0u32;
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself) and
+                // `v` a local the call writes; a NULL return means nothing was read.
                 let r = unsafe { mosquitto_property_read_int32(p, ident, &mut v, false) };
                 (!r.is_null()).then_some(Prop::Int32(ident, v))?
             }
             Kind::Varint => {
                 let mut v = 0u32;
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself) and
+                // `v` a local the call writes; a NULL return means nothing was read.
                 let r = unsafe { mosquitto_property_read_varint(p, ident, &mut v, false) };
                 (!r.is_null()).then_some(Prop::Varint(ident, v))?
             }
             Kind::Binary => {
                 let mut v: *mut c_void = ptr::null_mut();
                 let mut len = 0u16;
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself);
+                // `v` and `len` are locals the call writes (a calloc'd copy and its length).
                 let r =
                     unsafe { mosquitto_property_read_binary(p, ident, &mut v, &mut len, false) };
                 if r.is_null() || v.is_null() {
@@ -244,6 +253,8 @@ unsafe fn read_props(list: *const MosquittoProperty) -> Option<Vec<Prop>> {
             }
             Kind::String => {
                 let mut v: *mut c_char = ptr::null_mut();
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself); `v`
+                // is a local the call sets to a calloc'd copy (or leaves NULL).
                 let r = unsafe { mosquitto_property_read_string(p, ident, &mut v, false) };
                 // SAFETY: `v` is NULL or the calloc'd copy, ours to free.
                 let value = unsafe { take_c_string(v) };
@@ -255,6 +266,8 @@ unsafe fn read_props(list: *const MosquittoProperty) -> Option<Vec<Prop>> {
             Kind::StringPair => {
                 let mut n: *mut c_char = ptr::null_mut();
                 let mut v: *mut c_char = ptr::null_mut();
+                // SAFETY: `p` is a valid element (`skip_first = false` reads `p` itself); `n`
+                // and `v` are locals the call sets to calloc'd copies (or leaves NULL).
                 let r =
                     unsafe { mosquitto_property_read_string_pair(p, ident, &mut n, &mut v, false) };
                 // SAFETY: each is NULL or a calloc'd copy, ours to free.
@@ -288,24 +301,31 @@ fn build_list(props: &[Prop]) -> Option<*mut MosquittoProperty> {
 }
 
 fn add(list: &mut *mut MosquittoProperty, prop: &Prop) -> Option<c_int> {
-    // SAFETY (each add below): `list` points at NULL or a list we build; the values are
-    // valid for the call (the broker copies them).
     Some(match prop {
+        // SAFETY: `list` points at NULL or a list we build; the value is passed by copy.
         Prop::Byte(i, v) => unsafe { mosquitto_property_add_byte(list, *i, *v) },
+        // SAFETY: as above.
         Prop::Int16(i, v) => unsafe { mosquitto_property_add_int16(list, *i, *v) },
+        // SAFETY: as above.
         Prop::Int32(i, v) => unsafe { mosquitto_property_add_int32(list, *i, *v) },
+        // SAFETY: as above.
         Prop::Varint(i, v) => unsafe { mosquitto_property_add_varint(list, *i, *v) },
         Prop::Binary(i, v) => {
             let len = u16::try_from(v.len()).ok()?;
+            // SAFETY: `list` as above; `v` holds `len` bytes for the call (the broker copies
+            // them).
             unsafe { mosquitto_property_add_binary(list, *i, v.as_ptr().cast(), len) }
         }
         Prop::String(i, v) => {
             let v = CString::new(v.as_slice()).ok()?;
+            // SAFETY: `list` as above; `v` is NUL-terminated and outlives the call (copied).
             unsafe { mosquitto_property_add_string(list, *i, v.as_ptr()) }
         }
         Prop::Pair(i, n, v) => {
             let n = CString::new(n.as_slice()).ok()?;
             let v = CString::new(v.as_slice()).ok()?;
+            // SAFETY: `list` as above; `n` and `v` are NUL-terminated and outlive the call
+            // (copied).
             unsafe { mosquitto_property_add_string_pair(list, *i, n.as_ptr(), v.as_ptr()) }
         }
     })
