@@ -1,6 +1,6 @@
 //! Mosquitto 2.0's plugin ABI as this crate uses it, declared by hand from Debian 12's headers
 //! (mosquitto-dev / libmosquitto-dev 2.0.11: mosquitto_broker.h, mosquitto_plugin.h,
-//! mosquitto.h, mqtt_protocol.h). Declarations only: the calls are in [`crate::ffi`].
+//! mosquitto.h, mqtt_protocol.h). Declarations only: the calls are in the private `ffi` module.
 //! `tests/headers.rs` compiles a C program against the installed headers and checks every
 //! size, offset and constant here against it.
 
