@@ -381,7 +381,10 @@ impl State {
         let Some(props) = (unsafe { read_props(msg.properties) }) else {
             Counters::bump(&self.counters.errors);
             self.log_limited(MOSQ_LOG_ERR, || {
-                format!("statestore-plugin: dropped a request from client '{who}': its properties could not be read")
+                format!(
+                    "statestore-plugin: dropped a request from client '{who}': its properties \
+                     could not be read"
+                )
             });
             return MOSQ_ERR_ACL_DENIED;
         };
@@ -410,7 +413,10 @@ impl State {
                 let Some(list) = build_list(&new_props) else {
                     Counters::bump(&self.counters.errors);
                     self.log_limited(MOSQ_LOG_ERR, || {
-                        format!("statestore-plugin: dropped a request from client '{who}': its properties could not be rewritten")
+                        format!(
+                            "statestore-plugin: dropped a request from client '{who}': its \
+                             properties could not be rewritten"
+                        )
                     });
                     return MOSQ_ERR_ACL_DENIED;
                 };

@@ -44,18 +44,20 @@ int main(void) {
     P("MQTT_PROP_CORRELATION_DATA", MQTT_PROP_CORRELATION_DATA);
     P("MQTT_PROP_USER_PROPERTY", MQTT_PROP_USER_PROPERTY);
     /* Every identifier's type as libmosquitto checks it: mosquitto_property_add_<type>
-       refuses an identifier of another type (lib/property_mosq.c). 1 byte, 2 int16, 3 int32,
-       4 varint, 5 binary, 6 string, 7 string pair (enum mqtt5_property_type). */
+       refuses an identifier of another type (lib/property_mosq.c; 0 is MOSQ_ERR_SUCCESS).
+       1 byte, 2 int16, 3 int32, 4 varint, 5 binary, 6 string, 7 string pair
+       (enum mqtt5_property_type). */
     for (int i = 0; i < 256; i++) {
         mosquitto_property *l = NULL;
         int k = 0;
-        if (mosquitto_property_add_byte(&l, i, 1) == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_BYTE;
-        else if (mosquitto_property_add_int16(&l, i, 1) == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_INT16;
-        else if (mosquitto_property_add_int32(&l, i, 1) == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_INT32;
-        else if (mosquitto_property_add_varint(&l, i, 1) == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_VARINT;
-        else if (mosquitto_property_add_binary(&l, i, "x", 1) == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_BINARY;
-        else if (mosquitto_property_add_string(&l, i, "x") == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_STRING;
-        else if (mosquitto_property_add_string_pair(&l, i, "x", "y") == MOSQ_ERR_SUCCESS) k = MQTT_PROP_TYPE_STRING_PAIR;
+        if (mosquitto_property_add_byte(&l, i, 1) == 0) k = MQTT_PROP_TYPE_BYTE;
+        else if (mosquitto_property_add_int16(&l, i, 1) == 0) k = MQTT_PROP_TYPE_INT16;
+        else if (mosquitto_property_add_int32(&l, i, 1) == 0) k = MQTT_PROP_TYPE_INT32;
+        else if (mosquitto_property_add_varint(&l, i, 1) == 0) k = MQTT_PROP_TYPE_VARINT;
+        else if (mosquitto_property_add_binary(&l, i, "x", 1) == 0) k = MQTT_PROP_TYPE_BINARY;
+        else if (mosquitto_property_add_string(&l, i, "x") == 0) k = MQTT_PROP_TYPE_STRING;
+        else if (mosquitto_property_add_string_pair(&l, i, "x", "y") == 0)
+            k = MQTT_PROP_TYPE_STRING_PAIR;
         mosquitto_property_free_all(&l);
         if (k) printf("kind.%d %d\n", i, k);
     }
