@@ -6,9 +6,10 @@
 //! the identity the broker authenticated: the user name (the certificate's CN with
 //! `use_identity_as_username`), else the client id (`plugin_opt_identity`). With
 //! `plugin_opt_check_response_topic true` it drops a request whose response topic lies outside
-//! the client's own `clients/<client id>/`. The property is trusted only because the broker
-//! sets it: a node trusts it only when configured to (`[auth] identity = "broker"`) and only
-//! behind a broker that loads this plugin. See README.md.
+//! the client's own `clients/<client id>/`. The property is trustworthy only because the
+//! broker sets it, and only behind a broker that loads this plugin on every listener. The node
+//! side that will read it (`[auth] identity = "broker"`, issue 29 item 2) is not built yet:
+//! today nodes ignore the property. See README.md.
 //!
 //! The decisions are pure and unit-tested ([`options`], [`topics`], [`decide`], [`rewrite`],
 //! [`report`]); the C boundary is the one module with `unsafe` (`ffi`, declarations in
