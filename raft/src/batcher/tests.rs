@@ -41,8 +41,9 @@ impl Written {
 
 /// A writer that accepts every batch at once and reports it to the test, which applies it.
 struct FakeWriter {
-    /// Where written batches go.
-    written: mpsc::UnboundedSender<Written>,
+    /// Where written batches go: never more than the batcher keeps in flight, each at most
+    /// `MAX_BATCH_BYTES`.
+    written: mpsc::Sender<Written>,
 }
 
 impl LogWriter for FakeWriter {
@@ -56,6 +57,7 @@ impl LogWriter for FakeWriter {
                 proposals: batch.proposals().to_vec(),
                 applied,
             })
+            .await
             .map_err(|_| Error::Stopped(StopCause::WriteAbandoned))?;
         Ok(async move {
             outcome
@@ -66,14 +68,14 @@ impl LogWriter for FakeWriter {
 }
 
 /// A batcher over a fake writer, and the batches it writes.
-fn start(queue_capacity: usize) -> (Batcher, mpsc::UnboundedReceiver<Written>) {
-    let (written, writes) = mpsc::unbounded_channel();
+fn start(queue_capacity: usize) -> (Batcher, mpsc::Receiver<Written>) {
+    let (written, writes) = mpsc::channel(MAX_BATCHES_IN_FLIGHT);
     let batcher = Batcher::start_with(FakeWriter { written }, queue_capacity);
     (batcher, writes)
 }
 
 /// The next batch written.
-async fn next_write(writes: &mut mpsc::UnboundedReceiver<Written>) -> Written {
+async fn next_write(writes: &mut mpsc::Receiver<Written>) -> Written {
     timeout(PATIENCE, writes.recv())
         .await
         .expect("a batch is written in time")
@@ -148,7 +150,7 @@ fn stored(n: u64) -> Outcome {
 /// Occupies every pipeline slot with a batch of one; returns those waiters and batches.
 async fn fill_slots(
     batcher: &Batcher,
-    writes: &mut mpsc::UnboundedReceiver<Written>,
+    writes: &mut mpsc::Receiver<Written>,
 ) -> Vec<(Answer, Written)> {
     let mut busy = Vec::new();
     for i in 0..MAX_BATCHES_IN_FLIGHT {
