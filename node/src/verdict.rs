@@ -54,14 +54,6 @@ impl Answer {
     }
 
     /// The byte-exact payload.
-    pub fn encode(&self) -> Vec<u8> {
-        match self {
-            Answer::Reply { reply, .. } => reply.encode(),
-            Answer::Encoded(payload) => payload.clone(),
-        }
-    }
-
-    /// The payload, consumed.
     pub fn into_payload(self) -> Vec<u8> {
         match self {
             Answer::Reply { reply, .. } => reply.encode(),

@@ -14,7 +14,6 @@ const fn flag(long: &'static str, value_name: &'static str) -> Flag {
 }
 
 /// The longest TTL of a device-bound message or feedback batch: two days (devicebound.md §1, §4).
-#[allow(clippy::cast_possible_wrap)] // 172,800,000 fits any integer type
 const MAX_TTL_MS: i64 = statestore_vocab::spec::MAX_MESSAGE_LIFETIME_MS as i64;
 
 /// Every setting, in README order.

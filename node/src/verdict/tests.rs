@@ -72,7 +72,7 @@ fn an_encoded_answer_is_an_ok_without_version() {
     let answer = Answer::Encoded(b"*4\r\n:0\r\n:0\r\n:0\r\n:-1\r\n".to_vec());
     assert_eq!(answer.result_label(), "ok");
     assert_eq!(answer.version(), None);
-    assert_eq!(answer.encode(), b"*4\r\n:0\r\n:0\r\n:0\r\n:-1\r\n");
+    assert_eq!(answer.into_payload(), b"*4\r\n:0\r\n:0\r\n:0\r\n:-1\r\n");
 }
 
 #[test]
