@@ -55,6 +55,8 @@ pub struct Config {
     pub devicebound: DeviceboundConfig,
     /// The HTTP listener's TLS and the admin API's bearer token (README "Security").
     pub admin: AdminConfig,
+    /// Who asks (the broker-vouched identity) and what they may do (the policy file).
+    pub auth: AuthConfig,
     /// How long shutdown waits for in-flight requests, ms.
     pub shutdown_grace_ms: u64,
 }
@@ -346,6 +348,35 @@ pub struct AdminConfig {
     pub allow_insecure_http: bool,
 }
 
+/// The longest `auth.vouched_property`: the plugin's limit on `plugin_opt_property`.
+pub const MAX_VOUCHED_PROPERTY_BYTES: usize = 256;
+
+/// Requesters' identity and key-level authorization (README "Authorization").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Where a state store request's identity comes from.
+    pub identity: IdentitySource,
+    /// The user property the broker plugin writes the identity into.
+    pub vouched_property: String,
+    /// The policy file (TOML rules); absent: every identity may do everything.
+    pub policy_file: Option<PathBuf>,
+    /// How often the policy file is checked for changes, ms; 0: never.
+    pub policy_reload_interval_ms: u64,
+}
+
+/// Where a state store request's identity comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdentitySource {
+    /// What the client claims: `__srcId`, else its `clients/<id>/` response topic.
+    #[default]
+    Claimed,
+    /// What the broker vouches for in `auth.vouched_property` (the statestore Mosquitto
+    /// plugin); a request without it gets no reply.
+    Broker,
+}
+
 pub(crate) fn invalid(message: impl Into<String>) -> NodeError {
     NodeError::Config(message.into())
 }
@@ -418,6 +449,13 @@ impl Config {
         }
         if self.mqtt_client_id().is_empty() {
             return Err(invalid("mqtt.client_id must not be empty"));
+        }
+        let property = &self.auth.vouched_property;
+        if property.is_empty() || property.len() > MAX_VOUCHED_PROPERTY_BYTES {
+            return Err(invalid(format!(
+                "auth.vouched_property must be 1 to {MAX_VOUCHED_PROPERTY_BYTES} bytes (the \
+                 plugin's plugin_opt_property)"
+            )));
         }
         let c = &self.cluster;
         if c.heartbeat_ms == 0

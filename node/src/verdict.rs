@@ -146,16 +146,20 @@ pub enum Refusal {
     ForbiddenResponseTopic,
     /// Message Expiry already elapsed.
     Expired,
+    /// With `auth.identity = "broker"`: no broker-vouched identity (the broker does not run
+    /// the statestore plugin, or not on the path this request took).
+    NoVouchedIdentity,
 }
 
 impl Refusal {
     /// Every refusal.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Refusal::Qos0,
         Refusal::NoResponseTopic,
         Refusal::NoCorrelationData,
         Refusal::ForbiddenResponseTopic,
         Refusal::Expired,
+        Refusal::NoVouchedIdentity,
     ];
 
     /// Metric label.
@@ -166,6 +170,7 @@ impl Refusal {
             Refusal::NoCorrelationData => "no_correlation_data",
             Refusal::ForbiddenResponseTopic => "forbidden_response_topic",
             Refusal::Expired => "expired",
+            Refusal::NoVouchedIdentity => "no_vouched_identity",
         }
     }
 }

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use super::table::SETTINGS;
 use super::{
-    AdminConfig, ClusterConfig, Config, DedupConfig, DeviceboundConfig, ExpiryConfig, LimitsConfig,
-    ListenConfig, MqttConfig, MqttTlsConfig, StorageConfig, TelemetryConfig, invalid, setting,
+    AdminConfig, AuthConfig, ClusterConfig, Config, DedupConfig, DeviceboundConfig, ExpiryConfig,
+    LimitsConfig, ListenConfig, MqttConfig, MqttTlsConfig, StorageConfig, TelemetryConfig, invalid,
+    setting,
 };
 use crate::error::NodeError;
 
@@ -35,6 +36,7 @@ section_defaults!(
     telemetry: TelemetryConfig,
     devicebound: DeviceboundConfig,
     admin: AdminConfig,
+    auth: AuthConfig,
 );
 
 impl Default for MqttTlsConfig {

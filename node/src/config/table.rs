@@ -729,6 +729,50 @@ pub const SETTINGS: &[Setting] = &[
         help: "start with the HTTP listener off loopback and no token (the WARN about the open \
                endpoints stays)",
     },
+    // ---- Who asks and what they may do (README "Authorization", issue 29) ----
+    Setting {
+        path: "auth.identity",
+        flag: flag("auth-identity", "SOURCE"),
+        default: D::Text("claimed"),
+        kind: Kind::Choice(&["claimed", "broker"]),
+        table: DocTable::Security,
+        help: "where a state store request's identity comes from: `claimed`, what the client \
+               says (`__srcId`, else its `clients/<id>/` response topic), which any client can \
+               forge; `broker`, the user property `auth.vouched_property` the broker's statestore \
+               plugin writes (a request without it gets no reply). The identity routes KEYNOTIFY \
+               notifications, keys the reply memory and per-client caps, and is what the policy's \
+               principals match",
+    },
+    Setting {
+        path: "auth.vouched_property",
+        flag: flag("auth-vouched-property", "NAME"),
+        default: D::Text("__ssVouchedId"),
+        kind: Kind::Text,
+        table: DocTable::Security,
+        help: "the user property holding the broker-vouched identity (the plugin's \
+               `plugin_opt_property`)",
+    },
+    Setting {
+        path: "auth.policy_file",
+        flag: flag("auth-policy-file", "FILE"),
+        default: D::Unset("none: everything allowed"),
+        kind: Kind::Path,
+        table: DocTable::Security,
+        help: "the authorization rules (TOML, [format](#authorization-who-may-do-what)): once \
+               it holds a rule, what no rule allows is refused (`-ERR not authorized`) and SCAN \
+               lists only keys the requester may read. Without rules every requester may do \
+               everything (a WARN at start says so)",
+    },
+    Setting {
+        path: "auth.policy_reload_interval_ms",
+        flag: flag("auth-policy-reload-interval-ms", "MS"),
+        default: D::Int(2_000),
+        kind: Kind::at_least(0),
+        table: DocTable::Security,
+        help: "how often the policy file is checked for changes, ms; a valid change applies to \
+               the next request, an invalid one is refused (WARN) and the last good rules stay; \
+               `0`: never",
+    },
 ];
 
 #[cfg(test)]

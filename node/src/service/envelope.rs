@@ -27,18 +27,49 @@ pub struct Envelope {
     pub correlation_data: Bytes,
     /// When the request expires, if it has a Message Expiry.
     pub deadline: Option<Instant>,
-    /// The requester's client id, if it can be known (§1.1 `__srcId`).
+    /// Who asks, if it can be known: the client id it claims (§1.1 `__srcId`), or the identity
+    /// the broker vouches for ([`RequesterIdentity`]).
     pub client_id: Option<String>,
 }
 
+/// Who a state store or device-bound service request comes from (`auth.identity`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequesterIdentity {
+    /// What the client claims ([`client_id`]): `__srcId`, else its response topic's
+    /// `clients/<id>/`.
+    Claimed,
+    /// The value of this user property, which the broker's statestore plugin writes (after
+    /// removing any copy the client sent); a request without it is refused.
+    Vouched {
+        /// The property's name (`auth.vouched_property`).
+        property: String,
+    },
+}
+
 /// Checks the envelope of `message` at `now` (§1, §5.2); its Response Topic must be one
-/// `reply_topics` allows.
+/// `reply_topics` allows, and its requester known as `identity` says.
 pub fn check(
     message: &InboundMessage,
     now: Instant,
     reply_topics: &ReplyTopics,
+    identity: &RequesterIdentity,
 ) -> Result<Envelope, Refusal> {
-    check_with(message, now, |topic| reply_topics.allows(topic))
+    let mut envelope = check_with(message, now, |topic| reply_topics.allows(topic))?;
+    if let RequesterIdentity::Vouched { property } = identity {
+        // The plugin removes the client's copies and appends its own: exactly one is left.
+        let vouched = message
+            .user_properties
+            .iter()
+            .rev()
+            .find(|(name, _)| name == property)
+            .map(|(_, value)| value)
+            .filter(|value| !value.is_empty());
+        let Some(vouched) = vouched else {
+            return Err(Refusal::NoVouchedIdentity);
+        };
+        envelope.client_id = Some(vouched.clone());
+    }
+    Ok(envelope)
 }
 
 /// The envelope of a pull or settlement `device_id` published (devicebound.md §3): `Ok(None)`

@@ -1,8 +1,8 @@
 use super::*;
 
-/// The `reason` labels `statestore_server_requests_dropped_total` had before the verdict type
-/// (dashboards and alerts name them): the set must not change.
-const DROP_REASONS: [&str; 10] = [
+/// The `reason` labels of `statestore_server_requests_dropped_total` (dashboards and alerts name
+/// them): the set the verdict type found, plus `no_vouched_identity` (issue 29). Only additions.
+const DROP_REASONS: [&str; 11] = [
     "qos0",
     "no_response_topic",
     "no_correlation_data",
@@ -13,6 +13,7 @@ const DROP_REASONS: [&str; 10] = [
     "overloaded",
     "too_many_properties",
     "internal",
+    "no_vouched_identity",
 ];
 
 /// The `result` labels besides the error replies' own.

@@ -18,7 +18,10 @@ fn sample(kind: Kind) -> Option<(&'static str, toml::Value)> {
         Kind::Int { min, .. } if min > 0 => ("7000000", toml::Value::Integer(7_000_000)),
         Kind::Int { .. } => ("0", toml::Value::Integer(0)),
         Kind::Float { .. } => ("0.5", toml::Value::Float(0.5)),
-        Kind::Choice(_) => ("json", toml::Value::String("json".into())),
+        Kind::Choice(choices) => {
+            let last = choices.last()?;
+            (last, toml::Value::String((*last).into()))
+        }
         Kind::Text | Kind::Path => ("/some/thing", toml::Value::String("/some/thing".into())),
         Kind::Address => ("[::1]:9", toml::Value::String("[::1]:9".into())),
         Kind::Bool | Kind::List | Kind::Table => return None,

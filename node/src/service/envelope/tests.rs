@@ -86,12 +86,25 @@ fn section_1_requests_without_a_way_to_answer_get_no_reply() {
         let mut m = message();
         mutate(&mut m);
         assert_eq!(
-            check(&m, now, &ReplyTopics::default()),
+            check(
+                &m,
+                now,
+                &ReplyTopics::default(),
+                &RequesterIdentity::Claimed
+            ),
             Err(expected),
             "§1 {name}"
         );
     }
-    assert!(check(&message(), now, &ReplyTopics::default()).is_ok());
+    assert!(
+        check(
+            &message(),
+            now,
+            &ReplyTopics::default(),
+            &RequesterIdentity::Claimed
+        )
+        .is_ok()
+    );
 }
 
 /// devicebound.md §3: a pull or settlement is answered under the device's own
@@ -167,7 +180,13 @@ fn section_5_3_protocol_major_version_must_be_1() {
 #[test]
 fn section_1_2_reply_carries_every_required_property() {
     let m = message();
-    let envelope = check(&m, Instant::now(), &ReplyTopics::default()).expect("valid");
+    let envelope = check(
+        &m,
+        Instant::now(),
+        &ReplyTopics::default(),
+        &RequesterIdentity::Claimed,
+    )
+    .expect("valid");
     let out = reply(
         &envelope,
         b"+OK\r\n".to_vec(),
@@ -207,4 +226,59 @@ fn section_1_2_remaining_expiry_rounds_up() {
         Some(3)
     );
     assert_eq!(remaining_expiry_secs(Some(now), now), Some(0));
+}
+
+fn vouched() -> RequesterIdentity {
+    RequesterIdentity::Vouched {
+        property: "__ssVouchedId".to_owned(),
+    }
+}
+
+#[test]
+fn a_broker_vouched_identity_replaces_the_claimed_one() {
+    let mut m = message();
+    m.user_properties
+        .push(("__ssVouchedId".to_owned(), "alice".to_owned()));
+    let topics = ReplyTopics::default();
+    let claimed = check(&m, Instant::now(), &topics, &RequesterIdentity::Claimed).expect("valid");
+    assert_eq!(
+        claimed.client_id.as_deref(),
+        Some("c1"),
+        "claimed ignores the property"
+    );
+    let envelope = check(&m, Instant::now(), &topics, &vouched()).expect("valid");
+    assert_eq!(envelope.client_id.as_deref(), Some("alice"));
+}
+
+#[test]
+fn without_a_vouched_identity_a_request_gets_no_reply() {
+    let topics = ReplyTopics::default();
+    let cases: [(&str, Vec<(&str, &str)>); 4] = [
+        ("no property", vec![("__srcId", "c1")]),
+        ("empty property", vec![("__ssVouchedId", "")]),
+        ("another name", vec![("__ssvouchedid", "alice")]),
+        ("only __srcId", vec![("__srcId", "alice")]),
+    ];
+    for (case, properties) in cases {
+        let mut m = message();
+        m.user_properties = properties
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
+            .collect();
+        assert_eq!(
+            check(&m, Instant::now(), &topics, &vouched()),
+            Err(Refusal::NoVouchedIdentity),
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn envelope_refusals_come_before_the_identity_check() {
+    let mut m = message();
+    m.qos = 0;
+    assert_eq!(
+        check(&m, Instant::now(), &ReplyTopics::default(), &vouched()),
+        Err(Refusal::Qos0)
+    );
 }
