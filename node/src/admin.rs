@@ -13,7 +13,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::auth::AdminToken;
+use crate::admin_token::AdminToken;
 use crate::cli::{ClusterAction, ClusterArgs};
 use crate::error::NodeError;
 use crate::http::MemberChange;

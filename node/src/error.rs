@@ -17,6 +17,14 @@ pub enum NodeError {
     /// names the file.
     #[error("tls: {0}")]
     Tls(String),
+    /// The policy file (`auth.policy_file`) is unreadable or holds no valid policy.
+    #[error("policy file {path}: {reason}")]
+    Policy {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: PolicyFileError,
+    },
     /// A listener or the session thread could not start.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -50,4 +58,21 @@ pub enum NodeError {
     /// `statestore kv` could not reach the store or got no usable reply.
     #[error("{0}")]
     Client(String),
+}
+
+/// Why a policy file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyFileError {
+    /// It could not be read.
+    #[error("cannot be read: {0}")]
+    Read(#[from] std::io::Error),
+    /// It is larger than a policy may be.
+    #[error("larger than {} bytes", statestore_policy::MAX_POLICY_BYTES)]
+    TooLarge,
+    /// It is not UTF-8 text.
+    #[error("is not UTF-8 text")]
+    NotText,
+    /// Its rules are invalid.
+    #[error("{0}")]
+    Invalid(#[from] statestore_policy::PolicyError),
 }

@@ -22,7 +22,7 @@ use statestore_storage::keyspace::read;
 use statestore_storage::machine::read as machine_read;
 use tokio::sync::watch;
 
-use crate::auth::{self, AdminAuth};
+use crate::admin_token::{self, AdminAuth};
 use crate::metrics::NodeMetrics;
 use crate::mqtt::SessionState;
 
@@ -119,7 +119,7 @@ pub fn router(state: Arc<HttpState>) -> Router {
         .route("/admin/digest", get(digest))
         .route_layer(middleware::from_fn_with_state(
             state.admin_auth.clone(),
-            auth::require_token,
+            admin_token::require_token,
         ));
     Router::new()
         .route("/metrics", get(metrics))

@@ -7,8 +7,9 @@
 //! settings into each subsystem's); [`http`] and [`metrics`] make them observable.
 
 pub mod admin;
+pub mod admin_token;
 pub mod admission;
-pub mod auth;
+pub mod authz;
 pub mod cli;
 pub mod config;
 pub mod device_metrics;

@@ -611,6 +611,8 @@ pub struct NodeMetrics {
     pub mqtt: std::sync::Arc<MqttMetrics>,
     /// Device-bound queues.
     pub devicebound: crate::device_metrics::DeviceboundMetrics,
+    /// Authorization: the policy in force and the grants cache.
+    pub authz: crate::authz::AuthzMetrics,
     /// `statestore_tls_cert_not_after_seconds{listener,file}`: the peer and HTTPS
     /// certificates, read at start (the broker client certificate has its own, reloaded gauge).
     pub tls_cert_not_after_seconds: IntGaugeVec,
@@ -696,6 +698,7 @@ impl NodeMetrics {
             crate::telemetry::SuppressedLogLines::for_process()?
         ))?;
         let devicebound = crate::device_metrics::DeviceboundMetrics::register(&registry)?;
+        let authz = crate::authz::AuthzMetrics::register(&registry)?;
         let tls_cert_not_after_seconds = metric!(IntGaugeVec::new(
             Opts::new(
                 "statestore_tls_cert_not_after_seconds",
@@ -710,6 +713,7 @@ impl NodeMetrics {
             store,
             mqtt: std::sync::Arc::new(mqtt),
             devicebound,
+            authz,
             tls_cert_not_after_seconds,
         })
     }

@@ -8,15 +8,17 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use axum::serve::{Listener, ListenerExt};
+use statestore_policy::Policy;
 use statestore_raft::RaftNode;
 use statestore_storage::keyspace::read;
 use statestore_storage::sled::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::admin_token::AdminAuth;
 use crate::admission::Intake;
-use crate::auth::AdminAuth;
-use crate::config::Config;
+use crate::authz::{Authorizer, policy_file};
+use crate::config::{Config, IdentitySource};
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
 use crate::https::TlsListener;
@@ -42,6 +44,42 @@ const TASKS_JOIN_DEADLINE: Duration = Duration::from_secs(2);
 
 /// How long a task's failure waits for a Raft fatal error that may have caused it.
 const RAFT_FATAL_GRACE: Duration = Duration::from_millis(500);
+
+/// The policy in force at start (`auth.policy_file`; an unusable file stops the node) and the
+/// follower of its file. Warns when nothing is enforced, and when rules match identities any
+/// client can claim.
+fn start_authorization(
+    config: &Config,
+    metrics: &NodeMetrics,
+) -> Result<(Arc<Authorizer>, Option<policy_file::Follower>), NodeError> {
+    let (policy, follower) = match &config.auth.policy_file {
+        Some(path) => {
+            let (policy, bytes) = policy_file::load(path)?;
+            (
+                policy,
+                Some(policy_file::Follower::new(path.clone(), bytes)),
+            )
+        }
+        None => (Policy::open(), None),
+    };
+    let path = config
+        .auth
+        .policy_file
+        .as_ref()
+        .map(|p| p.display().to_string());
+    if policy.is_open() {
+        tracing::warn!(policy_file = ?path, "no authorization rules: every requester may read, write and watch every key and use every device queue (set auth.policy_file)");
+    } else {
+        tracing::info!(policy_file = ?path, rules = policy.rule_count(), identity = ?config.auth.identity, "authorization rules in force");
+        if config.auth.identity == IdentitySource::Claimed {
+            tracing::warn!(
+                "auth.identity = \"claimed\": the rules match identities that clients claim (__srcId) and can forge; use auth.identity = \"broker\" with the statestore broker plugin"
+            );
+        }
+    }
+    let authorizer = Arc::new(Authorizer::new(policy, metrics.authz.clone()));
+    Ok((authorizer, follower))
+}
 
 /// Runs a node until SIGTERM or SIGINT, or until Raft or one of the node's tasks fails.
 pub async fn run(config: Config) -> Result<(), NodeError> {
@@ -78,6 +116,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         metrics.record_cert_expiry("http", &tls.cert_file);
     }
     let admin_auth = AdminAuth::new(config.admin_token()?, &metrics.registry)?;
+    let (authorizer, policy_follower) = start_authorization(&config, &metrics)?;
     for warning in config.exposure_warnings() {
         tracing::warn!("{warning}");
     }
@@ -117,6 +156,12 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         metrics.service.stalls_total.clone(),
         supervisor.exit_guard(Task::StallDetector),
     )?;
+    if let (Some(follower), Some(interval)) = (policy_follower, config.policy_reload_interval()) {
+        supervisor.spawn(
+            Task::PolicyWatch,
+            policy_file::follow(follower, authorizer.clone(), interval, stop.clone()),
+        );
+    }
     if let Some(tls) = &session.tls {
         supervisor.spawn(
             Task::MqttTlsWatch,
@@ -133,15 +178,18 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     let offline_devices = Arc::new(OfflineDevices::new(
         metrics.devicebound.devices_in_backoff.clone(),
     ));
-    let service = Arc::new(Service::new(
-        raft.clone(),
-        &config.node_name(),
-        mqtt.clone(),
-        config.service(),
-        metrics.clone(),
-        serving.clone(),
-        offline_devices.clone(),
-    ));
+    let service = Arc::new(
+        Service::new(
+            raft.clone(),
+            &config.node_name(),
+            mqtt.clone(),
+            config.service(),
+            metrics.clone(),
+            serving.clone(),
+            offline_devices.clone(),
+        )
+        .with_authorizer(authorizer.clone()),
+    );
 
     let http_state = Arc::new(HttpState {
         metrics: metrics.clone(),

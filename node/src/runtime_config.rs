@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 
-use crate::config::{Config, MqttConfig, exposed, invalid};
+use crate::config::{Config, IdentitySource, MqttConfig, exposed, invalid};
 use crate::error::NodeError;
 use crate::mqtt::{BrokerAddress, BrokerTls, SessionConfig};
 use crate::service::ServiceConfig;
+use crate::service::envelope::RequesterIdentity;
 use crate::service::leader::LeaderTiming;
 use crate::tls::{ClientIdentity, Reloading, TlsFiles};
 use statestore_protocol::ProtocolLimits;
@@ -186,7 +187,19 @@ impl Config {
             reply_topics: crate::service::reply_topic::ReplyTopics::new(
                 self.mqtt.reply_topic_prefixes.iter().cloned(),
             ),
+            identity: match self.auth.identity {
+                IdentitySource::Claimed => RequesterIdentity::Claimed,
+                IdentitySource::Broker => RequesterIdentity::Vouched {
+                    property: self.auth.vouched_property.clone(),
+                },
+            },
         }
+    }
+
+    /// How often the policy file is checked for changes; `None`: never.
+    pub fn policy_reload_interval(&self) -> Option<Duration> {
+        (self.auth.policy_reload_interval_ms > 0)
+            .then(|| Duration::from_millis(self.auth.policy_reload_interval_ms))
     }
 
     /// Leadership checks: a serving leader gives up after the longest election timeout
@@ -266,11 +279,11 @@ impl Config {
     }
 
     /// The admin bearer token, read from `admin.token_file`.
-    pub fn admin_token(&self) -> Result<Option<crate::auth::AdminToken>, NodeError> {
+    pub fn admin_token(&self) -> Result<Option<crate::admin_token::AdminToken>, NodeError> {
         self.admin
             .token_file
             .as_deref()
-            .map(|path| crate::auth::AdminToken::from_file("admin.token_file", path))
+            .map(|path| crate::admin_token::AdminToken::from_file("admin.token_file", path))
             .transpose()
     }
 

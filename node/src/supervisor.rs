@@ -41,6 +41,8 @@ pub enum Task {
     Http,
     /// Reloads the broker TLS files when they change.
     MqttTlsWatch,
+    /// Puts a changed policy file in force (runs only with `auth.policy_file`).
+    PolicyWatch,
     /// Passes admitted requests to the service (one task per request).
     Dispatcher,
     /// Holds the request subscription while this node leads and serves.
@@ -63,12 +65,13 @@ pub enum Task {
 
 impl Task {
     /// Every task, in the order `docs/architecture.md` lists them.
-    pub const ALL: [Task; 14] = [
+    pub const ALL: [Task; 15] = [
         Task::MqttSession,
         Task::StallDetector,
         Task::RaftPeers,
         Task::Http,
         Task::MqttTlsWatch,
+        Task::PolicyWatch,
         Task::Dispatcher,
         Task::Leader,
         Task::Expiry,
@@ -88,6 +91,7 @@ impl Task {
             Task::RaftPeers => "raft-peers",
             Task::Http => "http",
             Task::MqttTlsWatch => "mqtt-tls-watch",
+            Task::PolicyWatch => "policy-watch",
             Task::Dispatcher => "dispatcher",
             Task::Leader => "leader",
             Task::Expiry => "expiry",

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 
 use axum::http::{Method, StatusCode};
 use statestore_node::admin::AdminClient;
-use statestore_node::auth::{AdminAuth, AdminToken};
+use statestore_node::admin_token::{AdminAuth, AdminToken};
 use statestore_node::http::{self, DigestGate, HttpState};
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::mqtt::SessionState;

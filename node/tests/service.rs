@@ -20,14 +20,17 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use statestore_node::authz::Authorizer;
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::service::device_push::DevicePush;
+use statestore_node::service::envelope::RequesterIdentity;
 use statestore_node::service::offline_devices::OfflineDevices;
 use statestore_node::service::{Devicebound, Service, ServiceConfig, StateStore};
 use statestore_node::transport::{
     DEVICEBOUND_REQUEST_TOPIC, InboundMessage, OutboundKind, OutboundMessage, Outbox, PubackAnswer,
     REQUEST_TOPIC,
 };
+use statestore_policy::Policy;
 use statestore_protocol::scan::PageLimits;
 use statestore_protocol::{ProtocolLimits, resp3};
 use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
@@ -63,6 +66,7 @@ struct Harness {
     serving: Arc<AtomicBool>,
     metrics: Arc<NodeMetrics>,
     wall: Arc<dyn WallClock>,
+    authorizer: Arc<Authorizer>,
     next_correlation: u8,
     _dir: tempfile::TempDir,
 }
@@ -76,6 +80,10 @@ struct Setup {
     events: Arc<dyn EventSink>,
     /// What one SCAN page may cost.
     scan_page: PageLimits,
+    /// Who requests come from.
+    identity: RequesterIdentity,
+    /// The rules in force (open: none).
+    policy: Policy,
 }
 
 impl Setup {
@@ -85,6 +93,8 @@ impl Setup {
             wall: None,
             events: Arc::new(DiscardEvents),
             scan_page: PageLimits::default(),
+            identity: RequesterIdentity::Claimed,
+            policy: Policy::open(),
         }
     }
 }
@@ -119,6 +129,7 @@ impl Harness {
         let offline_devices = Arc::new(OfflineDevices::new(
             metrics.devicebound.devices_in_backoff.clone(),
         ));
+        let authorizer = Arc::new(Authorizer::new(setup.policy, metrics.authz.clone()));
         let mut service = Service::new(
             raft,
             "statestore-test",
@@ -132,11 +143,13 @@ impl Harness {
                 devicebound: Default::default(),
                 scan_page: setup.scan_page,
                 reply_topics: Default::default(),
+                identity: setup.identity.clone(),
             },
             metrics.clone(),
             serving.clone(),
             offline_devices.clone(),
-        );
+        )
+        .with_authorizer(authorizer.clone());
         let wall: Arc<dyn WallClock> = match setup.wall {
             Some(manual) => {
                 let wall: Arc<dyn WallClock> = Arc::new(manual);
@@ -152,6 +165,7 @@ impl Harness {
             serving,
             metrics,
             wall,
+            authorizer,
             next_correlation: 0,
             _dir: dir,
         }
@@ -1112,4 +1126,191 @@ async fn a_settlement_at_a_deposed_leader_is_forwarded_and_settles_once() {
             .get(),
         1
     );
+}
+
+// ---- Authorization (issue 29): broker-vouched identity and the policy's rules ----
+
+/// `testdata/authorization.toml`: a policy and, per service, requests in order with the
+/// identity the broker vouches for and the exact reply.
+#[derive(serde::Deserialize)]
+struct AuthorizationCases {
+    policy: String,
+    state_store: Vec<AuthorizationCase>,
+    devicebound: Vec<AuthorizationCase>,
+}
+
+#[derive(serde::Deserialize)]
+struct AuthorizationCase {
+    identity: String,
+    request: Vec<String>,
+    reply: String,
+}
+
+impl AuthorizationCase {
+    fn payload(&self) -> Vec<u8> {
+        let parts: Vec<&[u8]> = self.request.iter().map(|p| p.as_bytes()).collect();
+        resp(&parts)
+    }
+}
+
+fn authorization_cases() -> AuthorizationCases {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/testdata/authorization.toml"
+    );
+    let text = std::fs::read_to_string(path).expect("testdata/authorization.toml");
+    toml::from_str(&text).expect("valid cases")
+}
+
+const NOT_AUTHORIZED: &[u8] = b"-ERR not authorized\r\n";
+
+fn vouched() -> RequesterIdentity {
+    RequesterIdentity::Vouched {
+        property: "__ssVouchedId".to_owned(),
+    }
+}
+
+async fn authorizing(policy: &str) -> Harness {
+    let mut setup = Setup::new(Duration::from_secs(10));
+    setup.identity = vouched();
+    setup.policy = Policy::parse(policy).expect("valid policy");
+    Harness::start_with(setup).await
+}
+
+impl Harness {
+    /// `payload` as a request the broker vouches came from `identity` (the client claims
+    /// `__srcId` c1 regardless).
+    async fn send_as(&mut self, identity: &str, payload: &[u8]) -> Vec<u8> {
+        let mut message = self.request(payload, Some(10));
+        message
+            .user_properties
+            .push(("__ssVouchedId".to_owned(), identity.to_owned()));
+        let replies = self.handle(message).await;
+        assert_eq!(replies.len(), 1, "one reply to {identity}");
+        replies[0].payload.to_vec()
+    }
+}
+
+#[tokio::test]
+async fn the_policy_decides_each_method_on_each_key_by_the_vouched_identity() {
+    let cases = authorization_cases();
+    let mut h = authorizing(&cases.policy).await;
+    for case in &cases.state_store {
+        let reply = h.send_as(&case.identity, &case.payload()).await;
+        assert_eq!(
+            String::from_utf8_lossy(&reply),
+            case.reply,
+            "{} {:?}",
+            case.identity,
+            case.request
+        );
+    }
+    let denied = h
+        .metrics
+        .service
+        .requests_total
+        .with_label_values(&["set", "not_authorized"])
+        .get();
+    let expected = cases
+        .state_store
+        .iter()
+        .filter(|c| c.request[0] == "SET" && c.reply.as_bytes() == NOT_AUTHORIZED)
+        .count();
+    assert_eq!(denied, u64::try_from(expected).expect("count"));
+}
+
+#[tokio::test]
+async fn scan_lists_only_the_keys_the_requester_may_read() {
+    let mut h = authorizing(&authorization_cases().policy).await;
+    for key in [&b"a/1"[..], b"a/2"] {
+        assert_eq!(
+            h.send_as("alice", &resp(&[b"SET", key, b"v"])).await,
+            b"+OK\r\n"
+        );
+    }
+    assert_eq!(
+        h.send_as("bob", &resp(&[b"SET", b"a*", b"v"])).await,
+        b"+OK\r\n"
+    );
+    let keys = |reply: &[u8]| scan_page(reply).0;
+    let for_bob = keys(&h.send_as("bob", &resp(&[b"SCAN", b"*"])).await);
+    assert_eq!(
+        for_bob,
+        vec![b"a*".to_vec(), b"a/1".to_vec(), b"a/2".to_vec()]
+    );
+    let for_mallory = keys(&h.send_as("mallory", &resp(&[b"SCAN", b"*"])).await);
+    assert!(for_mallory.is_empty(), "{for_mallory:?}");
+}
+
+#[tokio::test]
+async fn with_broker_identity_a_request_without_it_gets_no_reply_and_a_forged_src_id_is_ignored() {
+    let mut h = authorizing(&authorization_cases().policy).await;
+    // No vouched identity (a broker without the plugin): silence, counted.
+    let message = h.request(&resp(&[b"GET", b"a/1"]), Some(10));
+    assert!(h.handle(message).await.is_empty());
+    assert_eq!(h.dropped("no_vouched_identity"), 1);
+    // Claiming alice in __srcId does not make bob alice.
+    let mut forged = h.request(&resp(&[b"SET", b"a/1", b"v"]), Some(10));
+    forged.user_properties = vec![
+        ("__srcId".to_owned(), "alice".to_owned()),
+        (
+            "__ts".to_owned(),
+            format!("{:015}:00000:c1", h.wall.now_ms()),
+        ),
+        ("__ssVouchedId".to_owned(), "bob".to_owned()),
+    ];
+    let replies = h.handle(forged).await;
+    assert_eq!(&replies[0].payload[..], NOT_AUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_new_policy_applies_from_the_next_request() {
+    let mut h = authorizing(&authorization_cases().policy).await;
+    assert_eq!(
+        h.send_as("bob", &resp(&[b"SET", b"a/1", b"v"])).await,
+        NOT_AUTHORIZED
+    );
+    h.authorizer.replace(
+        Policy::parse(
+            r#"
+[[state_store]]
+principals = ["b*"]
+key_type = "pattern"
+keys = ["*"]
+method = "Write"
+"#,
+        )
+        .expect("valid policy"),
+    );
+    assert_eq!(
+        h.send_as("bob", &resp(&[b"SET", b"a/1", b"v"])).await,
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        h.send_as("bob", &resp(&[b"GET", b"a/1"])).await,
+        NOT_AUTHORIZED
+    );
+    assert_eq!(h.metrics.authz.policy_rules.get(), 1);
+}
+
+#[tokio::test]
+async fn device_bound_requests_need_their_action_on_the_device() {
+    let cases = authorization_cases();
+    let mut h = authorizing(&cases.policy).await;
+    for case in &cases.devicebound {
+        let mut message = h.request(&case.payload(), Some(10));
+        message.topic = DEVICEBOUND_REQUEST_TOPIC.to_owned();
+        message
+            .user_properties
+            .push(("__ssVouchedId".to_owned(), case.identity.clone()));
+        h.service.clone().handle::<Devicebound>(message).await;
+        let (_, replies) = split_device_publishes(h.outbox.take());
+        assert_eq!(
+            replies,
+            vec![case.reply.as_bytes().to_vec()],
+            "{} {:?}",
+            case.identity,
+            case.request
+        );
+    }
 }

@@ -19,6 +19,7 @@ use crate::service::request_digest::{EffectProperties, request_digest};
 use crate::service::{Service, ServiceConfig, answer, device_push};
 use crate::transport::{InboundMessage, Outbox};
 use crate::verdict::{Answer, Unavailable};
+use statestore_policy::{DeviceAction, Grants};
 use statestore_protocol::ProtocolError;
 use statestore_protocol::devicebound::{
     DeadLetterEntry, DeviceRequest, DeviceVerb, SendRequest, application_properties,
@@ -53,11 +54,25 @@ impl Endpoint for Devicebound {
         verb.label()
     }
 
+    /// SEND, PURGE and FORGET need their action on the device, QUEUE and DEADLETTERS `read`,
+    /// FEEDBACK `feedback` (whatever devices its batch is about).
+    fn authorize(grants: &Grants, request: &DeviceRequest<'_>) -> bool {
+        let action = match request {
+            DeviceRequest::Send(_) => DeviceAction::Send,
+            DeviceRequest::Purge { .. } => DeviceAction::Purge,
+            DeviceRequest::Forget { .. } => DeviceAction::Forget,
+            DeviceRequest::Queue { .. } | DeviceRequest::DeadLetters { .. } => DeviceAction::Read,
+            DeviceRequest::Feedback { .. } => DeviceAction::Feedback,
+        };
+        grants.allows_device(action, request.device_id())
+    }
+
     fn execute<'a: 'f, 'f, O: Outbox>(
         service: &'f Arc<Service<O>>,
         request: DeviceRequest<'a>,
         message: &'f InboundMessage,
         envelope: &'f Envelope,
+        _grants: &'f Arc<Grants>,
         room: &'f mut ReplyRoom,
     ) -> Execution<'f> {
         Box::pin(service.execute_device(request, message, envelope, room))

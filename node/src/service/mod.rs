@@ -42,6 +42,7 @@ use statestore_vocab::hlc::{Hlc, HlcClock, SystemClock, WallClock};
 use tokio::sync::{Mutex, Notify};
 use tracing::Instrument;
 
+use crate::authz::Authorizer;
 use crate::metrics::NodeMetrics;
 use crate::transport::{InboundMessage, Outbox};
 use crate::verdict::{NoReply, Unavailable};
@@ -80,6 +81,8 @@ pub struct ServiceConfig {
     pub scan_page: statestore_protocol::scan::PageLimits,
     /// Where replies may be published (§1, devicebound.md §3).
     pub reply_topics: reply_topic::ReplyTopics,
+    /// Who a request comes from (`auth.identity`).
+    pub identity: envelope::RequesterIdentity,
 }
 
 /// Counts requests being processed so shutdown can wait for them.
@@ -142,6 +145,8 @@ pub struct Service<O: Outbox> {
     offline_devices: Arc<OfflineDevices>,
     /// [`SCAN_SLOTS`] permits: one per SCAN page being built.
     scan_slots: Arc<tokio::sync::Semaphore>,
+    /// The policy in force (`auth.policy_file`).
+    authorizer: Arc<Authorizer>,
 }
 
 impl<O: Outbox> Service<O> {
@@ -170,7 +175,14 @@ impl<O: Outbox> Service<O> {
             device_wake: Arc::default(),
             offline_devices,
             scan_slots: Arc::new(tokio::sync::Semaphore::new(SCAN_SLOTS)),
+            authorizer: Arc::new(Authorizer::open()),
         }
+    }
+
+    /// Enforces `authorizer`'s policy (without one, every request is allowed).
+    pub fn with_authorizer(mut self, authorizer: Arc<Authorizer>) -> Self {
+        self.authorizer = authorizer;
+        self
     }
 
     /// The same service reading wall time from `wall` instead of the system clock (tests: a

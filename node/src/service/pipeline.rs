@@ -3,7 +3,8 @@
 //! 1. **intake**: the envelope (§1, §5.2): refused without a reply, answered `__stat` 505 for an
 //!    unsupported protocol version, or an [`Envelope`] with the request's deadline;
 //! 2. **parse**: the payload into the endpoint's typed request (an error reply when it fails);
-//! 3. **admit**: only the serving leader executes, and nothing outlives the request's deadline;
+//! 3. **admit**: only the serving leader executes, only what the policy allows the requester
+//!    (else `-ERR not authorized`), and nothing outlives the request's deadline;
 //! 4. **execute**: the endpoint's own work (reads, proposals), as an [`Answer`] or
 //!    [`Unavailable`];
 //! 5. **reply**: the [`Verdict`] becomes a publish (unless the requester gave up meanwhile), a
@@ -25,7 +26,8 @@ use super::{GaugeGuard, Service, ServiceConfig};
 use crate::metrics::NodeMetrics;
 use crate::transport::{InboundMessage, Outbox};
 use crate::verdict::{Answer, NoReply, Unavailable, Verdict};
-use statestore_protocol::ProtocolError;
+use statestore_policy::Grants;
+use statestore_protocol::{ErrorReply, ProtocolError};
 
 /// Stage 4's work for one request, boxed: the endpoints' futures borrow the request's payload
 /// and its reply room for different lifetimes, which a generic `impl Future + Send` cannot yet
@@ -57,12 +59,17 @@ pub trait Endpoint: Send + Sync + 'static {
     /// The verb's label.
     fn verb_label(verb: Self::Verb) -> &'static str;
 
-    /// Stage 4: runs an admitted request; a read takes `room` for its reply before it keeps it.
+    /// Stage 3: whether `grants` (the requester's, under the policy in force) allow `request`.
+    fn authorize(grants: &Grants, request: &Self::Request<'_>) -> bool;
+
+    /// Stage 4: runs an admitted request; a read takes `room` for its reply before it keeps it,
+    /// and lists only what `grants` allow it to read.
     fn execute<'a: 'f, 'f, O: Outbox>(
         service: &'f Arc<Service<O>>,
         request: Self::Request<'a>,
         message: &'f InboundMessage,
         envelope: &'f Envelope,
+        grants: &'f Arc<Grants>,
         room: &'f mut ReplyRoom,
     ) -> Execution<'f>;
 
@@ -97,16 +104,19 @@ async fn serve<E: Endpoint, O: Outbox>(service: Arc<Service<O>>, message: Inboun
     let span = tracing::Span::current();
     span.record("command", E::verb_label(verb));
     let mut room = ReplyRoom::new(&envelope, &service.config.node_client_id);
+    let grants = service.authorizer.grants(envelope.client_id.as_deref());
     let verdict = match parsed {
-        Ok(request) => Verdict::from(
-            admit(
-                &service,
-                started,
-                &envelope,
-                E::execute(&service, request, &message, &envelope, &mut room),
-            )
-            .await,
-        ),
+        Ok(request) => {
+            let allowed = E::authorize(&grants, &request);
+            let execute = async {
+                if !allowed {
+                    tracing::debug!(requester = ?envelope.client_id, "request not authorized");
+                    return Ok(Answer::error(ErrorReply::NotAuthorized));
+                }
+                E::execute(&service, request, &message, &envelope, &grants, &mut room).await
+            };
+            Verdict::from(admit(&service, started, &envelope, execute).await)
+        }
         Err(err) => Verdict::Answered(Answer::error(err.into())),
     };
     let result = verdict.result_label();
@@ -138,7 +148,13 @@ async fn intake<O: Outbox>(
     message: &InboundMessage,
     started: Instant,
 ) -> Option<Envelope> {
-    let envelope = match envelope::check(message, started, &service.config.reply_topics) {
+    let checked = envelope::check(
+        message,
+        started,
+        &service.config.reply_topics,
+        &service.config.identity,
+    );
+    let envelope = match checked {
         Ok(envelope) => envelope,
         Err(refusal) => {
             tracing::debug!(reason = refusal.label(), topic = %message.topic, "request dropped without reply");
@@ -160,7 +176,8 @@ async fn intake<O: Outbox>(
     Some(envelope)
 }
 
-/// Stage 3: runs `execute` if this node serves requests, until the request's deadline: its
+/// Stage 3: runs `execute` (which answers `not authorized` for what the requester may not do)
+/// if this node serves requests, until the request's deadline: its
 /// Message Expiry or the configured request timeout, whichever comes first. Past it nobody
 /// waits for the reply: the request is given up (a proposal already submitted still commits,
 /// and a retry finds its remembered reply).

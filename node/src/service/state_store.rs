@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use statestore_policy::{Grants, KeyAccess};
 use statestore_protocol::{Command, CommandVerb, ErrorReply, ProtocolError, Reply};
 use statestore_storage::keyspace::read;
 use statestore_storage::machine::Mutation;
@@ -46,14 +47,29 @@ impl Endpoint for StateStore {
         verb.label()
     }
 
+    /// AIO's methods: GET and KEYNOTIFY (also STOP) read their key, SET, DEL and VDEL write it;
+    /// SCAN is allowed and lists only the keys the requester may read.
+    fn authorize(grants: &Grants, command: &Command<'_>) -> bool {
+        match command {
+            Command::Get { key } | Command::KeyNotify { key, .. } => {
+                grants.allows_key(KeyAccess::Read, key)
+            }
+            Command::Set { key, .. } | Command::Del { key } | Command::VDel { key, .. } => {
+                grants.allows_key(KeyAccess::Write, key)
+            }
+            Command::Scan { .. } => true,
+        }
+    }
+
     fn execute<'a: 'f, 'f, O: Outbox>(
         service: &'f Arc<Service<O>>,
         command: Command<'a>,
         message: &'f InboundMessage,
         envelope: &'f Envelope,
+        grants: &'f Arc<Grants>,
         room: &'f mut ReplyRoom,
     ) -> Execution<'f> {
-        Box::pin(service.execute_command(command, message, envelope, room))
+        Box::pin(service.execute_command(command, message, envelope, grants, room))
     }
 
     fn observe(metrics: &NodeMetrics, verb: CommandVerb, result: &'static str, seconds: f64) {
@@ -69,6 +85,7 @@ impl<O: Outbox> Service<O> {
         command: Command<'_>,
         message: &InboundMessage,
         envelope: &Envelope,
+        grants: &Arc<Grants>,
         room: &mut ReplyRoom,
     ) -> Result<Answer, Unavailable> {
         let prepared =
@@ -78,7 +95,7 @@ impl<O: Outbox> Service<O> {
             Ok(Prepared::Read { key }) => return self.read_in_room(room, || self.get(key)).await,
             Ok(Prepared::Scan { pattern, after }) => {
                 return self
-                    .read_in_room(room, || self.scan(pattern.clone(), after))
+                    .read_in_room(room, || self.scan(pattern.clone(), after, grants.clone()))
                     .await;
             }
             Ok(Prepared::Write {
@@ -237,8 +254,9 @@ impl<O: Outbox> Service<O> {
         })
     }
 
-    /// SCAN: one page of the live keys matching `pattern` after `after`, read linearizably like
-    /// GET; the page's work is bounded by [`statestore_protocol::scan::PageLimits`], its time by their
+    /// SCAN: one page of the live keys matching `pattern` after `after` that `grants` allow the
+    /// requester to read (the others are examined and skipped, as if expired), read
+    /// linearizably like GET; the page's work is bounded by [`statestore_protocol::scan::PageLimits`], its time by their
     /// `max_duration`. The page is built off the runtime, on the blocking pool, in one of
     /// [`SCAN_SLOTS`] slots; a SCAN without a free slot waits for one (its request deadline
     /// still applies). The slot is held until the page is built, also when the request gave up
@@ -248,6 +266,7 @@ impl<O: Outbox> Service<O> {
         &self,
         pattern: statestore_protocol::glob::Glob,
         after: Option<&[u8]>,
+        grants: Arc<Grants>,
     ) -> Result<Answer, Unavailable> {
         let slot = {
             let _waiting = GaugeGuard::new(&self.metrics.service.scan_pages_waiting);
@@ -272,8 +291,8 @@ impl<O: Outbox> Service<O> {
             let stored = read::keys_after(&view, after.as_deref(), time).map(|entry| {
                 entry.map(
                     |(key, live, stored_bytes)| statestore_protocol::scan::StoredKey {
+                        live: live && grants.allows_key(KeyAccess::Read, &key),
                         key,
-                        live,
                         stored_bytes,
                     },
                 )
