@@ -16,6 +16,12 @@ promtool test rules dashboards/alerts_test.yaml
 statestore_bin=$(cargo build --locked --bin statestore --message-format=json-render-diagnostics |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$statestore_bin" ] || { echo "cargo built no statestore binary" >&2; exit 1; }
+# The Mosquitto plugin (broker-plugin/): the black-box authorization tests and the chart's
+# rehearsal load it into a real broker. Found the same way.
+plugin=$(cargo build --locked -p statestore-mosquitto-plugin --message-format=json-render-diagnostics |
+    grep -o '"[^"]*libstatestore_mosquitto_plugin\.so"' | tr -d '"' | tail -n 1)
+[ -f "$plugin" ] || { echo "cargo built no libstatestore_mosquitto_plugin.so" >&2; exit 1; }
+export STATESTORE_MOSQUITTO_PLUGIN="$plugin"
 # The Helm chart: lint, schema and manifest checks, then a rehearsal of its StatefulSet with
 # this binary and Mosquitto (tools pinned, cached in ~/.cache/statestore-helm).
 STATESTORE_BIN="$statestore_bin" ./scripts/check-helm.sh

@@ -12,56 +12,18 @@
 //! `STATESTORE_MOSQUITTO_PLUGIN`.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use statestore_harness::broker::Broker;
 use statestore_harness::pki::Pki;
+use statestore_harness::plugin::{broker_with_plugin, plugin_path};
 
 const SS: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
 const DB: &str = "devicebound/v1/command/invoke";
 const WAIT: Duration = Duration::from_secs(10);
-
-/// The plugin cargo built for this test:
-/// `<target>/<profile>/deps/libstatestore_mosquitto_plugin.so`, next to this test's
-/// executable. Not the copy in `<target>/<profile>/`: cargo refreshes that one on
-/// `cargo build` only, so under `cargo test` it can be stale.
-fn plugin_path() -> PathBuf {
-    if let Ok(p) = std::env::var("STATESTORE_MOSQUITTO_PLUGIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps directory");
-    let path = deps.join("libstatestore_mosquitto_plugin.so");
-    assert!(
-        path.exists(),
-        "no {}: was the cdylib built?",
-        path.display()
-    );
-    path
-}
-
-/// A password file with `users` (name, password), made with `mosquitto_passwd`.
-fn password_file(dir: &Path, users: &[(&str, &str)]) -> PathBuf {
-    let file = dir.join("passwords");
-    for (i, (user, password)) in users.iter().enumerate() {
-        let mut cmd = Command::new("mosquitto_passwd");
-        if i == 0 {
-            cmd.arg("-c");
-        }
-        let status = cmd
-            .arg("-b")
-            .arg(&file)
-            .arg(user)
-            .arg(password)
-            .status()
-            .expect("mosquitto_passwd (apt-get install -y mosquitto)");
-        assert!(status.success(), "mosquitto_passwd failed");
-    }
-    file
-}
 
 /// A broker loading the plugin with `options` (`plugin_opt_` lines without the prefix),
 /// users alice/pw-a and bob/pw-b, and anonymous clients allowed.
@@ -71,16 +33,12 @@ fn broker(dir: &Path, options: &[&str]) -> Broker {
 
 /// Like [`broker`], with `listeners` (further listener sections) in the configuration.
 fn broker_with(dir: &Path, options: &[&str], listeners: &str) -> Broker {
-    let passwords = password_file(dir, &[("alice", "pw-a"), ("bob", "pw-b")]);
-    let mut extra = format!(
-        "password_file {}\nplugin {}\n{listeners}",
-        passwords.display(),
-        plugin_path().display()
-    );
-    for o in options {
-        extra.push_str(&format!("plugin_opt_{o}\n"));
-    }
-    Broker::start_with("127.0.0.1", &extra)
+    broker_with_plugin(
+        dir,
+        &[("alice", "pw-a"), ("bob", "pw-b")],
+        options,
+        listeners,
+    )
 }
 
 /// A `mosquitto_sub` on `topics` printing `topic|user properties|response topic|payload`, one

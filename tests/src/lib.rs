@@ -20,5 +20,5 @@ pub mod workload;
 
 // The process harness lives in its own crate (no SDK dependency, so `sdk-next` can use it too).
 pub use statestore_harness::{
-    broker, cluster, free_port, netlab, node, now_ms, pki, process_faults, wait_for,
+    broker, cluster, free_port, netlab, node, now_ms, pki, plugin, process_faults, wait_for,
 };

@@ -51,7 +51,15 @@ pub struct RawClient {
 impl RawClient {
     /// Connects to 127.0.0.1:`port` as `id` and subscribes to `clients/<id>/#`.
     pub async fn connect(port: u16, id: &str) -> RawClient {
+        RawClient::connect_as(port, id, None).await
+    }
+
+    /// [`RawClient::connect`] with a user name and password.
+    pub async fn connect_as(port: u16, id: &str, login: Option<(&str, &str)>) -> RawClient {
         let mut options = MqttOptions::new(id, "127.0.0.1", port);
+        if let Some((user, password)) = login {
+            options.set_credentials(user, password);
+        }
         options.set_keep_alive(Duration::from_secs(30));
         options.set_max_packet_size(Some(16 << 20));
         let mut network = options.network_options();

@@ -26,14 +26,20 @@ pub struct SdkClient {
 impl SdkClient {
     /// Connects `client_id` to the broker on 127.0.0.1:`port` and waits for the session.
     pub async fn connect(port: u16, client_id: &str) -> SdkClient {
-        let settings = MqttConnectionSettingsBuilder::default()
+        SdkClient::connect_with(client_id, |settings| settings.tcp_port(port).use_tls(false)).await
+    }
+
+    /// Connects `client_id` to 127.0.0.1 with the settings `configure` adds (port, TLS files, a
+    /// user name and password) and waits for the session.
+    pub async fn connect_with(
+        client_id: &str,
+        configure: impl FnOnce(MqttConnectionSettingsBuilder) -> MqttConnectionSettingsBuilder,
+    ) -> SdkClient {
+        let builder = MqttConnectionSettingsBuilder::default()
             .client_id(client_id)
             .hostname("127.0.0.1")
-            .tcp_port(port)
-            .keep_alive(Duration::from_secs(5))
-            .use_tls(false)
-            .build()
-            .expect("connection settings");
+            .keep_alive(Duration::from_secs(5));
+        let settings = configure(builder).build().expect("connection settings");
         let options = SessionOptionsBuilder::default()
             .connection_settings(settings)
             .build()

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod netlab;
 pub mod node;
 pub mod pki;
+pub mod plugin;
 pub mod process_faults;
 
 use std::net::TcpListener;
