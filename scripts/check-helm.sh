@@ -163,11 +163,16 @@ if $rehearsal; then
   bin="${STATESTORE_BIN:-$(cd "$repo" && cargo build --locked --bin statestore --message-format=json-render-diagnostics |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)}"
   [ -x "$bin" ] || { echo "no statestore binary at '$bin' (cargo build --bin statestore, or STATESTORE_BIN)" >&2; exit 1; }
+  # The broker plugin the --plain rehearsal loads (what the broker image would hold).
+  plugin="${STATESTORE_MOSQUITTO_PLUGIN:-$(cd "$repo" && cargo build --locked -p statestore-mosquitto-plugin --message-format=json-render-diagnostics |
+    grep -o '"[^"]*libstatestore_mosquitto_plugin\.so"' | tr -d '"' | tail -n 1)}"
+  [ -f "$plugin" ] || { echo "no broker plugin at '$plugin' (cargo build -p statestore-mosquitto-plugin, or STATESTORE_MOSQUITTO_PLUGIN)" >&2; exit 1; }
+  export STATESTORE_MOSQUITTO_PLUGIN="$plugin"
   step "rehearsal of the StatefulSet with $bin (defaults: generated TLS material and token)"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin"
   step "rehearsal with tls.peers, tls.http and admin.token from a given Secret"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin" --tls
-  step "rehearsal with tls.peers, tls.http and admin.token off"
+  step "rehearsal with tls.peers, tls.http and admin.token off; the broker plugin and a policy on"
   "$py" helm/tools/rehearse.py "$helm" "$repo" "$bin" --plain
 fi
 step "check-helm: all passed"

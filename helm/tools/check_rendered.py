@@ -413,6 +413,56 @@ def plain_render():
     check(m.maybe("Secret", f"{name}-tls") is not None, "tls.http still generates its Secret")
 
 
+def authorization_render():
+    print("== authorization: the policy ConfigMap and the broker plugin")
+    m = Manifests(render())
+    sts = m.one("StatefulSet")
+    name = sts["metadata"]["name"]
+    configs, _ = node_configs(m, sts)
+    check(all("auth" not in c for c in configs.values()) and not m.maybe("ConfigMap", f"{name}-policy"), "default: no policy, no [auth]")
+    conf = m.one("ConfigMap", f"{RELEASE}-mqtt")["data"]["mosquitto.conf"]
+    check("plugin " not in conf, "default: the broker loads no plugin")
+    policy = (ROOT / "tests/testdata/authorization/policy.toml").read_text()
+    m = Manifests(render(
+        "--set", "config.auth.identity=broker", "--set", "mqtt.statestorePlugin.enabled=true",
+        "--set-file", f"authorization.policy={ROOT / 'tests/testdata/authorization/policy.toml'}",
+    ))
+    sts = m.one("StatefulSet")
+    spec = sts["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    configs, _ = node_configs(m, sts)
+    path = "/etc/statestore/policy/policy.toml"
+    check(
+        all(c["auth"] == {"identity": "broker", "policy_file": path} for c in configs.values()),
+        "every node: auth.identity = broker and the mounted policy file",
+    )
+    check(m.one("ConfigMap", f"{name}-policy")["data"]["policy.toml"].strip() == policy.strip(), "the policy ConfigMap holds the file as given")
+    mount = next((v for v in container["volumeMounts"] if v["mountPath"] == "/etc/statestore/policy"), None)
+    volume = next((v for v in spec["volumes"] if v["name"] == (mount or {}).get("name")), None)
+    check(
+        mount is not None and "subPath" not in mount and mount.get("readOnly")
+        and volume is not None and volume["configMap"]["name"] == f"{name}-policy",
+        "the policy is mounted whole (no subPath: the kubelet updates it, the nodes reload it)",
+    )
+    default_checksum = Manifests(render()).one("StatefulSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    other = Manifests(render(
+        "--set", "config.auth.identity=broker", "--set", "mqtt.statestorePlugin.enabled=true",
+        "--set", "authorization.policy=[groups]",
+    ))
+    check(
+        other.one("StatefulSet")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        == sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"] != default_checksum,
+        "a policy edit does not change checksum/config (no restart); turning authorization on does",
+    )
+    conf = m.one("ConfigMap", f"{RELEASE}-mqtt")["data"]["mosquitto.conf"]
+    check(
+        "\nplugin /usr/lib/statestore/libstatestore_mosquitto_plugin.so\n" in conf
+        and "\nplugin_opt_check_response_topic true" in conf
+        and "\nper_listener_settings false\n" in conf,
+        "mqtt.statestorePlugin: mosquitto.conf loads the plugin for every listener",
+    )
+
+
 def generated_material_is_kept():
     print("== generated TLS material and token: kept across upgrades (lookup), new without one")
     first = Manifests(render())
@@ -801,6 +851,10 @@ def failing_renders():
         (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:0"], "at '/broker/address': 'mqtt:0' does not match pattern"),
         (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:65536"], "at '/broker/address': 'mqtt:65536' does not match pattern"),
         (["--set", "mqtt.enabled=false", "--set", "broker.address=mqtt:99999"], "at '/broker/address': 'mqtt:99999' does not match pattern"),
+        (["--set", "config.auth.identity=broker"], "config.auth.identity = broker with the bundled Mosquitto needs mqtt.statestorePlugin.enabled"),
+        (["--set", "config.auth.identity=vouched"], "at '/config/auth/identity'"),
+        (["--set", "authorization.policy=x", "--set", "config.auth.policy_file=/x"], "set the policy either as authorization.policy"),
+        (["--set", "mqtt.statestorePlugin.path=plugin.so"], "at '/statestorePlugin/path'"),
     ]
     for args, message in cases:
         out = helm_template(*args)
@@ -849,6 +903,7 @@ def schema_covers_values():
 def main():
     _, checksum, configs = default_render()
     plain_render()
+    authorization_render()
     generated_material_is_kept()
     scale_render(checksum, configs)
     monitoring_render()

@@ -35,8 +35,11 @@ send --token-file, and an add-node without the token must be refused. With --tls
 with a Secret of the user's (made here with openssl: a CA and a certificate for the headless
 wildcard, the admin Service and 127.0.0.1). With --plain all three are off: plain text, and
 the members start on 0.0.0.0 without a token only because the chart sets
-admin.allow_insecure_http. tls.broker is not rehearsed (it needs an external broker; the
-bundled Mosquitto is plain text).
+admin.allow_insecure_http; --plain also turns authorization on (mqtt.statestorePlugin, the
+nodes' config.auth.identity = "broker", authorization.policy = rehearsal-policy.toml): the
+broker loads the plugin at $STATESTORE_MOSQUITTO_PLUGIN in place of the image's path, every
+step runs as the policy's test user, and a GET outside its keys must be `not authorized`.
+tls.broker is not rehearsed (it needs an external broker; the bundled Mosquitto is plain text).
 
 Exits 1 on the first failure, printing the logs' tails. Keeps its directory with KEEP=1.
 """
@@ -73,8 +76,16 @@ TLS_VALUES = {
         "--set", f"tls.http.enabled=true,tls.http.secretName={TLS_SECRET}",
         "--set", "admin.token.enabled=true",
     ],
-    "plain": ["--set", "tls.peers.enabled=false,tls.http.enabled=false,admin.token.enabled=false"],
+    "plain": [
+        "--set", "tls.peers.enabled=false,tls.http.enabled=false,admin.token.enabled=false",
+        # Authorization: the broker plugin vouches for identities, the nodes enforce a policy.
+        "--set", "config.auth.identity=broker,mqtt.statestorePlugin.enabled=true",
+        "--set-file", f"authorization.policy={Path(__file__).resolve().parent / 'rehearsal-policy.toml'}",
+    ],
 }[MODE]
+# The plugin the broker image would hold (scripts/check-helm.sh builds it): the rendered
+# mosquitto.conf's path inside the image is rewritten to it.
+PLUGIN = os.environ.get("STATESTORE_MOSQUITTO_PLUGIN", "")
 EXISTING = {}  # Secrets the release expects to exist (kind, name) -> manifest
 CHART = ROOT / "helm" / "statestore"
 RELEASE, NS = "demo", "store"
@@ -497,14 +508,19 @@ def generated_ca(world, m, work):
     return path
 
 
-def plain_checks(world, m):
-    """Plain HTTP, and the nodes started on 0.0.0.0 without a token only as told."""
+def plain_checks(world, m, client):
+    """Plain HTTP, and the nodes started on 0.0.0.0 without a token only as told; the broker
+    plugin and the policy in force."""
     pod = next(p for p in world.pods.values() if p.running())
     code, _ = http_get(f"http://127.0.0.1:{pod.http_port()}/livez")
     must(code == 200 and pod.scheme() == "http", f"{pod.name}: plain HTTP")
     cfg = m[("ConfigMap", f"{world.name}-config")]["data"][f"{pod.name}.toml"]
     must("allow_insecure_http = true" in cfg and "token_file" not in cfg, f"{pod.name}.toml: admin.allow_insecure_http, no token")
     must(("Secret", f"{world.name}-tls") not in m, "no TLS material generated")
+    must("identity = \"broker\"" in cfg and "policy_file" in cfg, f"{pod.name}.toml: broker identity and the policy file")
+    # The broker plugin vouches for the test user; the policy allows it rehearsal/* only.
+    reply = client.request("GET", "elsewhere/k")
+    must(reply == b"-ERR not authorized\r\n", f"a GET outside the policy is refused (answered {reply!r})")
 
 
 def tls_checks(world, m, ca):
@@ -548,6 +564,10 @@ def main():
             # mosquitto would drop to the mosquitto user, who cannot read this directory.
             conf = next(p for p in mounts.values() if (p / "mosquitto.conf").exists()) / "mosquitto.conf"
             text = conf.read_text().replace("\nlistener 1883\n", f"\nlistener {world.mqtt_port} 127.0.0.1\n")
+            image_plugin = re.search(r"^plugin (\S+)$", text, re.M)
+            if image_plugin:
+                must(Path(PLUGIN).is_file(), f"the broker loads {image_plugin.group(1)}: STATESTORE_MOSQUITTO_PLUGIN names the built plugin")
+                text = text.replace(image_plugin.group(0), f"plugin {PLUGIN}")
             if os.geteuid() == 0:
                 text += "user root\n"
             conf.write_text(text)
@@ -569,7 +589,7 @@ def main():
         elif MODE == "generated":
             tls_checks(world, m3, generated_ca(world, m3, work))
         else:
-            plain_checks(world, m3)
+            plain_checks(world, m3, client)
 
         # 3. kill -9 the leader; the others keep serving; restart it with its data.
         lead = wait_for("a leader", lambda: leader(world), 30)

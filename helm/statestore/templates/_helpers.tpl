@@ -225,6 +225,11 @@ tolerations:
 {{- if $admin -}}
 {{- $_ := set $cfg "admin" $admin -}}
 {{- end -}}
+{{- if $root.Values.authorization.policy -}}
+{{- $auth := get $cfg "auth" | default dict -}}
+{{- $_ := set $auth "policy_file" "/etc/statestore/policy/policy.toml" -}}
+{{- $_ := set $cfg "auth" $auth -}}
+{{- end -}}
 {{- /* JSON log lines for the cluster's log pipeline, unless config.telemetry says otherwise. */ -}}
 {{- $telemetry := get $cfg "telemetry" | default dict -}}
 {{- if not (hasKey $telemetry "log_format") -}}
@@ -250,6 +255,13 @@ tolerations:
 {{- end -}}
 {{- if and .Values.mqtt.enabled (gt (int .Values.replicas) (int .Values.mqtt.auth.statestoreNodes)) -}}
 {{- fail (printf "mqtt.auth.statestoreNodes (%d) must be at least replicas (%d): the bundled broker has one user per statestore node" (int .Values.mqtt.auth.statestoreNodes) (int .Values.replicas)) -}}
+{{- end -}}
+{{- $auth := (.Values.config | default dict).auth | default dict -}}
+{{- if and .Values.mqtt.enabled (eq (toString $auth.identity) "broker") (not .Values.mqtt.statestorePlugin.enabled) -}}
+{{- fail "config.auth.identity = broker with the bundled Mosquitto needs mqtt.statestorePlugin.enabled: without the plugin no request carries a vouched identity and the nodes answer none" -}}
+{{- end -}}
+{{- if and .Values.authorization.policy $auth.policy_file -}}
+{{- fail "set the policy either as authorization.policy (the chart mounts it) or as config.auth.policy_file (a file you provide), not both" -}}
 {{- end -}}
 {{- if and .Values.tls.broker.enabled .Values.mqtt.enabled -}}
 {{- fail "tls.broker needs an external broker (mqtt.enabled=false, broker.address = its TLS port): the bundled Mosquitto listens in plain text only" -}}
