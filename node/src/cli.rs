@@ -30,6 +30,8 @@ pub enum CliCommand {
     Cluster(ClusterArgs),
     /// A client of the state store over MQTT 5: get, set, del, vdel, watch.
     Kv(Box<crate::kv::KvArgs>),
+    /// Check a policy file (`auth.policy_file`) as a node would load it.
+    Policy(PolicyArgs),
     /// The documentation generated from the settings table (`scripts/check-settings`).
     #[command(hide = true)]
     Settings(SettingsArgs),
@@ -162,6 +164,44 @@ pub enum ClusterAction {
         #[arg(long)]
         id: u64,
     },
+}
+
+/// `statestore policy check FILE`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: PolicyAction,
+}
+
+/// Policy file commands.
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Parse FILE as a node would at start or on a reload: exit 0 and the rule count, or exit 1
+    /// and what is wrong (the rule, its line and the field).
+    Check {
+        /// The policy file (TOML).
+        file: PathBuf,
+    },
+}
+
+impl PolicyArgs {
+    /// Runs the action; the line it prints on success.
+    pub fn run(&self) -> Result<String, NodeError> {
+        match &self.action {
+            PolicyAction::Check { file } => {
+                let (policy, _) = crate::authz::policy_file::load(file)?;
+                Ok(if policy.is_open() {
+                    format!(
+                        "{}: valid, no rules: every requester may do everything",
+                        file.display()
+                    )
+                } else {
+                    format!("{}: valid, {} rules", file.display(), policy.rule_count())
+                })
+            }
+        }
+    }
 }
 
 /// `statestore settings ...` (hidden): what `scripts/check-settings` compares.

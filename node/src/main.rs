@@ -37,6 +37,10 @@ fn main() -> ExitCode {
                 println!("{}", admin::run(&args).await?);
                 Ok(())
             }
+            CliCommand::Policy(args) => {
+                println!("{}", args.run()?);
+                Ok(())
+            }
             CliCommand::Settings(args) => {
                 args.run()?;
                 Ok(())

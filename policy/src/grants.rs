@@ -80,6 +80,14 @@ impl Pattern {
         }))
     }
 
+    /// The literal text every match starts with (empty for `*`-only patterns).
+    pub(crate) fn prefix(&self) -> &[u8] {
+        match self {
+            Pattern::AnyUtf8 => &[],
+            Pattern::Glob(glob) => &glob.prefix,
+        }
+    }
+
     /// Whether the whole of `text` matches; the caller checked that `text` is UTF-8.
     pub(crate) fn matches_utf8(&self, text: &[u8]) -> bool {
         match self {
@@ -89,6 +97,86 @@ impl Pattern {
             }
         }
     }
+}
+
+/// Globs with their access bits, grouped by literal prefix: a text is matched only against
+/// the globs whose prefix it starts with, found with one hash lookup per distinct prefix
+/// length. So an identity granted 1,000 patterns `app-0001/*` ... `app-1000/*` pays for the
+/// one its key can match, not a walk over all of them (the walk was 5.8 % of a busy leader's
+/// CPU with 1,000 such rules, 2026-11-28).
+#[derive(Debug, Default)]
+pub(crate) struct PatternIndex {
+    by_prefix: HashMap<Box<[u8]>, Vec<(Pattern, u8)>>,
+    /// The distinct prefix lengths, ascending.
+    prefix_lengths: Vec<usize>,
+    patterns: usize,
+}
+
+impl PatternIndex {
+    /// Indexes `patterns` (each glob once, with the bits it grants).
+    pub(crate) fn new(patterns: Vec<(Pattern, u8)>) -> PatternIndex {
+        let mut index = PatternIndex {
+            patterns: patterns.len(),
+            ..PatternIndex::default()
+        };
+        for (pattern, bits) in patterns {
+            index
+                .by_prefix
+                .entry(Box::from(pattern.prefix()))
+                .or_default()
+                .push((pattern, bits));
+        }
+        index.prefix_lengths = index.by_prefix.keys().map(|prefix| prefix.len()).collect();
+        index.prefix_lengths.sort_unstable();
+        index.prefix_lengths.dedup();
+        index.by_prefix.shrink_to_fit();
+        index
+    }
+
+    /// Globs indexed.
+    pub(crate) fn len(&self) -> usize {
+        self.patterns
+    }
+
+    /// Whether there are none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.patterns == 0
+    }
+
+    /// Whether a glob granting `bit` matches all of `text` (UTF-8, the caller checked).
+    fn grants(&self, text: &[u8], bit: u8) -> bool {
+        self.prefix_lengths
+            .iter()
+            .take_while(|&&length| length <= text.len())
+            .filter_map(|&length| self.by_prefix.get(text.get(..length)?))
+            .flatten()
+            .any(|(pattern, bits)| bits & bit != 0 && pattern.matches_utf8(text))
+    }
+
+    /// The heap of its table, lists and lengths (the globs are shared with the policy).
+    fn approx_bytes(&self) -> usize {
+        table::<Box<[u8]>, Vec<(Pattern, u8)>>(self.by_prefix.capacity())
+            + self
+                .by_prefix
+                .keys()
+                .map(|prefix| prefix.len())
+                .sum::<usize>()
+            + self
+                .by_prefix
+                .values()
+                .map(|list| list.capacity() * size_of::<(Pattern, u8)>())
+                .sum::<usize>()
+            + self.prefix_lengths.capacity() * size_of::<usize>()
+    }
+}
+
+/// A hash map's table of `capacity` slots: about 8 buckets per 7 usable slots, each with a
+/// control byte.
+fn table<K, V>(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    (capacity * 8 / 7 + 1) * (size_of::<(K, V)>() + 1) + 16
 }
 
 /// What one identity may do, from [`Policy::grants`](crate::Policy::grants). Holds no borrow
@@ -105,14 +193,14 @@ pub(crate) struct GrantsData {
     /// Union of the access bits of `keys` and `key_patterns`: a quick "nothing of that kind".
     pub(crate) key_bits: u8,
     pub(crate) keys: HashMap<Arc<[u8]>, u8>,
-    /// In the order their rules come in the policy, each glob once.
-    pub(crate) key_patterns: Vec<(Pattern, u8)>,
+    /// Each glob once, by literal prefix.
+    pub(crate) key_patterns: PatternIndex,
     /// Some rule grants `feedback` (whatever its devices).
     pub(crate) feedback: bool,
     /// Union of the action bits of `devices` and `device_patterns`.
     pub(crate) device_bits: u8,
     pub(crate) devices: HashMap<Arc<str>, u8>,
-    pub(crate) device_patterns: Vec<(Pattern, u8)>,
+    pub(crate) device_patterns: PatternIndex,
 }
 
 impl std::fmt::Debug for GrantsData {
@@ -166,10 +254,7 @@ impl Grants {
         }
         !data.key_patterns.is_empty()
             && std::str::from_utf8(key).is_ok()
-            && data
-                .key_patterns
-                .iter()
-                .any(|(pattern, bits)| bits & bit != 0 && pattern.matches_utf8(key))
+            && data.key_patterns.grants(key, bit)
     }
 
     /// True if `action` on device `device_id`'s queue is granted. [`DeviceAction::Feedback`]
@@ -198,29 +283,20 @@ impl Grants {
         {
             return true;
         }
-        data.device_patterns
-            .iter()
-            .any(|(pattern, bits)| bits & bit != 0 && pattern.matches_utf8(device_id.as_bytes()))
+        data.device_patterns.grants(device_id.as_bytes(), bit)
     }
 
     /// The heap these grants hold of their own, plus their own size (for a cache's byte cap):
     /// the hash maps' and lists' slots, not the key bytes and globs shared with the policy.
     pub fn approx_bytes(&self) -> usize {
         let data = &*self.inner;
-        // A hash map's table has about 8 buckets per 7 usable slots, each with a control byte.
-        fn table<K, V>(capacity: usize) -> usize {
-            if capacity == 0 {
-                return 0;
-            }
-            (capacity * 8 / 7 + 1) * (size_of::<(K, V)>() + 1) + 16
-        }
         size_of::<Grants>()
             + size_of::<GrantsData>()
             + 2 * size_of::<usize>() // the Arc's counts
             + table::<Arc<[u8]>, u8>(data.keys.capacity())
             + table::<Arc<str>, u8>(data.devices.capacity())
-            + data.key_patterns.capacity() * size_of::<(Pattern, u8)>()
-            + data.device_patterns.capacity() * size_of::<(Pattern, u8)>()
+            + data.key_patterns.approx_bytes()
+            + data.device_patterns.approx_bytes()
     }
 }
 

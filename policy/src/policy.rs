@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::document::{self, Document, Key, Matcher, Subjects};
 use crate::error::PolicyError;
-use crate::grants::{DeviceAction, Grants, GrantsData, Pattern};
+use crate::grants::{DeviceAction, Grants, GrantsData, Pattern, PatternIndex};
 
 /// A compiled policy: parse it once, then ask [`Policy::grants`] per identity.
 pub struct Policy {
@@ -290,6 +290,7 @@ impl Policy {
         data.keys
             .reserve(state.iter().map(|rule| rule.exact.len()).sum());
         let mut seen = HashMap::new();
+        let mut key_patterns = Vec::new();
         for rule in state {
             data.key_bits |= rule.access;
             for key in &rule.exact {
@@ -297,7 +298,7 @@ impl Policy {
             }
             for &id in &rule.patterns {
                 merge_pattern(
-                    &mut data.key_patterns,
+                    &mut key_patterns,
                     &mut seen,
                     &self.key_patterns,
                     id,
@@ -315,7 +316,9 @@ impl Policy {
             .collect();
         data.devices
             .reserve(device.iter().map(|rule| rule.exact.len()).sum());
+        data.key_patterns = PatternIndex::new(key_patterns);
         seen.clear();
+        let mut device_patterns = Vec::new();
         for rule in device {
             data.feedback |= rule.actions & DeviceAction::Feedback.bit() != 0;
             let actions = rule.actions & !DeviceAction::Feedback.bit();
@@ -328,7 +331,7 @@ impl Policy {
             }
             for &id in &rule.patterns {
                 merge_pattern(
-                    &mut data.device_patterns,
+                    &mut device_patterns,
                     &mut seen,
                     &self.device_patterns,
                     id,
@@ -337,8 +340,7 @@ impl Policy {
             }
         }
         data.devices.shrink_to_fit();
-        data.key_patterns.shrink_to_fit();
-        data.device_patterns.shrink_to_fit();
+        data.device_patterns = PatternIndex::new(device_patterns);
         Grants::new(data)
     }
 }

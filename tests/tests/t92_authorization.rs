@@ -361,3 +361,46 @@ async fn a_node_that_trusts_the_broker_answers_nothing_a_plain_broker_passes_on(
     .await;
     assert_eq!(dropped, Some(1.0));
 }
+
+/// `statestore policy check FILE`: exit 0 with the rule count for a valid file (the README's
+/// copy-paste policy among them), exit 1 naming the fault for an invalid one.
+#[test]
+fn policy_check_accepts_the_readme_policy_and_names_what_is_wrong() {
+    let check = |file: &Path| {
+        std::process::Command::new(statestore_tests::node::statestore_bin())
+            .args(["policy", "check"])
+            .arg(file)
+            .output()
+            .expect("run statestore policy check")
+    };
+    let out = check(&testdata("policy.toml"));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("valid, 4 rules"),
+        "{out:?}"
+    );
+
+    let out = check(&testdata("policy-invalid.toml"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nobody-defined-this"), "{stderr}");
+
+    // The README's example, exactly as a user would copy it.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let start = readme
+        .find("```toml\n# /etc/statestore/policy.toml\n")
+        .expect("the README's policy example");
+    let body = &readme[start + "```toml\n".len()..];
+    let example = &body[..body.find("```").expect("end of the example")];
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("policy.toml");
+    std::fs::write(&file, example).expect("write the example");
+    let out = check(&file);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("valid, 5 rules"),
+        "{out:?}"
+    );
+}

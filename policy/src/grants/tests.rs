@@ -70,8 +70,10 @@ fn exact_bits_then_patterns_granting_that_access() {
     };
     data.keys
         .insert(Arc::from(&b"k"[..]), KeyAccess::Read.bit());
-    data.key_patterns.push((glob("w*"), KeyAccess::Write.bit()));
-    data.key_patterns.push((glob("*"), KeyAccess::Read.bit()));
+    data.key_patterns = PatternIndex::new(vec![
+        (glob("w*"), KeyAccess::Write.bit()),
+        (glob("*"), KeyAccess::Read.bit()),
+    ]);
     let grants = Grants::new(data);
     let table: &[(KeyAccess, &[u8], bool)] = &[
         (KeyAccess::Read, b"k", true),
@@ -101,8 +103,7 @@ fn devices_feedback_and_missing_device_ids() {
     };
     data.devices
         .insert(Arc::from("d1"), DeviceAction::Send.bit());
-    data.device_patterns
-        .push((glob("plant-?"), DeviceAction::Read.bit()));
+    data.device_patterns = PatternIndex::new(vec![(glob("plant-?"), DeviceAction::Read.bit())]);
     let grants = Grants::new(data);
     assert!(grants.allows_device(DeviceAction::Send, Some("d1")));
     assert!(!grants.allows_device(DeviceAction::Read, Some("d1")));
@@ -127,4 +128,45 @@ fn approx_bytes_counts_own_slots_and_grows_with_them() {
     assert!(thousand.approx_bytes() >= empty.approx_bytes() + 1000 * 17);
     assert!(thousand.approx_bytes() < empty.approx_bytes() + 1000 * 64);
     assert_eq!(thousand.clone().approx_bytes(), thousand.approx_bytes());
+}
+
+#[test]
+fn the_pattern_index_finds_every_glob_whose_prefix_the_text_starts_with() {
+    let read = KeyAccess::Read.bit();
+    let write = KeyAccess::Write.bit();
+    let index = PatternIndex::new(vec![
+        (glob("app-0001/*"), read),
+        (glob("app-0002/*"), read | write),
+        (glob("app-*"), write),
+        (glob("*-x"), read),
+        (glob("?"), read),
+        (glob("a[b"), read),
+    ]);
+    assert_eq!(index.len(), 6);
+    // (text, bit, granted): prefixes of several lengths, the empty prefix, a text shorter
+    // than a prefix, bits of the right glob only.
+    let table: &[(&[u8], u8, bool)] = &[
+        (b"app-0001/k", read, true),
+        (b"app-0001/k", write, true),
+        (b"app-0002/k", write, true),
+        (b"app-0003/k", read, false),
+        (b"app-0003/k", write, true),
+        (b"app-", write, true),
+        (b"app", write, false),
+        (b"zz-x", read, true),
+        (b"app-0003-x", read, true),
+        (b"z", read, true),
+        (b"", read, false),
+        (b"a[b", read, true),
+        (b"ab", read, false),
+    ];
+    for &(text, bit, expected) in table {
+        assert_eq!(
+            index.grants(text, bit),
+            expected,
+            "{:?} bit {bit}",
+            String::from_utf8_lossy(text)
+        );
+    }
+    assert!(PatternIndex::new(Vec::new()).is_empty());
 }
