@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod device_metrics;
 pub mod error;
+pub mod file_watch;
 pub mod http;
 pub mod https;
 pub mod kv;

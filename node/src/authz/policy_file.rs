@@ -6,7 +6,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use statestore_policy::{MAX_POLICY_BYTES, Policy};
@@ -59,7 +59,7 @@ pub enum Check {
 #[derive(Debug)]
 pub struct Follower {
     path: PathBuf,
-    seen: Option<Vec<u8>>,
+    seen: Mutex<Option<Vec<u8>>>,
 }
 
 impl Follower {
@@ -67,18 +67,21 @@ impl Follower {
     pub fn new(path: PathBuf, bytes: Vec<u8>) -> Follower {
         Follower {
             path,
-            seen: Some(bytes),
+            seen: Mutex::new(Some(bytes)),
         }
     }
 
     /// Reads the file again (blocking IO) and says whether it changed and how.
-    pub fn check(&mut self) -> Check {
+    pub fn check(&self) -> Check {
         let read = read(&self.path);
         let now = read.as_ref().ok().cloned();
-        if now == self.seen {
-            return Check::Unchanged;
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+            if *seen == now {
+                return Check::Unchanged;
+            }
+            *seen = now;
         }
-        self.seen = now;
         match read.and_then(|bytes| parse(&bytes)) {
             Ok(policy) => Check::Changed(policy),
             Err(err) => Check::Refused(err),
@@ -96,62 +99,30 @@ pub async fn follow(
     follower: Follower,
     authorizer: Arc<Authorizer>,
     interval: Duration,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut follower = Some(follower);
-    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
-        if *stop.borrow() {
-            return;
-        }
-        let Some(mut current) = follower.take() else {
-            return;
-        };
-        let Ok((check, back)) = tokio::task::spawn_blocking(move || {
-            let check = current.check();
-            (check, current)
-        })
-        .await
-        else {
-            tracing::warn!(
-                "reading the policy file failed on the blocking pool; no longer followed"
-            );
-            return;
-        };
-        let path = back.path().display().to_string();
-        follower = Some(back);
-        match check {
-            Check::Unchanged => {}
-            Check::Changed(policy) => {
-                let rules = policy.rule_count();
-                let open = policy.is_open();
-                authorizer.replace(policy);
-                authorizer.count_reload("ok");
-                if open {
-                    tracing::warn!(
-                        path,
-                        "policy file changed and holds no rules: every requester may now do everything"
-                    );
-                } else {
-                    tracing::info!(
-                        path,
-                        rules,
-                        "policy file changed: the new rules apply from the next request"
-                    );
-                }
-            }
-            Check::Refused(err) => {
-                authorizer.count_reload("error");
-                tracing::warn!(path, error = %err, "policy file changed but cannot be used; keeping the last good rules");
+    let follower = Arc::new(follower);
+    let path = follower.path().display().to_string();
+    let check = move || follower.check();
+    crate::file_watch::check_every(interval, stop, check, |outcome| match outcome {
+        Check::Unchanged => {}
+        Check::Changed(policy) => {
+            let rules = policy.rule_count();
+            let open = policy.is_open();
+            authorizer.replace(policy);
+            authorizer.count_reload("ok");
+            if open {
+                tracing::warn!(path, "policy file changed and holds no rules: every requester may now do everything");
+            } else {
+                tracing::info!(path, rules, "policy file changed: the new rules apply from the next request");
             }
         }
-    }
+        Check::Refused(err) => {
+            authorizer.count_reload("error");
+            tracing::warn!(path, error = %err, "policy file changed but cannot be used; keeping the last good rules");
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 //! "TLS to the broker" for why a reload does not force a reconnect).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ntex_io::{Io, Layer};
 use ntex_net::connect::{Connect, ConnectError};
@@ -88,21 +87,9 @@ pub async fn watch_tls_files(
         let _ = stop.wait_for(|stopped| *stopped).await;
         return;
     };
-    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(10)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = stop.changed() => return,
-        }
-        if *stop.borrow() {
-            return;
-        }
-        let reloading = tls.config.clone();
-        let Ok(outcome) = tokio::task::spawn_blocking(move || reloading.check()).await else {
-            continue;
-        };
+    let reloading = tls.config.clone();
+    let check = move || reloading.check();
+    crate::file_watch::check_every(interval, stop, check, |outcome| {
         match outcome {
             Reload::Unchanged => {}
             Reload::Reloaded(loaded) => {
@@ -123,5 +110,6 @@ pub async fn watch_tls_files(
                 tracing::warn!(error = %err, "broker TLS files changed but cannot be used; keeping the last good ones");
             }
         }
-    }
+    })
+    .await;
 }

@@ -78,7 +78,7 @@ fn the_follower_reports_each_change_once() {
     let path = dir.path().join("policy.toml");
     write(&path, ONE_RULE.as_bytes());
     let (_, bytes) = load(&path).expect("valid");
-    let mut follower = Follower::new(path.clone(), bytes);
+    let follower = Follower::new(path.clone(), bytes);
     assert!(matches!(follower.check(), Check::Unchanged));
 
     write(&path, TWO_RULES.as_bytes());
