@@ -317,6 +317,7 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     tracing::info!("shutting down: releasing the request subscription");
     let _ = stop_tx.send(true);
     serving.store(false, std::sync::atomic::Ordering::SeqCst);
+    service.close();
     if tokio::time::timeout(Duration::from_secs(5), mqtt.set_request_subscription(false))
         .await
         .is_err()

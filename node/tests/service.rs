@@ -375,21 +375,53 @@ async fn a_serving_leader_answers_set_and_get_with_the_request_correlation() {
     assert_eq!(&replies[0].payload[..], b"$1\r\nv\r\n");
 }
 
+/// A leader that paused serving (its quorum acknowledgement late, a take-over under way) holds
+/// a request instead of dropping it, and answers it once it serves again (issue 30: requests
+/// dropped as `not_leader` by the only leader vanished for their clients).
 #[tokio::test]
-async fn a_node_that_is_not_serving_answers_nothing_and_changes_nothing() {
+async fn a_leader_that_paused_serving_holds_requests_and_answers_them_when_it_serves_again() {
     let mut h = Harness::start(Duration::from_secs(10)).await;
     h.serving.store(false, Ordering::SeqCst);
     let before = h.dropped("not_leader");
+    let message = h.request(&resp(&[b"SET", b"k", b"v"]), Some(10));
+    let held = tokio::spawn(h.service.clone().handle::<StateStore>(message));
+    // The test runtime has one thread: the spawned request runs when this task yields, and
+    // parks in the wait for serving (in flight, unanswered).
+    let in_flight = &h.metrics.service.requests_in_flight;
+    for _ in 0..100 {
+        if in_flight.get() == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(in_flight.get(), 1, "the request started and is held");
+    assert!(!held.is_finished());
+    assert!(
+        h.outbox.take().is_empty(),
+        "nothing answered while not serving"
+    );
+    h.serving.store(true, Ordering::SeqCst);
+    within(PATIENCE, "the held request's reply", held)
+        .await
+        .expect("request task");
+    let replies = h.outbox.take();
+    assert_eq!(&replies[0].payload[..], b"+OK\r\n");
+    assert_eq!(h.dropped("not_leader"), before, "nothing dropped");
+}
+
+/// A node shutting down drops what it has not admitted (the client retries at the next
+/// leader), at once and without changing anything.
+#[tokio::test]
+async fn a_closing_node_drops_requests_at_once_and_changes_nothing() {
+    let mut h = Harness::start(Duration::from_secs(10)).await;
+    h.serving.store(false, Ordering::SeqCst);
+    h.service.close();
+    let before = h.dropped("not_leader");
+    let log_before = h.last_log_index();
     assert!(h.send(&resp(&[b"SET", b"k", b"v"])).await.is_empty());
     assert!(h.send(&resp(&[b"GET", b"k"])).await.is_empty());
     assert_eq!(h.dropped("not_leader"), before + 2);
-    h.serving.store(true, Ordering::SeqCst);
-    let replies = h.send(&resp(&[b"GET", b"k"])).await;
-    assert_eq!(
-        &replies[0].payload[..],
-        b"$-1\r\n",
-        "the refused SET did nothing"
-    );
+    assert_eq!(h.last_log_index(), log_before, "nothing proposed");
 }
 
 /// The request timeout bounds a request even when its Message Expiry is later: past it the

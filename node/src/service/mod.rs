@@ -61,6 +61,9 @@ pub const MAX_CLIENT_ID_BYTES: usize = 1024;
 /// threads (and cores) for at most one page's `max_duration` (plus one key) each.
 pub const SCAN_SLOTS: usize = 2;
 
+/// How often a request held by a leader that paused serving looks whether it serves again.
+pub const SERVING_RECHECK: Duration = Duration::from_millis(5);
+
 /// Service settings.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -147,6 +150,8 @@ pub struct Service<O: Outbox> {
     scan_slots: Arc<tokio::sync::Semaphore>,
     /// The policy in force (`auth.policy_file`).
     authorizer: Arc<Authorizer>,
+    /// Set by [`Service::close`] at shutdown.
+    closing: AtomicBool,
 }
 
 impl<O: Outbox> Service<O> {
@@ -176,6 +181,7 @@ impl<O: Outbox> Service<O> {
             offline_devices,
             scan_slots: Arc::new(tokio::sync::Semaphore::new(SCAN_SLOTS)),
             authorizer: Arc::new(Authorizer::open()),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -212,6 +218,36 @@ impl<O: Outbox> Service<O> {
     /// True while leader duties run on this node.
     pub fn is_serving(&self) -> bool {
         self.serving.load(Ordering::SeqCst)
+    }
+
+    /// Returns once this node serves requests; `NotLeader` at once when Raft says another
+    /// node leads (or none), or when the node is shutting down ([`Service::close`]). A leader
+    /// that paused serving (its quorum acknowledgement late, a take-over under way) is waited
+    /// for: the flag flips without an event to await, so it is looked at again every
+    /// [`SERVING_RECHECK`] and at every leadership change; the caller bounds the wait.
+    pub async fn wait_until_serving(&self) -> Result<(), Unavailable> {
+        let mut leadership = self.raft.leadership();
+        loop {
+            if self.closing.load(Ordering::SeqCst) {
+                return Err(Unavailable::NotLeader);
+            }
+            if self.is_serving() {
+                return Ok(());
+            }
+            if !leadership.borrow_and_update().is_leader {
+                return Err(Unavailable::NotLeader);
+            }
+            tokio::select! {
+                _ = leadership.changed() => {}
+                () = tokio::time::sleep(SERVING_RECHECK) => {}
+            }
+        }
+    }
+
+    /// The node is shutting down: requests not yet admitted are dropped (the client retries
+    /// at the next leader) instead of waiting for this node to serve again.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
     }
 
     /// Who asked what (§6): the reply memory's key for a request with `envelope` and the

@@ -3,8 +3,9 @@
 //! 1. **intake**: the envelope (§1, §5.2): refused without a reply, answered `__stat` 505 for an
 //!    unsupported protocol version, or an [`Envelope`] with the request's deadline;
 //! 2. **parse**: the payload into the endpoint's typed request (an error reply when it fails);
-//! 3. **admit**: only the serving leader executes, only what the policy allows the requester
-//!    (else `-ERR not authorized`), and nothing outlives the request's deadline;
+//! 3. **admit**: only the serving leader executes (a leader that paused serving holds the
+//!    request, any other node drops it), only what the policy allows the requester (else
+//!    `-ERR not authorized`), and nothing outlives the request's deadline;
 //! 4. **execute**: the endpoint's own work (reads, proposals), as an [`Answer`] or
 //!    [`Unavailable`];
 //! 5. **reply**: the [`Verdict`] becomes a publish (unless the requester gave up meanwhile), a
@@ -177,26 +178,28 @@ async fn intake<O: Outbox>(
 }
 
 /// Stage 3: runs `execute` (which answers `not authorized` for what the requester may not do)
-/// if this node serves requests, until the request's deadline: its
-/// Message Expiry or the configured request timeout, whichever comes first. Past it nobody
-/// waits for the reply: the request is given up (a proposal already submitted still commits,
-/// and a retry finds its remembered reply).
+/// once this node serves requests, until the request's deadline: its Message Expiry or the
+/// configured request timeout, whichever comes first. A node that is not the Raft leader (or is
+/// shutting down) drops the request at once: another node may be leading, and the client
+/// retries there. A leader that paused serving (a quorum round late under load, a take-over
+/// under way) holds the request until it serves again, rather than leave the client to time
+/// out. Past the deadline nobody waits for the reply: the request is given up (a proposal
+/// already submitted still commits, and a retry finds its remembered reply).
 async fn admit<O: Outbox>(
     service: &Service<O>,
     started: Instant,
     envelope: &Envelope,
     execute: impl Future<Output = Result<Answer, Unavailable>>,
 ) -> Result<Answer, Unavailable> {
-    if !service.is_serving() {
-        // Arrived before this node released the subscription (or while it lost its quorum):
-        // another node may be leading; the client retries there.
-        return Err(Unavailable::NotLeader);
-    }
     let timeout = started + service.config.request_timeout;
     let give_up = envelope
         .deadline
         .map_or(timeout, |deadline| deadline.min(timeout));
-    tokio::time::timeout_at(give_up, execute)
+    let admitted = async {
+        service.wait_until_serving().await?;
+        execute.await
+    };
+    tokio::time::timeout_at(give_up, admitted)
         .await
         .unwrap_or(Err(Unavailable::TimedOut))
 }
