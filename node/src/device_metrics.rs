@@ -9,7 +9,7 @@ use prometheus::{
 };
 use statestore_storage::devicebound::{DEPTH_CLASSES, DeviceCounters, DeviceIndex};
 
-use statestore_protocol::ErrorReply;
+use statestore_protocol::{ErrorReply, ErrorService};
 
 use crate::verdict::{self, Refusal, Unavailable};
 use statestore_protocol::devicebound::{DeviceTopicError, DeviceVerb};
@@ -130,7 +130,7 @@ impl DeviceboundMetrics {
             .buckets(prometheus::exponential_buckets(0.0001, 2.0, 17).unwrap_or_default()),
             &["command", "result"]
         ));
-        let results = verdict::result_labels(&ErrorReply::DEVICEBOUND);
+        let results = verdict::result_labels(&ErrorReply::of(ErrorService::Devicebound));
         for verb in DeviceVerb::ALL {
             for result in &results {
                 requests_total.with_label_values(&[verb.label(), result]);

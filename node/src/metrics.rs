@@ -11,7 +11,7 @@ use statestore_storage::keyspace::KeyspaceMeta;
 
 use crate::transport::OutboundKind;
 use crate::verdict::{self, NoReply};
-use statestore_protocol::{CommandVerb, ErrorReply};
+use statestore_protocol::{CommandVerb, ErrorReply, ErrorService};
 
 macro_rules! metric {
     ($e:expr) => {
@@ -92,7 +92,7 @@ impl ServiceMetrics {
             ),
             &["reason"]
         ));
-        let results = verdict::result_labels(&ErrorReply::STATE_STORE);
+        let results = verdict::result_labels(&ErrorReply::of(ErrorService::StateStore));
         for verb in CommandVerb::ALL {
             for result in &results {
                 requests_total.with_label_values(&[verb.label(), result]);

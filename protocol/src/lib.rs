@@ -22,7 +22,7 @@ pub mod resp3;
 pub mod scan;
 
 pub use command::{Command, CommandVerb, SetCondition, parse_command, sniff_verb};
-pub use reply::{ErrorReply, Reply};
+pub use reply::{ErrorReply, ErrorService, Reply};
 pub use resp3::{NOTIFY_DELETE_PAYLOAD, encode_bulk, notify_set_payload, parse_request};
 
 /// Size limits enforced at the door (spec §9). Defaults: key 64 KiB (raised from the

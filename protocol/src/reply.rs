@@ -55,6 +55,27 @@ pub enum ErrorReply {
 struct ErrorText {
     message: &'static str,
     result_label: &'static str,
+    services: Services,
+}
+
+/// Which services answer an error: the state store's, the device-bound one's, or both.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Services {
+    StateStoreOnly,
+    DeviceboundOnly,
+    Both,
+}
+const SS: Services = Services::StateStoreOnly;
+const DB: Services = Services::DeviceboundOnly;
+const BOTH: Services = Services::Both;
+
+/// A service on the request topics, whose errors [`ErrorReply::of`] lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorService {
+    /// The state store (spec §5.1).
+    StateStore,
+    /// The device-bound queues (devicebound.md §2).
+    Devicebound,
 }
 
 impl ErrorReply {
@@ -79,74 +100,72 @@ impl ErrorReply {
         ErrorReply::InvalidPropertyName,
     ];
 
-    /// The errors the state store service can answer (spec §5.1), for
-    /// registering its metric label values up front.
-    pub const STATE_STORE: [ErrorReply; 12] = [
-        ErrorReply::TimestampSkew,
-        ErrorReply::FencingTokenRequired,
-        ErrorReply::FencingTokenSkew,
-        ErrorReply::FencingTokenLower,
-        ErrorReply::QuotaExceeded,
-        ErrorReply::Syntax,
-        ErrorReply::NotAuthorized,
-        ErrorReply::UnknownCommand,
-        ErrorReply::WrongArity,
-        ErrorReply::MissingTimestamp,
-        ErrorReply::MalformedTimestamp,
-        ErrorReply::EmptyKey,
-    ];
+    /// The errors `service` can answer (spec §5.1, devicebound.md §2), in [`ErrorReply::ALL`]
+    /// order, for registering its metric label values up front.
+    pub fn of(service: ErrorService) -> Vec<ErrorReply> {
+        ErrorReply::ALL
+            .into_iter()
+            .filter(|error| error.answered_by(service))
+            .collect()
+    }
 
-    /// The errors the device-bound service can answer (devicebound.md §2), for
-    /// registering its metric label values up front.
-    pub const DEVICEBOUND: [ErrorReply; 9] = [
-        ErrorReply::QuotaExceeded,
-        ErrorReply::Syntax,
-        ErrorReply::UnknownCommand,
-        ErrorReply::WrongArity,
-        ErrorReply::DeviceQueueFull,
-        ErrorReply::InvalidDeviceId,
-        ErrorReply::InvalidMessageId,
-        ErrorReply::MessageTooLarge,
-        ErrorReply::InvalidPropertyName,
-    ];
+    /// Whether `service` can answer this error.
+    pub fn answered_by(self, service: ErrorService) -> bool {
+        let services = self.text().services;
+        match service {
+            ErrorService::StateStore => services != DB,
+            ErrorService::Devicebound => services != SS,
+        }
+    }
 
     /// THE error table (spec §5.1): the only place wire messages and metric
     /// labels are written down.
     const fn text(self) -> ErrorText {
-        let (message, result_label) = match self {
+        let (message, result_label, services) = match self {
             ErrorReply::TimestampSkew => (
                 "the request timestamp is too far in the future; ensure that the client and broker system clocks are synchronized",
                 "timestamp_skew",
+                SS,
             ),
             ErrorReply::FencingTokenRequired => (
                 "a fencing token is required for this request",
                 "missing_fencing_token",
+                SS,
             ),
             ErrorReply::FencingTokenSkew => (
                 "the request fencing token timestamp is too far in the future; ensure that the client and broker system clocks are synchronized",
                 "fencing_token_skew",
+                SS,
             ),
             ErrorReply::FencingTokenLower => (
                 "the request fencing token is a lower version than the fencing token protecting the resource",
                 "fencing_token_lower_version",
+                SS,
             ),
-            ErrorReply::QuotaExceeded => ("the quota has been exceeded", "quota_exceeded"),
-            ErrorReply::Syntax => ("syntax error", "syntax_error"),
-            ErrorReply::NotAuthorized => ("not authorized", "not_authorized"),
-            ErrorReply::UnknownCommand => ("unknown command", "unknown_command"),
-            ErrorReply::WrongArity => ("wrong number of arguments", "wrong_number_of_arguments"),
-            ErrorReply::MissingTimestamp => ("missing timestamp", "timestamp_missing"),
-            ErrorReply::MalformedTimestamp => ("malformed timestamp", "timestamp_malformed"),
-            ErrorReply::EmptyKey => ("the key length is zero", "key_length_zero"),
-            ErrorReply::DeviceQueueFull => ("device queue is full", "device_queue_full"),
-            ErrorReply::InvalidDeviceId => ("invalid device id", "invalid_device_id"),
-            ErrorReply::InvalidMessageId => ("invalid message id", "invalid_message_id"),
-            ErrorReply::MessageTooLarge => ("message too large", "message_too_large"),
-            ErrorReply::InvalidPropertyName => ("invalid property name", "invalid_property_name"),
+            ErrorReply::QuotaExceeded => ("the quota has been exceeded", "quota_exceeded", BOTH),
+            ErrorReply::Syntax => ("syntax error", "syntax_error", BOTH),
+            ErrorReply::NotAuthorized => ("not authorized", "not_authorized", BOTH),
+            ErrorReply::UnknownCommand => ("unknown command", "unknown_command", BOTH),
+            ErrorReply::WrongArity => (
+                "wrong number of arguments",
+                "wrong_number_of_arguments",
+                BOTH,
+            ),
+            ErrorReply::MissingTimestamp => ("missing timestamp", "timestamp_missing", SS),
+            ErrorReply::MalformedTimestamp => ("malformed timestamp", "timestamp_malformed", SS),
+            ErrorReply::EmptyKey => ("the key length is zero", "key_length_zero", SS),
+            ErrorReply::DeviceQueueFull => ("device queue is full", "device_queue_full", DB),
+            ErrorReply::InvalidDeviceId => ("invalid device id", "invalid_device_id", DB),
+            ErrorReply::InvalidMessageId => ("invalid message id", "invalid_message_id", DB),
+            ErrorReply::MessageTooLarge => ("message too large", "message_too_large", DB),
+            ErrorReply::InvalidPropertyName => {
+                ("invalid property name", "invalid_property_name", DB)
+            }
         };
         ErrorText {
             message,
             result_label,
+            services,
         }
     }
 

@@ -28,7 +28,7 @@ fn every_series_exists_at_start_and_counters_add_up() {
         assert_eq!(value(&out, &series), Some(0.0), "{series}");
     }
     for verb in DeviceVerb::ALL {
-        for error in ErrorReply::DEVICEBOUND {
+        for error in ErrorReply::of(ErrorService::Devicebound) {
             let series = format!(
                 "statestore_devicebound_requests_total{{command=\"{}\",result=\"{}\"}}",
                 verb.label(),

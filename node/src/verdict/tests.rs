@@ -1,4 +1,5 @@
 use super::*;
+use statestore_protocol::ErrorService;
 
 /// The `reason` labels of `statestore_server_requests_dropped_total` (dashboards and alerts name
 /// them): the set the verdict type found, plus `no_vouched_identity` (issue 29). Only additions.
@@ -41,13 +42,13 @@ fn drop_reasons_are_every_no_reply_label_once() {
 #[test]
 fn result_labels_are_the_replies_the_errors_and_the_unavailable_kinds() {
     for errors in [
-        ErrorReply::STATE_STORE.as_slice(),
-        ErrorReply::DEVICEBOUND.as_slice(),
+        ErrorReply::of(ErrorService::StateStore),
+        ErrorReply::of(ErrorService::Devicebound),
     ] {
         let expected = RESULTS
             .into_iter()
             .chain(errors.iter().map(|e| e.result_label()));
-        assert_eq!(sorted(result_labels(errors)), sorted(expected));
+        assert_eq!(sorted(result_labels(&errors)), sorted(expected));
     }
 }
 

@@ -186,6 +186,12 @@ pub enum DeviceVerb {
     Unknown,
 }
 
+// `DeviceVerb::NAMED` is `ALL` without its last verb, which must be `Unknown`.
+const _: () = assert!(matches!(
+    DeviceVerb::ALL[DeviceVerb::ALL.len() - 1],
+    DeviceVerb::Unknown
+));
+
 impl DeviceVerb {
     /// Every verb, for registering metric label values up front.
     pub const ALL: [DeviceVerb; 7] = [
@@ -198,15 +204,11 @@ impl DeviceVerb {
         DeviceVerb::Unknown,
     ];
 
-    /// The verbs a request can name (all but [`DeviceVerb::Unknown`]).
-    const NAMED: [DeviceVerb; 6] = [
-        DeviceVerb::Send,
-        DeviceVerb::Purge,
-        DeviceVerb::Forget,
-        DeviceVerb::Queue,
-        DeviceVerb::DeadLetters,
-        DeviceVerb::Feedback,
-    ];
+    /// The verbs a request can name: [`DeviceVerb::ALL`] but its last, [`DeviceVerb::Unknown`].
+    const NAMED: &[DeviceVerb] = match DeviceVerb::ALL.split_last() {
+        Some((_, named)) => named,
+        None => &[],
+    };
 
     /// The longest verb name (`DEADLETTERS`).
     const LONGEST_NAME_BYTES: usize = 11;
@@ -240,7 +242,8 @@ impl DeviceVerb {
     /// The verb named by `name`, matched case-insensitively.
     fn from_name(name: &[u8]) -> DeviceVerb {
         DeviceVerb::NAMED
-            .into_iter()
+            .iter()
+            .copied()
             .find(|verb| name.eq_ignore_ascii_case(verb.name().as_bytes()))
             .unwrap_or(DeviceVerb::Unknown)
     }

@@ -95,9 +95,9 @@ fn section_5_1_error_table_is_well_formed() {
     assert_eq!(variants.len(), 17, "ALL has no duplicates");
     assert_eq!(messages.len(), 17, "messages are distinct");
     assert_eq!(labels.len(), 17, "labels are distinct");
-    let per_service: HashSet<ErrorReply> = ErrorReply::STATE_STORE
+    let per_service: HashSet<ErrorReply> = ErrorReply::of(ErrorService::StateStore)
         .into_iter()
-        .chain(ErrorReply::DEVICEBOUND)
+        .chain(ErrorReply::of(ErrorService::Devicebound))
         .collect();
     assert_eq!(per_service, variants, "every error belongs to a service");
     for error in ErrorReply::ALL {
@@ -226,4 +226,37 @@ fn section_2_not_applied_is_never_an_error_or_nil() {
         Reply::from(ErrorReply::EmptyKey),
         Reply::Error(ErrorReply::EmptyKey)
     );
+}
+
+#[test]
+fn each_service_answers_its_own_errors() {
+    // Spec §5.1 (state store) and devicebound.md §2, in `ALL` order.
+    let state_store = [
+        ErrorReply::TimestampSkew,
+        ErrorReply::FencingTokenRequired,
+        ErrorReply::FencingTokenSkew,
+        ErrorReply::FencingTokenLower,
+        ErrorReply::QuotaExceeded,
+        ErrorReply::Syntax,
+        ErrorReply::NotAuthorized,
+        ErrorReply::UnknownCommand,
+        ErrorReply::WrongArity,
+        ErrorReply::MissingTimestamp,
+        ErrorReply::MalformedTimestamp,
+        ErrorReply::EmptyKey,
+    ];
+    let devicebound = [
+        ErrorReply::QuotaExceeded,
+        ErrorReply::Syntax,
+        ErrorReply::NotAuthorized,
+        ErrorReply::UnknownCommand,
+        ErrorReply::WrongArity,
+        ErrorReply::DeviceQueueFull,
+        ErrorReply::InvalidDeviceId,
+        ErrorReply::InvalidMessageId,
+        ErrorReply::MessageTooLarge,
+        ErrorReply::InvalidPropertyName,
+    ];
+    assert_eq!(ErrorReply::of(ErrorService::StateStore), state_store);
+    assert_eq!(ErrorReply::of(ErrorService::Devicebound), devicebound);
 }

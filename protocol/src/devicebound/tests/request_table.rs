@@ -8,7 +8,7 @@ use crate::devicebound::request::{
     Ack, DeviceRequest, DeviceVerb, Expiry, FeedbackSettlement, MAX_TTL_MS, SendRequest,
     application_properties, encode_device_request, parse_device_request, sniff_device_verb,
 };
-use crate::{ErrorReply, ProtocolError, Reply};
+use crate::{ErrorReply, ErrorService, ProtocolError, Reply};
 
 type Expected = Result<DeviceRequest<'static>, ProtocolError>;
 
@@ -1057,7 +1057,7 @@ fn section_2_errors_encode_as_their_exact_wire_text() {
             wire,
             "{error:?}"
         );
-        assert!(ErrorReply::DEVICEBOUND.contains(&ErrorReply::from(error)));
+        assert!(ErrorReply::from(error).answered_by(ErrorService::Devicebound));
     }
     assert_eq!(
         Reply::Error(ErrorReply::DeviceQueueFull).encode(),
@@ -1141,7 +1141,7 @@ fn section_2_application_properties_named_like_the_delivery_s_own_are_refused() 
         Reply::Error(ErrorReply::from(ProtocolError::InvalidPropertyName)).encode(),
         b"-ERR invalid property name\r\n"
     );
-    assert!(ErrorReply::DEVICEBOUND.contains(&ErrorReply::InvalidPropertyName));
+    assert!(ErrorReply::InvalidPropertyName.answered_by(ErrorService::Devicebound));
 }
 
 #[test]
