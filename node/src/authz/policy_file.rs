@@ -46,7 +46,7 @@ fn parse(bytes: &[u8]) -> Result<Policy, PolicyFileError> {
 /// The outcome of one look at the file.
 #[derive(Debug)]
 pub enum Check {
-    /// The same bytes as last time (or unreadable again with the same error kind).
+    /// The same bytes as last time, or unreadable as last time.
     Unchanged,
     /// Changed and valid: this policy.
     Changed(Policy),

@@ -226,9 +226,13 @@ impl<O: Outbox> Service<O> {
     /// for: the flag flips without an event to await, so it is looked at again every
     /// [`SERVING_RECHECK`] and at every leadership change; the caller bounds the wait.
     pub async fn wait_until_serving(&self) -> Result<(), Unavailable> {
+        let closing = || self.closing.load(Ordering::SeqCst);
+        if self.is_serving() && !closing() {
+            return Ok(());
+        }
         let mut leadership = self.raft.leadership();
         loop {
-            if self.closing.load(Ordering::SeqCst) {
+            if closing() {
                 return Err(Unavailable::NotLeader);
             }
             if self.is_serving() {
