@@ -204,12 +204,11 @@ impl Drop for Inner {
 /// write is retried (the layer stays readable and writers eventually wait): nothing is dropped.
 fn flush_loop(memtable: Arc<Memtable>, active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>) {
     while let Some(frozen) = memtable.next_to_write() {
-        let Some(active) = active.upgrade() else {
-            return;
-        };
-        let tree = match active.read() {
+        let Some(tree) = active.upgrade().map(|active| match active.read() {
             Ok(guard) => guard.1.clone(),
             Err(poisoned) => poisoned.into_inner().1.clone(),
+        }) else {
+            return;
         };
         let mut batch = ::sled::Batch::default();
         for (key, write) in frozen.iter() {
@@ -218,7 +217,11 @@ fn flush_loop(memtable: Arc<Memtable>, active: std::sync::Weak<RwLock<(String, :
                 None => batch.remove(key.as_slice()),
             }
         }
-        match tree.apply_batch(batch) {
+        let written = tree.apply_batch(batch);
+        // Let go of the tree before telling anyone: a waiter of the last flush may drop the
+        // store and open it again at once, which sled refuses while a handle is alive.
+        drop(tree);
+        match written {
             Ok(()) => memtable.written(),
             Err(err) => {
                 tracing::error!(error = %err, "writing the state machine's memtable to sled failed; retrying");
