@@ -117,7 +117,9 @@ impl Unavailable {
 impl From<statestore_raft::Error> for Unavailable {
     fn from(err: statestore_raft::Error) -> Self {
         match err {
-            statestore_raft::Error::NotLeader { .. } | statestore_raft::Error::QuorumNotReached => {
+            // The batcher writes a lease-refused batch again for as long as this node leads:
+            // the error reaches here only from a node that no longer does.
+            statestore_raft::Error::NotLeader { .. } | statestore_raft::Error::LeaseExpired => {
                 Unavailable::NotLeader
             }
             statestore_raft::Error::Overloaded => Unavailable::Overloaded,

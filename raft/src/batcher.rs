@@ -12,11 +12,19 @@
 //! one error for the whole batch). A batch holds its pipeline slot from before it is written
 //! until it is applied. The openraft [`Raft`] is the writer in production; the unit tests below
 //! drive the batching logic with a fake one.
+//!
+//! A leader whose quorum acknowledgements are late (a follower's slow `fdatasync`, a busy
+//! machine) lets its lease lapse, and openraft refuses writes until a quorum answers again
+//! ([`Error::LeaseExpired`]). Such a batch never reached the log: the batcher waits until a
+//! quorum confirms this node still leads and writes it again, without the proposals whose
+//! requesters gave up meanwhile. Only when another node leads does the batch fail (the
+//! requests get no reply and their clients retry there). Versions stay increasing whatever
+//! order batches reach the log in: apply issues each version above every earlier one.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use openraft::error::ClientWriteError;
+use openraft::error::{ClientWriteError, ForwardReason};
 use openraft::impls::ProgressResponder;
 use opentelemetry::Context;
 use statestore_storage::machine::{Outcome, Proposal};
@@ -42,7 +50,7 @@ type Waiter = oneshot::Sender<Result<Outcome>>;
 type Queued = (Proposal, Waiter, Option<Context>);
 
 /// Where batches go: the Raft log (a fake in the unit tests).
-pub(crate) trait LogWriter: Send + Sync + 'static {
+pub(crate) trait LogWriter: Clone + Send + Sync + 'static {
     /// Proposes `batch` as one log entry.
     ///
     /// Resolves once the entry is accepted; an error here means it never will be, and every
@@ -52,6 +60,11 @@ pub(crate) trait LogWriter: Send + Sync + 'static {
         &self,
         batch: Batch,
     ) -> impl Future<Output = Result<impl Future<Output = Result<Vec<Outcome>>> + Send + 'static>> + Send;
+
+    /// Resolves once a quorum confirmed, after the call, that this node leads (its lease is
+    /// renewed); `NotLeader` when another node leads. Retries on its own while no quorum
+    /// answers.
+    fn confirm_leadership(&self) -> impl Future<Output = Result<()>> + Send;
 }
 
 impl LogWriter for Raft {
@@ -66,6 +79,11 @@ impl LogWriter for Raft {
         Ok(async move {
             match response.await {
                 Ok(Ok(written)) => Ok(written.data),
+                Ok(Err(ClientWriteError::ForwardToLeader(f)))
+                    if f.reason == ForwardReason::LeaseExpired =>
+                {
+                    Err(Error::LeaseExpired)
+                }
                 Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(Error::NotLeader {
                     leader: f.leader_id,
                 }),
@@ -76,6 +94,10 @@ impl LogWriter for Raft {
                 Err(_) => Err(StopCause::WriteAbandoned.into()),
             }
         })
+    }
+
+    async fn confirm_leadership(&self) -> Result<()> {
+        crate::read_barrier::confirm_leadership(self).await
     }
 }
 
@@ -143,16 +165,74 @@ async fn run<W: LogWriter>(writer: W, mut pending: mpsc::Receiver<Queued>) {
                 traces.push(trace);
             }
         }
-        match writer.write(Batch::traced(proposals, traces)).await {
+        let batch = Batch::traced(proposals, traces);
+        match writer.write(batch.clone()).await {
             Ok(applied) => {
+                let writer = writer.clone();
                 tokio::spawn(async move {
-                    distribute(waiters, applied.await);
+                    let result = applied.await;
+                    let (waiters, result) =
+                        rewrite_while_lease_expired(&writer, batch, waiters, result).await;
+                    distribute(waiters, result);
                     drop(slot);
                 });
             }
             Err(refused) => distribute(waiters, Err(refused)),
         }
     }
+}
+
+/// While `result` says the leader's lease had lapsed, waits until a quorum confirms this node
+/// still leads and writes `batch` again (without the proposals whose requesters stopped
+/// waiting). Returns the waiters left and their result.
+async fn rewrite_while_lease_expired<W: LogWriter>(
+    writer: &W,
+    mut batch: Batch,
+    mut waiters: Vec<Waiter>,
+    mut result: Result<Vec<Outcome>>,
+) -> (Vec<Waiter>, Result<Vec<Outcome>>) {
+    while matches!(result, Err(Error::LeaseExpired)) {
+        if let Err(err) = writer.confirm_leadership().await {
+            return (waiters, Err(err));
+        }
+        (batch, waiters) = without_abandoned(batch, waiters);
+        if waiters.is_empty() {
+            return (waiters, Ok(Vec::new()));
+        }
+        tracing::debug!(
+            proposals = waiters.len(),
+            "the leader's lease lapsed: writing the batch again"
+        );
+        result = match writer.write(batch.clone()).await {
+            Ok(applied) => applied.await,
+            Err(refused) => Err(refused),
+        };
+    }
+    (waiters, result)
+}
+
+/// `batch` and `waiters` without the proposals nobody waits for any more.
+fn without_abandoned(batch: Batch, waiters: Vec<Waiter>) -> (Batch, Vec<Waiter>) {
+    if waiters.iter().all(|w| !w.is_closed()) {
+        return (batch, waiters);
+    }
+    let traces: std::collections::HashMap<usize, Context> =
+        batch.traces().positioned().into_iter().collect();
+    let mut proposals = Vec::with_capacity(waiters.len());
+    let mut kept_traces = Vec::new();
+    let mut kept = Vec::with_capacity(waiters.len());
+    for (i, (proposal, waiter)) in batch.proposals().iter().zip(waiters).enumerate() {
+        if waiter.is_closed() {
+            continue;
+        }
+        if let Some(trace) = traces.get(&i) {
+            kept_traces.resize(proposals.len(), None);
+            kept_traces.push(Some(trace.clone()));
+        }
+        proposals.push(proposal.clone());
+        kept.push(waiter);
+    }
+    (Batch::traced(proposals, kept_traces), kept)
 }
 
 /// Hands each waiter its own outcome (or the batch's error).

@@ -25,9 +25,11 @@ pub enum Error {
         /// Current leader, if known.
         leader: Option<NodeId>,
     },
-    /// The leader could not confirm its leadership with a quorum (partitioned or deposed).
-    #[error("leadership not confirmed by a quorum")]
-    QuorumNotReached,
+    /// The leader's lease had lapsed (no quorum acknowledgement for an election timeout), so
+    /// Raft refused the write without logging it; the batcher writes it again once a quorum
+    /// answers.
+    #[error("the leader's lease lapsed: write refused until a quorum answers")]
+    LeaseExpired,
     /// The proposal queue is full: the leader is not keeping up (the request gets no reply).
     #[error("proposal queue full")]
     Overloaded,

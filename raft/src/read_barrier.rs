@@ -3,9 +3,12 @@
 //! openraft 0.10 queues ReadIndex reads inside its core and releases every read whose arrival
 //! precedes a quorum acknowledgement — of a heartbeat or of ordinary replication — so concurrent
 //! reads share one round without help from here. This module only maps its errors and retries
-//! a round that found no quorum in time (a busy follower, not necessarily a lost leader).
+//! a round that found no quorum in time (a busy follower, not necessarily a lost leader) for as
+//! long as this node leads.
 //! [`confirm_leadership`] is the same round without the wait for apply: whether a quorum still
 //! follows, which a busy state machine must not make look like a lost quorum.
+
+use std::time::Duration;
 
 use openraft::ReadPolicy;
 use openraft::error::{LinearizableReadError, RaftError};
@@ -13,23 +16,23 @@ use openraft::error::{LinearizableReadError, RaftError};
 use crate::error::{Error, Result, StopCause};
 use crate::types::Raft;
 
-/// Rounds retried when a quorum did not answer in time.
-const QUORUM_RETRIES: usize = 3;
+/// Pause between rounds that found no quorum in time.
+const ROUND_PAUSE: Duration = Duration::from_millis(10);
 
 /// Returns once this node confirmed with a quorum, after the call, that it leads, and applied
-/// everything committed before the call.
+/// everything committed before the call. While no quorum answers it keeps trying: a leader
+/// with slow followers still leads, and its callers bound the wait by their deadlines.
 pub(crate) async fn wait(raft: &Raft) -> Result<()> {
     confirm(raft, true).await
 }
 
 /// Returns once this node confirmed with a quorum, after the call, that it leads (however far
-/// its state machine is behind).
+/// its state machine is behind); retries like [`wait`].
 pub(crate) async fn confirm_leadership(raft: &Raft) -> Result<()> {
     confirm(raft, false).await
 }
 
 async fn confirm(raft: &Raft, wait_for_apply: bool) -> Result<()> {
-    let mut attempt = 0;
     loop {
         let round = if wait_for_apply {
             raft.ensure_linearizable(ReadPolicy::ReadIndex)
@@ -47,13 +50,8 @@ async fn confirm(raft: &Raft, wait_for_apply: bool) -> Result<()> {
                     leader: f.leader_id,
                 });
             }
-            Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_)))
-                if attempt < QUORUM_RETRIES =>
-            {
-                attempt += 1;
-            }
             Err(RaftError::APIError(LinearizableReadError::QuorumNotEnough(_))) => {
-                return Err(Error::QuorumNotReached);
+                tokio::time::sleep(ROUND_PAUSE).await;
             }
             Err(RaftError::Fatal(f)) => return Err(StopCause::Fatal(f).into()),
         }

@@ -53,6 +53,11 @@ impl ProposalTraces {
         self.lock().iter().map(|(_, c)| c.clone()).collect()
     }
 
+    /// The contexts with their positions in the batch (without removing them).
+    pub fn positioned(&self) -> Vec<(usize, Context)> {
+        self.lock().clone()
+    }
+
     /// Removes and returns the contexts with their positions: the last stage that needs them
     /// (apply) takes them, so a batch kept in the log cache holds none.
     pub fn take(&self) -> Vec<(usize, Context)> {

@@ -82,7 +82,7 @@ fn raft_errors_classify_as_their_wire_effect() {
     use statestore_raft::Error;
     let cases: Vec<(Error, &str)> = vec![
         (Error::NotLeader { leader: None }, "not_leader"),
-        (Error::QuorumNotReached, "not_leader"),
+        (Error::LeaseExpired, "not_leader"),
         (Error::Overloaded, "overloaded"),
     ];
     for (error, label) in cases {

@@ -40,10 +40,14 @@ impl Written {
 }
 
 /// A writer that accepts every batch at once and reports it to the test, which applies it.
+#[derive(Clone)]
 struct FakeWriter {
     /// Where written batches go: never more than the batcher keeps in flight, each at most
     /// `MAX_BATCH_BYTES`.
     written: mpsc::Sender<Written>,
+    /// What each leadership confirmation answers, in order (sent by the test; none left:
+    /// another node leads).
+    confirmations: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<()>>>>,
 }
 
 impl LogWriter for FakeWriter {
@@ -65,13 +69,39 @@ impl LogWriter for FakeWriter {
                 .unwrap_or_else(|_| Err(Error::Stopped(StopCause::WriteDropped)))
         })
     }
+
+    async fn confirm_leadership(&self) -> Result<()> {
+        self.confirmations
+            .lock()
+            .await
+            .recv()
+            .await
+            .unwrap_or(Err(Error::NotLeader { leader: None }))
+    }
 }
 
 /// A batcher over a fake writer, and the batches it writes.
 fn start(queue_capacity: usize) -> (Batcher, mpsc::Receiver<Written>) {
-    let (written, writes) = mpsc::channel(MAX_BATCHES_IN_FLIGHT);
-    let batcher = Batcher::start_with(FakeWriter { written }, queue_capacity);
+    let (batcher, writes, _confirm) = start_confirming(queue_capacity);
     (batcher, writes)
+}
+
+/// [`start`], and the sender of the fake writer's leadership confirmations.
+fn start_confirming(
+    queue_capacity: usize,
+) -> (
+    Batcher,
+    mpsc::Receiver<Written>,
+    mpsc::UnboundedSender<Result<()>>,
+) {
+    let (written, writes) = mpsc::channel(MAX_BATCHES_IN_FLIGHT);
+    let (confirm, confirmations) = mpsc::unbounded_channel();
+    let writer = FakeWriter {
+        written,
+        confirmations: Arc::new(tokio::sync::Mutex::new(confirmations)),
+    };
+    let batcher = Batcher::start_with(writer, queue_capacity);
+    (batcher, writes, confirm)
 }
 
 /// The next batch written.
@@ -330,4 +360,71 @@ async fn a_value_past_max_batch_bytes_goes_alone() {
     let _other = submit(&batcher, "small1");
     assert_eq!(next_write(&mut writes).await.keys(), ["big"]);
     assert_eq!(next_write(&mut writes).await.keys(), ["small0", "small1"]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_batch_refused_for_a_lapsed_lease_is_written_again_once_a_quorum_confirms() {
+    let (batcher, mut writes, confirm) = start_confirming(MAX_QUEUED_PROPOSALS);
+    let waiters = submit_all(&batcher, &["a", "b"]);
+    let refused = next_write(&mut writes).await;
+    refused.complete(Err(Error::LeaseExpired));
+    tokio::task::yield_now().await;
+    assert!(
+        writes.try_recv().is_err(),
+        "nothing is written again before a quorum confirms the leadership"
+    );
+    confirm.send(Ok(())).expect("confirm");
+    let again = next_write(&mut writes).await;
+    assert_eq!(again.keys(), ["a", "b"]);
+    again.complete(Ok(vec![stored(1), stored(2)]));
+    for (i, waiter) in (1..).zip(waiters) {
+        assert_eq!(answer(waiter).await.expect("applied"), stored(i));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_rewritten_batch_leaves_out_the_proposals_nobody_waits_for() {
+    let (batcher, mut writes, confirm) = start_confirming(MAX_QUEUED_PROPOSALS);
+    let mut waiters = submit_all(&batcher, &["a", "b", "c"]);
+    let refused = next_write(&mut writes).await;
+    drop(waiters.remove(1)); // b's requester gave up
+    refused.complete(Err(Error::LeaseExpired));
+    confirm.send(Ok(())).expect("confirm");
+    let again = next_write(&mut writes).await;
+    assert_eq!(again.keys(), ["a", "c"]);
+    again.complete(Ok(vec![stored(1), stored(3)]));
+    assert_eq!(answer(waiters.remove(0)).await.expect("applied"), stored(1));
+    assert_eq!(answer(waiters.remove(0)).await.expect("applied"), stored(3));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_lapsed_lease_that_turns_out_lost_fails_the_batch_as_not_leader() {
+    let (batcher, mut writes, confirm) = start_confirming(MAX_QUEUED_PROPOSALS);
+    let waiters = submit_all(&batcher, &["a", "b"]);
+    next_write(&mut writes)
+        .await
+        .complete(Err(Error::LeaseExpired));
+    confirm
+        .send(Err(Error::NotLeader { leader: Some(3) }))
+        .expect("confirm");
+    for waiter in waiters {
+        let answer = answer(waiter).await;
+        assert!(
+            matches!(answer, Err(Error::NotLeader { leader: Some(3) })),
+            "{answer:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_batch_nobody_waits_for_is_dropped_and_frees_its_slot() {
+    let (batcher, mut writes, confirm) = start_confirming(MAX_QUEUED_PROPOSALS);
+    let waiters = submit_all(&batcher, &["a", "b"]);
+    let refused = next_write(&mut writes).await;
+    drop(waiters);
+    refused.complete(Err(Error::LeaseExpired));
+    confirm.send(Ok(())).expect("confirm");
+    // Every slot is usable again, and nothing of the dropped batch is written.
+    let busy = fill_slots(&batcher, &mut writes).await;
+    assert_eq!(busy.len(), MAX_BATCHES_IN_FLIGHT);
 }

@@ -156,7 +156,7 @@ impl RemoteError {
     /// This crate's error as the peer gets it.
     pub fn from_error(err: &Error) -> RemoteError {
         let kind = match err {
-            Error::NotLeader { .. } | Error::QuorumNotReached => RemoteErrorKind::NotLeader,
+            Error::NotLeader { .. } | Error::LeaseExpired => RemoteErrorKind::NotLeader,
             Error::Stopped(_) => RemoteErrorKind::Stopped,
             Error::Storage(_)
             | Error::Apply { .. }
