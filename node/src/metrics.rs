@@ -215,6 +215,8 @@ pub struct StoreMetrics {
     pub remembered_replies: IntGauge,
     /// `statestore_reply_memory_resident_bytes`
     pub reply_memory_bytes: IntGauge,
+    /// `statestore_disk_reply_log_bytes`
+    pub reply_log_bytes: IntGauge,
     /// `statestore_keyspace_registrations`
     pub registrations: IntGauge,
     /// `statestore_reply_memory_entries`
@@ -313,6 +315,10 @@ impl StoreMetrics {
             reply_memory_bytes: metric!(IntGauge::new(
                 "statestore_reply_memory_resident_bytes",
                 "RAM this node holds for the resident reply memory and its expiry index."
+            )),
+            reply_log_bytes: metric!(IntGauge::new(
+                "statestore_disk_reply_log_bytes",
+                "Bytes of the reply memory's own log on disk: a base of every row and the changes of later memtable layers, rebased once they pass twice the live rows."
             )),
             registrations: metric!(IntGauge::new(
                 "statestore_keyspace_registrations",
@@ -651,6 +657,7 @@ impl NodeMetrics {
         register(&registry, &store.memtable_stalls_total)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
+        register(&registry, &store.reply_log_bytes)?;
         register(&registry, &store.registrations)?;
         register(&registry, &store.reply_memory_entries)?;
         register(&registry, &store.reply_memory_counted_bytes)?;

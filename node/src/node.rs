@@ -451,6 +451,9 @@ async fn sample_gauges(
             gauges
                 .reply_memory_bytes
                 .set(i64::try_from(reply_bytes).unwrap_or(i64::MAX));
+            gauges
+                .reply_log_bytes
+                .set(i64::try_from(state.reply_log_bytes()).unwrap_or(i64::MAX));
             let stalls = state.memtable_stalls();
             let seen = gauges.memtable_stalls_total.get();
             gauges

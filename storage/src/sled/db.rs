@@ -34,8 +34,13 @@ const FORMAT_FILE: &str = "FORMAT";
 /// and kept four index tables of the queues in sled, which this build neither writes nor reads;
 /// format 6 has no per-key observer cap in its limits and meta, issued lock tokens without a
 /// secret and remembered replies without the digest of their request, so neither its state,
-/// nor its snapshots, nor its log entries decode here.)
-const FORMAT: &str = "statestore-data 7\n";
+/// nor its snapshots, nor its log entries decode here; format 7 kept the reply memory in one
+/// record rewritten whole by every memtable layer, which this build reads and converts to the
+/// resident-tables journal when it opens such a directory.)
+const FORMAT: &str = "statestore-data 8\n";
+
+/// Formats this build converts on open (their snapshots and log entries are this build's).
+const CONVERTED_FORMATS: [&str; 1] = ["statestore-data 7\n"];
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -100,6 +105,7 @@ impl Store {
             &self.db,
             &self.dir.join("state"),
             &self.dir.join("snapshots"),
+            &self.dir.join("replies"),
             self.memtable,
         )?;
         Ok(self.state.get_or_init(|| opened).clone())
@@ -184,12 +190,22 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// Accepts an empty or format-7 directory (writing the marker if new); refuses anything else.
+/// Accepts an empty directory or one of this format (writing the marker if new), converts one
+/// of [`CONVERTED_FORMATS`]; refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if CONVERTED_FORMATS.contains(&found.as_str()) => {
+            tracing::info!(
+                dir = %dir.display(),
+                from = found.trim(),
+                to = FORMAT.trim(),
+                "converting the data directory (the reply memory moves to its journal)"
+            );
+            write_marker(dir, &marker)
+        }
         Ok(found) if let Some(why) = earlier_format(&found) => Err(StorageError::DataDir(format!(
             "{} says `{}`: written by an earlier statestore, {why}; this build reads `{}` \
                  and does not convert it (nodes of the two formats cannot share a cluster). \
@@ -214,13 +230,21 @@ fn check_format(dir: &Path) -> Result<()> {
                     dir.display()
                 )));
             }
-            std::fs::write(&marker, FORMAT)?;
-            File::open(&marker)?.sync_all()?;
-            File::open(dir)?.sync_all()?;
-            Ok(())
+            write_marker(dir, &marker)
         }
         Err(err) => Err(err.into()),
     }
+}
+
+/// Writes this build's format marker durably (through a temporary name, so a crash never leaves
+/// a torn marker).
+fn write_marker(dir: &Path, marker: &Path) -> Result<()> {
+    let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
+    std::fs::write(&tmp, FORMAT)?;
+    File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, marker)?;
+    File::open(dir)?.sync_all()?;
+    Ok(())
 }
 
 #[cfg(test)]

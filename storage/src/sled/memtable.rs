@@ -18,7 +18,9 @@
 //! state at its start (sled under the maps it took) while apply goes on.
 //!
 //! The [`resident`](crate::sled::resident) tables bypass the layers: their rows stay in memory
-//! and every frozen map carries all of them as one record.
+//! and every frozen map carries what changed in them as an entry of the
+//! [`resident_journal`](crate::sled::resident_journal), which the flush thread writes to the
+//! reply memory's own log before the map's sled batch (that batch records the entry's number).
 //!
 //! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
 //! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
@@ -36,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{TxnWrite, TxnWrites};
 use crate::sled::resident::{self, ResidentTables};
+use crate::sled::resident_journal::{self, JournalEntry, ResidentJournal};
 
 /// Buffered writes: `None` removes the key.
 pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -73,10 +76,33 @@ fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
     key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD
 }
 
+/// The resident tables as a restart found them.
+#[derive(Default)]
+pub struct ResidentState {
+    /// The rows.
+    pub tables: ResidentTables,
+    /// The journal, its next entry a base.
+    pub journal: ResidentJournal,
+    /// The record of an earlier layout still in sled, to remove with the next layer.
+    pub legacy_record: Option<Vec<u8>>,
+    /// The journal entry sled's state records.
+    pub written_entry: Option<u64>,
+}
+
+/// A frozen map for the flush thread: its writes, and the journal entry to log before them.
+pub struct ToWrite {
+    /// The writes, in key order.
+    pub writes: Arc<Writes>,
+    /// The resident tables' journal entry of this layer, if they changed.
+    pub entry: Option<Arc<JournalEntry>>,
+}
+
 /// A frozen map and its place in the sequence of maps.
 struct Frozen {
     seq: u64,
     writes: Arc<Writes>,
+    /// The resident tables' journal entry of this layer, if they changed.
+    entry: Option<Arc<JournalEntry>>,
     bytes: usize,
 }
 
@@ -107,11 +133,24 @@ struct Layers {
     stalls: u64,
     /// The resident tables, current.
     resident: ResidentTables,
+    /// What of the resident tables the log holds, and which rows changed since.
+    journal: ResidentJournal,
+    /// The single record of the whole resident tables an earlier layout kept in sled: removed
+    /// by the next layer.
+    legacy_record: Option<Vec<u8>>,
+    /// The journal entry of the newest layer written to sled.
+    written_entry: Option<u64>,
 }
 
 impl Layers {
     fn bytes(&self) -> usize {
         self.active_bytes + self.frozen_bytes
+    }
+
+    /// True if the active map holds nothing to write: no write, and no change of the resident
+    /// tables.
+    fn nothing_active(&self) -> bool {
+        self.active.is_empty() && !self.journal.has_changes()
     }
 }
 
@@ -143,11 +182,14 @@ pub struct ExportLayers {
 }
 
 impl Memtable {
-    /// An empty memtable over resident tables loaded from sled.
-    pub fn new(config: MemtableConfig, resident: ResidentTables) -> Memtable {
+    /// An empty memtable over the resident tables as a restart found them.
+    pub fn new(config: MemtableConfig, resident: ResidentState) -> Memtable {
         Memtable {
             layers: Mutex::new(Layers {
-                resident,
+                resident: resident.tables,
+                journal: resident.journal,
+                legacy_record: resident.legacy_record,
+                written_entry: resident.written_entry,
                 ..Layers::default()
             }),
             changed: Condvar::new(),
@@ -201,10 +243,12 @@ impl Memtable {
             active,
             active_bytes,
             resident,
+            journal,
             ..
         } = &mut *layers;
         for (key, write) in writes {
             if resident::contains(&key) {
+                journal.note(&key);
                 match write.into_value() {
                     Some(value) => resident.put(key, value),
                     None => resident.remove(&key),
@@ -237,7 +281,7 @@ impl Memtable {
                 }
             }
         }
-        if layers.active.is_empty() {
+        if layers.nothing_active() {
             // Fresh removals emptied it: the interval starts again with the next write.
             layers.active_since = None;
         } else if self.due(&layers) {
@@ -246,7 +290,7 @@ impl Memtable {
     }
 
     fn due(&self, layers: &Layers) -> bool {
-        !layers.active.is_empty()
+        !layers.nothing_active()
             && (layers.active_bytes >= self.config.flush_bytes
                 || layers
                     .active_since
@@ -258,13 +302,27 @@ impl Memtable {
             .into_iter()
             .map(|(key, write)| (key, write.value))
             .collect();
-        writes.insert(resident::record_key(), Some(layers.resident.encode()));
-        let bytes = std::mem::take(&mut layers.active_bytes);
+        let mut bytes = std::mem::take(&mut layers.active_bytes);
+        let Layers {
+            resident, journal, ..
+        } = &mut *layers;
+        let entry = journal.layer_entry(resident).map(|entry| {
+            bytes += entry.rows.len();
+            writes.insert(
+                resident_journal::seq_record(),
+                Some(resident_journal::encode_seq(entry.seq)),
+            );
+            Arc::new(entry)
+        });
+        if let Some(legacy) = layers.legacy_record.take() {
+            writes.insert(legacy, None);
+        }
         let seq = layers.next_seq;
         layers.next_seq += 1;
         layers.frozen.push_back(Frozen {
             seq,
             writes: Arc::new(writes),
+            entry,
             bytes,
         });
         layers.frozen_bytes += bytes;
@@ -358,13 +416,16 @@ impl Memtable {
 
     /// For the flush thread: waits until a frozen map may be written (freezing the active map
     /// itself when it has aged past the interval) and returns it; `None` once stopped.
-    pub fn next_to_write(&self) -> Option<Arc<Writes>> {
+    pub fn next_to_write(&self) -> Option<ToWrite> {
         let mut layers = self.lock();
         loop {
             if let Some(oldest) = layers.frozen.front()
                 && layers.fence.is_none_or(|fence| oldest.seq <= fence)
             {
-                return Some(oldest.writes.clone());
+                return Some(ToWrite {
+                    writes: oldest.writes.clone(),
+                    entry: oldest.entry.clone(),
+                });
             }
             if layers.stopped {
                 return None;
@@ -394,14 +455,22 @@ impl Memtable {
         let mut layers = self.lock();
         if let Some(done) = layers.frozen.pop_front() {
             layers.frozen_bytes = layers.frozen_bytes.saturating_sub(done.bytes);
+            if let Some(entry) = done.entry {
+                layers.written_entry = Some(entry.seq);
+            }
         }
         self.changed.notify_all();
+    }
+
+    /// The journal entry of the newest layer in sled (what sled's state records), if any.
+    pub fn written_entry(&self) -> Option<u64> {
+        self.lock().written_entry
     }
 
     /// Waits until every write committed so far is in sled (the flush thread must run).
     pub fn flush_all(&self) {
         let mut layers = self.lock();
-        if !layers.active.is_empty() {
+        if !layers.nothing_active() {
             self.freeze(&mut layers);
         }
         let newest = layers.next_seq;
@@ -435,8 +504,10 @@ impl Memtable {
         self.to_write.notify_all();
     }
 
-    /// Drops everything in memory (a snapshot replaces the state), after pending flushes.
-    pub fn discard(&self) {
+    /// Drops everything in memory (a snapshot replaces the state), after pending flushes; the
+    /// resident tables' journal writes nothing until [`Memtable::set_resident`]. Returns the
+    /// journal's next entry number.
+    pub fn discard(&self) -> u64 {
         let mut layers = self.lock();
         while !layers.frozen.is_empty() || layers.fence.is_some() {
             layers = self.wait_changed(layers);
@@ -445,11 +516,19 @@ impl Memtable {
         layers.active_bytes = 0;
         layers.active_since = None;
         layers.resident = ResidentTables::default();
+        let next = layers.journal.next_seq();
+        layers.journal = ResidentJournal::idle(next);
+        layers.legacy_record = None;
+        next
     }
 
-    /// Replaces the resident tables (after a snapshot install, which stored them in sled).
-    pub fn set_resident(&self, resident: ResidentTables) {
-        self.lock().resident = resident;
+    /// Replaces the resident tables (after a snapshot install, which wrote `journal`'s base,
+    /// entry `written`, and recorded it in the new tree).
+    pub fn set_resident(&self, resident: ResidentTables, journal: ResidentJournal, written: u64) {
+        let mut layers = self.lock();
+        layers.resident = resident;
+        layers.journal = journal;
+        layers.written_entry = Some(written);
     }
 
     /// Stops the flush thread once nothing is frozen.

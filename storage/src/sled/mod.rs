@@ -11,6 +11,8 @@ pub mod background;
 mod db;
 mod memtable;
 mod resident;
+mod resident_journal;
+mod resident_log;
 mod snapshot;
 mod state;
 

@@ -3,10 +3,11 @@
 //! Every write request adds a remembered reply and an expiry-index entry, and removes both
 //! again once the reply expires (seconds later). In sled that was four tree operations per
 //! request, the largest share of the state machine's cost under load. These two tables are now
-//! kept in an ordered map; every memtable flush stores the whole map as one record next to the
-//! writes of the same layer (so sled still holds the state after a prefix of the log), and a
-//! restart loads it back. The state machine sees no difference: reads and writes of these
-//! tables go through the same `OrderedRead`/`Txn` calls, served from here.
+//! kept in an ordered map; every memtable layer carries what changed in them as records of the
+//! [`resident_journal`](crate::sled::resident_journal), next to the writes of the same layer
+//! (so sled still holds the state after a prefix of the log), and a restart loads them back.
+//! The state machine sees no difference: reads and writes of these tables go through the same
+//! `OrderedRead`/`Txn` calls, served from here.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -22,9 +23,9 @@ const ENTRY_OVERHEAD: usize = 48;
 const FIRST: Table = Table::ReplyExpiry;
 const LAST: Table = Table::Replies;
 
-/// Key of the record that holds the resident tables in sled (consensus-layer records are not
-/// part of the keyspace digest or of snapshot dumps, which read the tables themselves).
-pub fn record_key() -> Vec<u8> {
+/// Key of the one record that held the whole resident tables in sled before the journal (data
+/// format 7); read once when such a directory is opened, and removed by the first layer written.
+pub fn legacy_record_key() -> Vec<u8> {
     layout::consensus_key(b"resident_tables")
 }
 
@@ -65,7 +66,9 @@ impl ResidentTables {
         Ok(tables)
     }
 
-    /// The record that stores every row (sorted, so equal tables encode equally).
+    /// The record that stores every row (sorted, so equal tables encode equally): the legacy
+    /// layout, written only by tests that open such a directory.
+    #[cfg(test)]
     pub fn encode(&self) -> Vec<u8> {
         let rows: Vec<(&serde_bytes::Bytes, &serde_bytes::Bytes)> = self
             .rows
@@ -95,6 +98,11 @@ impl ResidentTables {
                 .saturating_sub(key.len() + old.len() + ENTRY_OVERHEAD);
             self.replies -= usize::from(is_reply(key));
         }
+    }
+
+    /// Every row, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Vec<u8>)> {
+        self.rows.iter()
     }
 
     /// A row's value.

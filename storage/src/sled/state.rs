@@ -15,8 +15,11 @@ use crate::devicebound::DeviceIndex;
 use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
 use crate::error::{Result, StorageError};
 use crate::layout::Table;
+use crate::sled::memtable::ResidentState;
 use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
 use crate::sled::resident::{self, ResidentTables};
+use crate::sled::resident_journal::{self, ResidentJournal};
+use crate::sled::resident_log::ResidentLog;
 use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
@@ -184,6 +187,16 @@ struct Inner {
     snapshot_dir: PathBuf,
     /// The device queues' index of the committed state (see [`StateTree::device_index`]).
     devices: Arc<Mutex<DeviceIndex>>,
+    /// The reply memory's log (the flush thread appends, syncs prune).
+    log: Arc<Mutex<ResidentLog>>,
+    /// Bytes of the log's files.
+    log_bytes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Locks the reply memory's log (a panic while appending leaves it usable: an append that
+/// failed part-way is a torn frame the next base supersedes).
+fn lock_log(log: &Mutex<ResidentLog>) -> MutexGuard<'_, ResidentLog> {
+    log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Locks the index. Only the apply thread changes it, and a panic there stops the node (its
@@ -200,10 +213,22 @@ impl Drop for Inner {
     }
 }
 
-/// Moves frozen memtable layers into the active sled tree, one atomic batch each. A failed
-/// write is retried (the layer stays readable and writers eventually wait): nothing is dropped.
-fn flush_loop(memtable: Arc<Memtable>, active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>) {
+/// Moves frozen memtable layers into the active sled tree, one atomic batch each, after their
+/// reply memory entry is durable in its log. A failed write is retried (the layer stays
+/// readable and writers eventually wait): nothing is dropped.
+fn flush_loop(
+    memtable: Arc<Memtable>,
+    active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>,
+    log: Arc<Mutex<ResidentLog>>,
+) {
     while let Some(frozen) = memtable.next_to_write() {
+        if let Some(entry) = &frozen.entry
+            && let Err(err) = lock_log(&log).append(entry)
+        {
+            tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
         let Some(tree) = active.upgrade().map(|active| match active.read() {
             Ok(guard) => guard.1.clone(),
             Err(poisoned) => poisoned.into_inner().1.clone(),
@@ -211,7 +236,7 @@ fn flush_loop(memtable: Arc<Memtable>, active: std::sync::Weak<RwLock<(String, :
             return;
         };
         let mut batch = ::sled::Batch::default();
-        for (key, write) in frozen.iter() {
+        for (key, write) in frozen.writes.iter() {
             match write {
                 Some(value) => batch.insert(key.as_slice(), value.as_slice()),
                 None => batch.remove(key.as_slice()),
@@ -236,6 +261,7 @@ impl StateTree {
         db: &::sled::Db,
         db_path: &Path,
         snapshot_dir: &Path,
+        log_dir: &Path,
         memtable: MemtableConfig,
     ) -> Result<StateTree> {
         let records = db.open_tree("store_records")?;
@@ -245,10 +271,9 @@ impl StateTree {
         };
         let tree = db.open_tree(&name)?;
         remove_temporary_files(snapshot_dir)?;
-        let resident = match tree.get(resident::record_key())? {
-            Some(bytes) => ResidentTables::decode(&bytes)?,
-            None => ResidentTables::default(),
-        };
+        let (resident, log) = load_resident(&tree, log_dir)?;
+        let log_bytes = log.size_on_disk();
+        let log = Arc::new(Mutex::new(log));
         let active = Arc::new(RwLock::new((name, tree.clone())));
         let memtable = Arc::new(Memtable::new(memtable, resident));
         let devices = Arc::new(Mutex::new(DeviceIndex::default()));
@@ -260,7 +285,10 @@ impl StateTree {
         {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
-            crate::sled::background::spawn("state-flush", move || flush_loop(memtable, active))?;
+            let log = log.clone();
+            crate::sled::background::spawn("state-flush", move || {
+                flush_loop(memtable, active, log)
+            })?;
         }
         Ok(StateTree {
             inner: Arc::new(Inner {
@@ -271,6 +299,8 @@ impl StateTree {
                 memtable,
                 snapshot_dir: snapshot_dir.to_owned(),
                 devices,
+                log,
+                log_bytes,
             }),
         })
     }
@@ -336,6 +366,13 @@ impl StateTree {
         self.inner.memtable.resident_size()
     }
 
+    /// Bytes of the reply memory's log on disk (see `resident_log`).
+    pub fn reply_log_bytes(&self) -> u64 {
+        self.inner
+            .log_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Times apply waited for the memtable to make room.
     pub fn memtable_stalls(&self) -> u64 {
         self.inner.memtable.stalls()
@@ -389,7 +426,8 @@ impl StateTree {
         // Readers of the index wait until it describes the new state.
         let devices = self.inner.devices.clone();
         let mut index = lock_index(&devices);
-        self.inner.memtable.discard(); // the snapshot replaces everything applied so far
+        // The snapshot replaces everything applied so far.
+        let next_entry = self.inner.memtable.discard();
 
         let (old_name, _) = self.active();
         let generation = old_name
@@ -418,18 +456,29 @@ impl StateTree {
         for (key, value) in consensus_records {
             batch.insert(key, value);
         }
-        batch.insert(resident::record_key(), resident.encode());
+        // The new tree's reply memory starts a new file of the log; the old tree's files stay
+        // until the switch below is durable.
+        let mut journal = ResidentJournal::starting_at(next_entry);
+        let base = journal.base(&resident);
+        lock_log(&self.inner.log).append(&base)?;
+        batch.insert(
+            resident_journal::seq_record(),
+            resident_journal::encode_seq(base.seq),
+        );
         tree.apply_batch(batch)?;
-        self.sync()?;
+        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
         self.inner
             .records
             .insert(ACTIVE_TREE_RECORD, new_name.as_bytes())?;
-        self.sync()?;
+        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
         match self.inner.active.write() {
             Ok(mut guard) => *guard = (new_name, tree),
             Err(poisoned) => *poisoned.into_inner() = (new_name, tree),
         }
-        self.inner.memtable.set_resident(resident);
+        self.inner
+            .memtable
+            .set_resident(resident, journal, base.seq);
+        lock_log(&self.inner.log).prune(base.seq)?;
         self.reload_device_index(&mut index)?;
         drop(index);
         self.inner.db.drop_tree(&old_name)?;
@@ -450,7 +499,13 @@ impl StateTree {
     /// Makes every write so far durable (memtable included).
     pub fn sync(&self) -> Result<()> {
         self.flush_memtable();
-        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)
+        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
+        // sled's durable state now records the newest written entry: older log files are
+        // no longer needed.
+        if let Some(durable) = self.inner.memtable.written_entry() {
+            lock_log(&self.inner.log).prune(durable)?;
+        }
+        Ok(())
     }
 
     /// The current snapshot, if one was built or installed.
@@ -574,6 +629,31 @@ impl ExportView {
         let memory = merge_range(self.layers.iter().map(|l| l.as_ref()), start, end);
         Layered::over(&self.tree, start, end, memory)
     }
+}
+
+/// The resident tables as the state in `tree` records them: rebuilt from the reply memory's log
+/// (in `log_dir`) up to the entry the tree names, or read from the single record of the earlier
+/// layout if the tree still has it.
+fn load_resident(tree: &::sled::Tree, log_dir: &Path) -> Result<(ResidentState, ResidentLog)> {
+    let at = tree
+        .get(resident_journal::seq_record())?
+        .map(|bytes| resident_journal::decode_seq(&bytes))
+        .transpose()?;
+    let opened = ResidentLog::open(log_dir, at)?;
+    let mut state = ResidentState {
+        tables: opened.tables,
+        journal: ResidentJournal::starting_at(opened.next_seq),
+        legacy_record: None,
+        written_entry: at,
+    };
+    let legacy_key = resident::legacy_record_key();
+    if let Some(bytes) = tree.get(&legacy_key)? {
+        if at.is_none() {
+            state.tables = ResidentTables::decode(&bytes)?;
+        }
+        state.legacy_record = Some(legacy_key);
+    }
+    Ok((state, opened.log))
 }
 
 /// Keeps snapshot ids usable as file names.

@@ -55,3 +55,18 @@ fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
         Err(StorageError::DataDir(_))
     ));
 }
+
+#[test]
+fn a_format_7_directory_is_converted_and_its_marker_rewritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(FORMAT_FILE), "statestore-data 7\n").expect("write");
+    check_format(dir.path()).expect("format 7 is converted, not refused");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+        FORMAT
+    );
+    assert!(
+        !dir.path().join(format!("{FORMAT_FILE}.tmp")).exists(),
+        "no temporary marker is left behind"
+    );
+}

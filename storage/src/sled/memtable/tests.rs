@@ -24,7 +24,7 @@ fn unbounded() -> Memtable {
             flush_interval: Duration::from_secs(3600),
             max_bytes: usize::MAX,
         },
-        ResidentTables::default(),
+        ResidentState::default(),
     )
 }
 
@@ -91,7 +91,7 @@ fn newest_write_wins_across_layers_and_removals_are_remembered() {
             flush_interval: Duration::from_secs(3600),
             max_bytes: 1 << 20,
         },
-        ResidentTables::default(),
+        ResidentState::default(),
     );
     table.commit(writes(&[("a", Some("1")), ("b", Some("2"))]));
     // flush_bytes 1: that commit froze the layer; the next goes to a fresh active map
@@ -111,7 +111,7 @@ fn newest_write_wins_across_layers_and_removals_are_remembered() {
         ]
     );
     let frozen = table.next_to_write().expect("a frozen layer");
-    assert_eq!(frozen.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
+    assert_eq!(frozen.writes.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
     table.written();
     assert_eq!(found(table.get(b"a")), Some(Some(b"one".to_vec())));
 }
@@ -137,7 +137,7 @@ fn a_writer_waits_for_room_until_flushes_free_it() {
             flush_interval: Duration::from_secs(3600),
             max_bytes: 300,
         },
-        ResidentTables::default(),
+        ResidentState::default(),
     ));
     table.commit(writes(&[("first", Some(&"x".repeat(150)))])); // frozen at once
     table.commit(writes(&[("second", Some(&"y".repeat(250)))])); // frozen too: over max
@@ -152,13 +152,16 @@ fn a_writer_waits_for_room_until_flushes_free_it() {
         std::thread::yield_now();
     }
     let oldest = table.next_to_write().expect("frozen");
-    assert!(oldest.contains_key(&b"first"[..]), "oldest map first");
+    assert!(
+        oldest.writes.contains_key(&b"first"[..]),
+        "oldest map first"
+    );
     table.written();
     // still over max with the second map pending: the writer keeps waiting
     assert_eq!(table.waiting(), 1);
     assert!(found(table.get(b"third")).is_none(), "not committed yet");
     let next = table.next_to_write().expect("frozen");
-    assert!(next.contains_key(&b"second"[..]));
+    assert!(next.writes.contains_key(&b"second"[..]));
     table.written();
     writer.join().expect("writer");
     assert_eq!(found(table.get(b"third")), Some(Some(b"z".to_vec())));
@@ -181,7 +184,7 @@ fn an_export_sees_its_start_and_holds_back_newer_maps() {
     assert_eq!(found(table.get(b"a")), Some(Some(b"2".to_vec())));
     assert_eq!(table.writable(), 1, "only the exported map may reach sled");
     let exported = table.next_to_write().expect("the exported map");
-    assert_eq!(exported.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
+    assert_eq!(exported.writes.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
     table.written();
     assert_eq!(table.writable(), 0, "the newer map waits for the export");
     table.end_export();

@@ -10,7 +10,7 @@ fn only_the_reply_tables_are_resident() {
         assert_eq!(contains(&[table.prefix()]), resident, "{table:?}");
     }
     assert!(!contains(&layout::meta_key(b"keyspace")));
-    assert!(!contains(&record_key()));
+    assert!(!contains(&legacy_record_key()));
 }
 
 #[test]

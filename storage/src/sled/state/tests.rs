@@ -218,3 +218,150 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
     assert_eq!(view.get(b"flushed").expect("read"), Some(b"new".to_vec()));
     assert_eq!(view.get(b"memory").expect("read"), None);
 }
+
+fn log_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("replies"))
+        .expect("the reply memory's log directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Churn of the reply memory over many layers, reopened after syncs: every reopen finds the
+/// rows of the last synced layer, and syncs leave only the files a restart can need.
+#[test]
+fn the_reply_memory_survives_reopens_through_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = StoreConfig::new(dir.path(), 4 << 20);
+    config.memtable.flush_bytes = 1 << 10;
+    let mut expected: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        std::collections::BTreeMap::new();
+    for round in 0..5u32 {
+        let store = Store::open(&config).expect("store");
+        let state = store.state().expect("state");
+        for (k, v) in &expected {
+            assert_eq!(
+                state.view().get(k).expect("read").as_ref(),
+                Some(v),
+                "round {round}: a reply of an earlier round"
+            );
+        }
+        for i in 0..300u32 {
+            let mut txn = TxnWrites::new();
+            let key = reply_row(b"client", &(i % 50).to_be_bytes());
+            let value = format!("round {round} write {i}").into_bytes();
+            txn.insert(key.clone(), TxnWrite::Put(value.clone()));
+            txn.insert(b"k".to_vec(), TxnWrite::Put(i.to_be_bytes().to_vec()));
+            expected.insert(key, value);
+            if i % 7 == 0 {
+                let gone = reply_row(b"client", &((i + 3) % 50).to_be_bytes());
+                txn.insert(gone.clone(), TxnWrite::Remove);
+                expected.remove(&gone);
+            }
+            state.commit(txn).expect("commit");
+        }
+        store.flush().expect("sync");
+        assert_eq!(
+            log_files(dir.path()).len(),
+            1,
+            "round {round}: a synced store keeps one log file"
+        );
+    }
+}
+
+/// A data directory of format 7 kept the whole reply memory in one sled record: it is read at
+/// open, removed by the next layer, and the rows live on in the log.
+#[test]
+fn the_single_record_of_format_7_is_converted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig::new(dir.path(), 4 << 20);
+    let reply = reply_row(b"old", b"1");
+    {
+        let store = Store::open(&config).expect("store");
+        let state = store.state().expect("state");
+        let mut old = ResidentTables::default();
+        old.put(reply.clone(), b"from format 7".to_vec());
+        state
+            .active()
+            .1
+            .insert(resident::legacy_record_key(), old.encode())
+            .expect("legacy record");
+        state.inner.db.flush().expect("flush");
+    }
+    {
+        let store = Store::open(&config).expect("reopen");
+        let state = store.state().expect("state");
+        assert_eq!(
+            state.view().get(&reply).expect("read"),
+            Some(b"from format 7".to_vec())
+        );
+        let mut txn = TxnWrites::new();
+        txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
+        state.commit(txn).expect("commit");
+        store.flush().expect("sync");
+        assert_eq!(
+            state
+                .active()
+                .1
+                .get(resident::legacy_record_key())
+                .expect("read"),
+            None,
+            "the old record is gone"
+        );
+    }
+    let store = Store::open(&config).expect("reopen");
+    let state = store.state().expect("state");
+    assert_eq!(
+        state.view().get(&reply).expect("read"),
+        Some(b"from format 7".to_vec()),
+        "and the row lives on in the log"
+    );
+}
+
+/// A snapshot install replaces the reply memory: the new rows are there after a reopen and
+/// the old tree's log files are gone once the switch is durable.
+#[test]
+fn an_install_starts_the_reply_memory_log_afresh() {
+    let source_dir = tempfile::tempdir().expect("tempdir");
+    let source = Store::open(&StoreConfig::new(source_dir.path(), 4 << 20)).expect("store");
+    let source_state = source.state().expect("state");
+    let theirs = reply_row(b"theirs", b"1");
+    let mut txn = TxnWrites::new();
+    txn.insert(theirs.clone(), TxnWrite::Put(b"installed".to_vec()));
+    txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
+    source_state.commit(txn).expect("commit");
+    let file = source_state
+        .export_snapshot("one", b"header")
+        .expect("export");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig::new(dir.path(), 4 << 20);
+    let mine = reply_row(b"mine", b"1");
+    {
+        let store = Store::open(&config).expect("store");
+        let state = store.state().expect("state");
+        let mut txn = TxnWrites::new();
+        txn.insert(mine.clone(), TxnWrite::Put(b"replaced".to_vec()));
+        txn.insert(b"x".to_vec(), TxnWrite::Put(b"y".to_vec()));
+        state.commit(txn).expect("commit");
+        store.flush().expect("sync");
+        let before = log_files(dir.path());
+        let received = state.incoming_snapshot_path();
+        std::fs::copy(&file.path, &received).expect("copy");
+        state
+            .install_snapshot(&received, "one", Vec::new())
+            .expect("install");
+        let after = log_files(dir.path());
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert_ne!(after, before, "a new file, the old one removed");
+        assert_eq!(state.view().get(&mine).expect("read"), None);
+    }
+    let store = Store::open(&config).expect("reopen");
+    let view = store.state().expect("state").view();
+    assert_eq!(
+        view.get(&theirs).expect("read"),
+        Some(b"installed".to_vec())
+    );
+    assert_eq!(view.get(&mine).expect("read"), None);
+}

@@ -1,0 +1,197 @@
+//! Unit and property tests of the resident-tables journal, with a list of entries standing in
+//! for its log.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn row(i: u32) -> Vec<u8> {
+    let mut key = b"r".to_vec();
+    key.extend_from_slice(&i.to_be_bytes());
+    key
+}
+
+/// What a restart rebuilds from `entries` (oldest first): the newest base and every entry
+/// after it.
+fn rebuild(entries: &[JournalEntry]) -> ResidentTables {
+    let from = entries.iter().rposition(|e| e.base).expect("a base");
+    let mut tables = ResidentTables::default();
+    for entry in &entries[from..] {
+        replay(&mut tables, entry).expect("replays");
+    }
+    tables
+}
+
+#[test]
+fn the_first_layer_writes_a_base_even_of_empty_tables() {
+    let mut journal = ResidentJournal::starting_at(7);
+    assert!(journal.has_changes());
+    let entry = journal
+        .layer_entry(&ResidentTables::default())
+        .expect("an entry");
+    assert!(entry.base);
+    assert_eq!(entry.seq, 7);
+    assert!(!journal.has_changes());
+    assert_eq!(journal.layer_entry(&ResidentTables::default()), None);
+}
+
+#[test]
+fn deltas_follow_a_base_and_replay_to_the_same_tables() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    let mut entries = Vec::new();
+    tables.put(row(1), b"one".to_vec());
+    journal.note(&row(1));
+    entries.extend(journal.layer_entry(&tables));
+    tables.put(row(2), b"two".to_vec());
+    journal.note(&row(2));
+    tables.remove(&row(1));
+    journal.note(&row(1));
+    let delta = journal.layer_entry(&tables).expect("a delta");
+    assert!(!delta.base);
+    assert_eq!(delta.seq, 1);
+    entries.push(delta);
+    assert_eq!(rebuild(&entries), tables);
+}
+
+#[test]
+fn a_delta_holds_only_the_rows_that_changed() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    for i in 0..1_000 {
+        tables.put(row(i), vec![1; 100]);
+    }
+    let base = journal.layer_entry(&tables).expect("base");
+    tables.put(row(5), vec![2; 100]);
+    journal.note(&row(5));
+    let delta = journal.layer_entry(&tables).expect("delta");
+    assert!(
+        delta.rows.len() * 100 < base.rows.len(),
+        "{} vs {}",
+        delta.rows.len(),
+        base.rows.len()
+    );
+}
+
+#[test]
+fn churn_rebases_and_keeps_the_written_bytes_bounded() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    let mut entries: Vec<JournalEntry> = Vec::new();
+    let mut bases = 0;
+    for layer in 0..400u32 {
+        // every layer replaces all 100 rows
+        for i in 0..100 {
+            tables.put(row(i), vec![(layer % 251) as u8; 200]);
+            journal.note(&row(i));
+        }
+        let entry = journal.layer_entry(&tables).expect("changed");
+        bases += usize::from(entry.base);
+        entries.push(entry);
+        let from = entries.iter().rposition(|e| e.base).expect("a base");
+        let since_base: usize = entries[from..].iter().map(|e| e.rows.len()).sum();
+        assert!(
+            since_base <= REBASE_FACTOR * tables.bytes() + REBASE_SLACK,
+            "layer {layer}: {since_base} bytes since the base"
+        );
+        assert_eq!(rebuild(&entries), tables, "layer {layer}");
+    }
+    assert!(bases > 1, "the journal was rebased");
+}
+
+#[test]
+fn an_idle_journal_writes_nothing_until_replaced() {
+    let mut journal = ResidentJournal::idle(3);
+    assert!(!journal.has_changes());
+    assert_eq!(journal.next_seq(), 3);
+    assert_eq!(journal.layer_entry(&ResidentTables::default()), None);
+}
+
+#[test]
+fn a_base_that_removes_a_row_is_refused() {
+    let rows: Vec<(serde_bytes::ByteBuf, Option<serde_bytes::ByteBuf>)> =
+        vec![(serde_bytes::ByteBuf::from(row(1)), None)];
+    let entry = JournalEntry {
+        seq: 0,
+        base: true,
+        rows: codec::encode(&rows),
+    };
+    assert!(matches!(
+        replay(&mut ResidentTables::default(), &entry),
+        Err(StorageError::Corrupt { .. })
+    ));
+    let damaged = JournalEntry {
+        seq: 0,
+        base: false,
+        rows: vec![codec::FORMAT_VERSION, 0xff, 0xff],
+    };
+    assert!(replay(&mut ResidentTables::default(), &damaged).is_err());
+}
+
+#[test]
+fn the_sequence_record_round_trips() {
+    assert_eq!(decode_seq(&encode_seq(123_456)).expect("decodes"), 123_456);
+    assert!(decode_seq(b"").is_err());
+}
+
+/// One step of a random history: set or remove a row, or freeze a layer (and maybe restart
+/// from the entries written so far).
+#[derive(Debug, Clone)]
+enum Step {
+    Put(u8, u16),
+    Remove(u8),
+    Layer { restart: bool },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (any::<u8>(), 0u16..3000).prop_map(|(k, n)| Step::Put(k, n)),
+        2 => any::<u8>().prop_map(Step::Remove),
+        1 => any::<bool>().prop_map(|restart| Step::Layer { restart }),
+    ]
+}
+
+proptest! {
+    /// After any history, the newest base and the entries after it rebuild the tables as of the
+    /// last layer: a plain map of the same rows is the model.
+    #[test]
+    fn a_restart_rebuilds_the_tables_of_the_last_layer(steps in proptest::collection::vec(step(), 1..300)) {
+        let mut tables = ResidentTables::default();
+        let mut journal = ResidentJournal::starting_at(0);
+        let mut entries: Vec<JournalEntry> = Vec::new();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        for step in steps {
+            match step {
+                Step::Put(k, n) => {
+                    let key = row(u32::from(k));
+                    let value = vec![k; usize::from(n)];
+                    tables.put(key.clone(), value.clone());
+                    journal.note(&key);
+                    model.insert(key, value);
+                }
+                Step::Remove(k) => {
+                    let key = row(u32::from(k));
+                    tables.remove(&key);
+                    journal.note(&key);
+                    model.remove(&key);
+                }
+                Step::Layer { restart } => {
+                    entries.extend(journal.layer_entry(&tables));
+                    if restart {
+                        tables = rebuild(&entries);
+                        let next = entries.last().map_or(0, |e| e.seq + 1);
+                        journal = ResidentJournal::starting_at(next);
+                        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = tables.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        prop_assert_eq!(&rebuilt, &model, "a restart finds the last layer's tables");
+                    }
+                }
+            }
+        }
+        entries.extend(journal.layer_entry(&tables));
+        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = rebuild(&entries).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        prop_assert_eq!(rebuilt, model);
+        prop_assert!(entries.windows(2).all(|w| w[1].seq == w[0].seq + 1), "sequence numbers are consecutive");
+    }
+}

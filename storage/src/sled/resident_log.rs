@@ -1,0 +1,307 @@
+//! The files the [`resident_journal`](crate::sled::resident_journal)'s entries are written to:
+//! the reply memory's own log, beside sled.
+//!
+//! The reply memory changes by some megabytes a second under load (every write request adds a
+//! remembered reply, and removes it seconds later). In sled, whose log-structured segments are
+//! reclaimed only once half of them is garbage and only as fast as pages are rewritten, that
+//! churn stayed on disk: as one record per layer it left 400 MiB of blob files after a million
+//! SETs, as journal records inside sled it grew the database to 630 MiB for 100 MiB of keys
+//! (BENCHMARKS.md, issue 30). Here every entry is appended to a plain file and a new base
+//! starts a new file; files older than the newest base that sled's durable state has reached
+//! are deleted.
+//!
+//! Layout: `replies-<base seq, 20 digits>.log`, starting with [`MAGIC`]; then frames of
+//! `u32 length, body, u64 xxh3(body)`, the body being `u64 seq, u8 base` and the entry's rows.
+//! The first frame of a file is its base. Each append is `fdatasync`ed before the layer's sled
+//! batch is written, so every entry sled's state names is on disk; a torn last frame can only
+//! belong to an entry sled never recorded, and is ignored.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::error::{Result, StorageError};
+use crate::sled::resident::ResidentTables;
+use crate::sled::resident_journal::{self, JournalEntry};
+
+/// First bytes of every file.
+pub const MAGIC: &[u8; 8] = b"SSREPL01";
+/// Longest frame body accepted when reading (the reply memory's byte cap is far below).
+const MAX_FRAME_BYTES: u32 = 1 << 30;
+
+/// The reply memory's log: its directory and the file being appended to.
+pub struct ResidentLog {
+    dir: PathBuf,
+    /// The file entries are appended to, once a base started it.
+    current: Option<File>,
+    /// Base sequence numbers of the files in the directory, ascending.
+    files: Vec<u64>,
+    /// Bytes of those files (readable without the log's lock).
+    bytes: Arc<AtomicU64>,
+}
+
+fn corrupt(reason: String) -> StorageError {
+    StorageError::Corrupt {
+        what: "reply memory log",
+        reason,
+    }
+}
+
+fn file_name(base_seq: u64) -> String {
+    format!("replies-{base_seq:020}.log")
+}
+
+fn base_seq_of(name: &str) -> Option<u64> {
+    name.strip_prefix("replies-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// What opening the log found.
+pub struct Opened {
+    /// The log, ready to append (its next entry must be a base).
+    pub log: ResidentLog,
+    /// The tables as of the requested entry.
+    pub tables: ResidentTables,
+    /// The sequence number of the next entry (above every one on disk).
+    pub next_seq: u64,
+}
+
+impl ResidentLog {
+    /// Opens the log in `dir` and rebuilds the tables as of entry `at` (the entry sled's state
+    /// records; `None`: sled has none, the tables are empty and any file is a leftover).
+    /// Files that start after `at` belong to layers sled never recorded and are removed.
+    pub fn open(dir: &Path, at: Option<u64>) -> Result<Opened> {
+        std::fs::create_dir_all(dir)?;
+        let mut files: Vec<u64> = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(seq) = base_seq_of(&name) {
+                files.push(seq);
+            }
+        }
+        files.sort_unstable();
+        let keep = at.map_or(0, |at| files.partition_point(|base| *base <= at));
+        for stale in files.drain(keep..) {
+            tracing::info!(
+                file = file_name(stale),
+                "removing a reply memory log file sled never reached"
+            );
+            std::fs::remove_file(dir.join(file_name(stale)))?;
+        }
+        sync_dir(dir)?;
+        let mut bytes = 0;
+        for base in &files {
+            bytes += std::fs::metadata(dir.join(file_name(*base)))?.len();
+        }
+        let log = ResidentLog {
+            dir: dir.to_owned(),
+            current: None,
+            files,
+            bytes: Arc::new(AtomicU64::new(bytes)),
+        };
+        let Some(at) = at else {
+            return Ok(Opened {
+                log,
+                tables: ResidentTables::default(),
+                next_seq: 0,
+            });
+        };
+        let Some(&base) = log.files.last() else {
+            return Err(corrupt(format!(
+                "the state needs entry {at} and {} holds no log file",
+                dir.display()
+            )));
+        };
+        let mut tables = ResidentTables::default();
+        let mut reached = None;
+        let mut highest = at;
+        log.read_file(base, |entry| {
+            highest = highest.max(entry.seq);
+            if entry.seq > at {
+                return Ok(());
+            }
+            match reached {
+                None if !(entry.base && entry.seq == base) => {
+                    return Err(corrupt(format!(
+                        "{} does not start with its base",
+                        file_name(base)
+                    )));
+                }
+                Some(last) if entry.seq != last + 1 => {
+                    return Err(corrupt(format!(
+                        "{} skips from entry {last} to {}",
+                        file_name(base),
+                        entry.seq
+                    )));
+                }
+                _ => {}
+            }
+            resident_journal::replay(&mut tables, &entry)?;
+            reached = Some(entry.seq);
+            Ok(())
+        })?;
+        if reached != Some(at) {
+            return Err(corrupt(format!(
+                "the state needs entry {at}, {} ends at {reached:?}",
+                file_name(base)
+            )));
+        }
+        Ok(Opened {
+            log,
+            tables,
+            next_seq: highest + 1,
+        })
+    }
+
+    /// Reads every whole frame of the file that starts at `base` (a torn tail ends it).
+    fn read_file(&self, base: u64, mut each: impl FnMut(JournalEntry) -> Result<()>) -> Result<()> {
+        let path = self.dir.join(file_name(base));
+        let mut input = BufReader::with_capacity(1 << 20, File::open(&path)?);
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic)?;
+        if &magic != MAGIC {
+            return Err(corrupt(format!("{} has no log header", path.display())));
+        }
+        while let Some(entry) = read_frame(&mut input)? {
+            each(entry)?;
+        }
+        Ok(())
+    }
+
+    /// Appends `entry` (a base starts a new file) and makes it durable.
+    pub fn append(&mut self, entry: &JournalEntry) -> Result<()> {
+        if entry.base {
+            let path = self.dir.join(file_name(entry.seq));
+            let mut file = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .open(&path)?;
+            file.write_all(MAGIC)?;
+            let written = write_frame(&mut file, entry)?;
+            file.sync_data()?;
+            sync_dir(&self.dir)?;
+            if self.files.last() != Some(&entry.seq) {
+                self.files.push(entry.seq);
+            }
+            self.current = Some(file);
+            self.bytes
+                .fetch_add((MAGIC.len() + written) as u64, Ordering::Relaxed);
+            return Ok(());
+        }
+        let file = self
+            .current
+            .as_mut()
+            .ok_or_else(|| corrupt(format!("delta {} with no base before it", entry.seq)))?;
+        let written = write_frame(file, entry)?;
+        file.sync_data()?;
+        self.bytes.fetch_add(written as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Removes the files before the newest one whose base is at or below `durable` (the entry
+    /// sled's durable state records): nothing a restart can need.
+    pub fn prune(&mut self, durable: u64) -> Result<()> {
+        let keep_from = self
+            .files
+            .partition_point(|base| *base <= durable)
+            .saturating_sub(1);
+        if keep_from == 0 {
+            return Ok(());
+        }
+        for old in self.files.drain(..keep_from) {
+            let path = self.dir.join(file_name(old));
+            let size = std::fs::metadata(&path).map_or(0, |meta| meta.len());
+            std::fs::remove_file(&path)?;
+            self.bytes.fetch_sub(
+                size.min(self.bytes.load(Ordering::Relaxed)),
+                Ordering::Relaxed,
+            );
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// Bytes of the log's files on disk, readable while the log is in use.
+    pub fn size_on_disk(&self) -> Arc<AtomicU64> {
+        self.bytes.clone()
+    }
+
+    /// Base sequence numbers of the files kept.
+    #[cfg(test)]
+    pub fn files(&self) -> &[u64] {
+        &self.files
+    }
+}
+
+/// Writes one frame; its length in bytes.
+fn write_frame(out: &mut File, entry: &JournalEntry) -> Result<usize> {
+    let mut body = Vec::with_capacity(9 + entry.rows.len());
+    body.extend_from_slice(&entry.seq.to_be_bytes());
+    body.push(u8::from(entry.base));
+    body.extend_from_slice(&entry.rows);
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|len| *len <= MAX_FRAME_BYTES)
+        .ok_or_else(|| corrupt(format!("entry {} of {} bytes", entry.seq, body.len())))?;
+    let mut frame = Vec::with_capacity(body.len() + 12);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame.extend_from_slice(&xxh3_64(&body).to_be_bytes());
+    out.write_all(&frame)?;
+    Ok(frame.len())
+}
+
+/// The next whole frame, or `None` at the end of the file or at a torn or damaged last frame.
+fn read_frame(input: &mut impl Read) -> Result<Option<JournalEntry>> {
+    let mut len = [0u8; 4];
+    if !read_all(input, &mut len)? {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes(len);
+    if len > MAX_FRAME_BYTES || len < 9 {
+        return Ok(None);
+    }
+    let mut body = Vec::with_capacity((len as usize).min(1 << 20));
+    input.take(u64::from(len)).read_to_end(&mut body)?;
+    let mut checksum = [0u8; 8];
+    if body.len() != len as usize || !read_all(input, &mut checksum)? {
+        return Ok(None);
+    }
+    if xxh3_64(&body) != u64::from_be_bytes(checksum) {
+        return Ok(None);
+    }
+    let (head, rows) = body.split_at(9);
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&head[..8]);
+    Ok(Some(JournalEntry {
+        seq: u64::from_be_bytes(seq),
+        base: head[8] != 0,
+        rows: rows.to_vec(),
+    }))
+}
+
+/// Fills `buf`; false if the input ended before (or at) its first byte or part-way.
+fn read_all(input: &mut impl Read, buf: &mut [u8]) -> Result<bool> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match input.read(&mut buf[filled..])? {
+            0 => return Ok(false),
+            n => filled += n,
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! Unit tests of the reply memory's log files: what a restart reads back at each point sled
+//! may have reached, torn tails, leftovers and pruning.
+
+use super::*;
+use crate::sled::resident_journal::ResidentJournal;
+
+fn row(i: u32) -> Vec<u8> {
+    let mut key = b"r".to_vec();
+    key.extend_from_slice(&i.to_be_bytes());
+    key
+}
+
+/// Writes layers to a log in `dir`: layer `i` sets row `i`; returns the tables after each
+/// layer (index = entry seq).
+fn write_layers(dir: &Path, layers: u32, rebase_at: &[u32]) -> Vec<ResidentTables> {
+    let mut log = ResidentLog::open(dir, None).expect("open").log;
+    let mut journal = ResidentJournal::starting_at(0);
+    let mut tables = ResidentTables::default();
+    let mut after = Vec::new();
+    for i in 0..layers {
+        tables.put(row(i), vec![i as u8; 10]);
+        journal.note(&row(i));
+        let entry = if rebase_at.contains(&i) {
+            journal.base(&tables)
+        } else {
+            journal.layer_entry(&tables).expect("changed")
+        };
+        assert_eq!(entry.seq, u64::from(i));
+        log.append(&entry).expect("append");
+        after.push(tables.clone());
+    }
+    after
+}
+
+#[test]
+fn a_restart_reads_the_tables_as_of_every_entry_sled_may_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 6, &[]);
+    for at in 0..6u64 {
+        let opened = ResidentLog::open(dir.path(), Some(at)).expect("open");
+        assert_eq!(opened.tables, after[at as usize], "at {at}");
+        assert_eq!(opened.next_seq, 6, "numbers are never reused");
+    }
+}
+
+#[test]
+fn a_new_base_starts_a_new_file_and_older_files_stay_until_pruned() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 8, &[3, 6]);
+    let opened = ResidentLog::open(dir.path(), Some(7)).expect("open");
+    assert_eq!(opened.log.files(), &[0, 3, 6]);
+    assert_eq!(opened.tables, after[7]);
+    // sled still at entry 4: the file of base 3 is read, and only the newer one is dropped
+    let mut opened = ResidentLog::open(dir.path(), Some(4)).expect("open");
+    assert_eq!(opened.tables, after[4]);
+    assert_eq!(
+        opened.log.files(),
+        &[0, 3],
+        "the file sled never reached is removed"
+    );
+    opened.log.prune(4).expect("prune");
+    assert_eq!(opened.log.files(), &[3]);
+    assert!(!dir.path().join(file_name(0)).exists());
+    let bytes = opened.log.size_on_disk().load(Ordering::Relaxed);
+    assert_eq!(
+        bytes,
+        std::fs::metadata(dir.path().join(file_name(3)))
+            .expect("meta")
+            .len()
+    );
+}
+
+#[test]
+fn pruning_keeps_the_newest_base_sled_has_reached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_layers(dir.path(), 8, &[3, 6]);
+    let mut log = ResidentLog::open(dir.path(), Some(7)).expect("open").log;
+    log.prune(5).expect("prune");
+    assert_eq!(log.files(), &[3, 6], "entry 5 still needs the base of 3");
+    log.prune(7).expect("prune");
+    assert_eq!(log.files(), &[6]);
+}
+
+#[test]
+fn a_torn_last_frame_is_ignored_when_sled_never_named_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 4, &[]);
+    let path = dir.path().join(file_name(0));
+    let len = std::fs::metadata(&path).expect("meta").len();
+    let file = OpenOptions::new().write(true).open(&path).expect("open");
+    file.set_len(len - 5).expect("tear the last frame");
+    let opened = ResidentLog::open(dir.path(), Some(2)).expect("open");
+    assert_eq!(opened.tables, after[2]);
+    // ... but a state that needs the torn entry is refused, never served short
+    assert!(matches!(
+        ResidentLog::open(dir.path(), Some(3)),
+        Err(StorageError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_damaged_frame_before_the_needed_entry_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_layers(dir.path(), 4, &[]);
+    let path = dir.path().join(file_name(0));
+    let mut bytes = std::fs::read(&path).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&path, bytes).expect("write");
+    assert!(matches!(
+        ResidentLog::open(dir.path(), Some(3)),
+        Err(StorageError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_state_naming_an_entry_with_no_file_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert!(matches!(
+        ResidentLog::open(dir.path(), Some(0)),
+        Err(StorageError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn without_an_entry_in_sled_every_file_is_a_leftover() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_layers(dir.path(), 3, &[]);
+    let opened = ResidentLog::open(dir.path(), None).expect("open");
+    assert_eq!(opened.tables, ResidentTables::default());
+    assert!(opened.log.files().is_empty());
+    assert_eq!(opened.next_seq, 0);
+}
+
+#[test]
+fn a_delta_needs_a_base_in_this_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_layers(dir.path(), 2, &[]);
+    let mut opened = ResidentLog::open(dir.path(), Some(1)).expect("open");
+    let delta = JournalEntry {
+        seq: opened.next_seq,
+        base: false,
+        rows: Vec::new(),
+    };
+    assert!(
+        opened.log.append(&delta).is_err(),
+        "a restart appends a base first"
+    );
+}
+
+#[test]
+fn a_file_without_the_header_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(file_name(0)), b"not a log").expect("write");
+    assert!(ResidentLog::open(dir.path(), Some(0)).is_err());
+}
