@@ -623,6 +623,10 @@ pub struct ScaleArgs {
     /// A request unanswered for this long counts as a timeout.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub timeout: Duration,
+    /// Extra argument for every statestore node (repeatable), e.g.
+    /// `--node-arg=--cache-capacity-mb=64`.
+    #[arg(long = "node-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub node_args: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,

@@ -222,7 +222,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
     let broker = Mosquitto::start(&mosquitto, dir.path())?;
     // room for every key: the default quota is exactly 1,000,000 keys and 1 GiB
     let stored_bytes = args.keys * (KEY_LEN + args.value_size) as u64;
-    let extra = vec![
+    let mut extra = vec![
         "--max-keys".to_owned(),
         (args.keys + args.keys / 10 + 1000)
             .max(1_000_000)
@@ -230,6 +230,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         "--max-bytes".to_owned(),
         (stored_bytes * 2).max(1 << 30).to_string(),
     ];
+    extra.extend(args.node_args.iter().cloned());
     let mut cluster =
         StatestoreCluster::start(&bin, &broker.broker(), args.nodes, dir.path(), &extra)?;
     let start_to_ready = cluster.wait_ready(Duration::from_secs(60)).await?;

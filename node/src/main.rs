@@ -7,7 +7,9 @@ use statestore_node::cli::{Cli, CliCommand};
 use statestore_node::{admin, kv, node, telemetry};
 
 /// mimalloc instead of glibc malloc: the apply path and sled allocate and free small buffers
-/// at a high rate, where glibc's arenas fragment (see BENCHMARKS.md).
+/// at a high rate, where glibc's arenas fragment (see BENCHMARKS.md). The `system-allocator`
+/// feature keeps glibc's, for heap profilers that interpose malloc (heaptrack).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
