@@ -32,6 +32,8 @@ use crate::sled::resident_journal::{self, JournalEntry};
 pub const MAGIC: &[u8; 8] = b"SSREPL01";
 /// Longest frame body accepted when reading (the reply memory's byte cap is far below).
 const MAX_FRAME_BYTES: u32 = 1 << 30;
+/// Shortest frame body: the layer sequence (8 bytes) and the base flag (1 byte).
+const MIN_FRAME_BYTES: u32 = 9;
 
 /// The reply memory's log: its directory and the file being appended to.
 pub struct ResidentLog {
@@ -246,7 +248,7 @@ impl ResidentLog {
 
 /// Writes one frame; its length in bytes.
 fn write_frame(out: &mut File, entry: &JournalEntry) -> Result<usize> {
-    let mut body = Vec::with_capacity(9 + entry.rows.len());
+    let mut body = Vec::with_capacity(MIN_FRAME_BYTES as usize + entry.rows.len());
     body.extend_from_slice(&entry.seq.to_be_bytes());
     body.push(u8::from(entry.base));
     body.extend_from_slice(&entry.rows);
@@ -269,7 +271,7 @@ fn read_frame(input: &mut impl Read) -> Result<Option<JournalEntry>> {
         return Ok(None);
     }
     let len = u32::from_be_bytes(len);
-    if len > MAX_FRAME_BYTES || len < 9 {
+    if !(MIN_FRAME_BYTES..=MAX_FRAME_BYTES).contains(&len) {
         return Ok(None);
     }
     let mut body = Vec::with_capacity((len as usize).min(1 << 20));
@@ -281,7 +283,7 @@ fn read_frame(input: &mut impl Read) -> Result<Option<JournalEntry>> {
     if xxh3_64(&body) != u64::from_be_bytes(checksum) {
         return Ok(None);
     }
-    let (head, rows) = body.split_at(9);
+    let (head, rows) = body.split_at(MIN_FRAME_BYTES as usize);
     let mut seq = [0u8; 8];
     seq.copy_from_slice(&head[..8]);
     Ok(Some(JournalEntry {
