@@ -10,7 +10,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use openraft::EntryPayload;
 use openraft::storage::ApplyResponder;
@@ -108,17 +108,89 @@ struct Worker {
     carry: Carry,
 }
 
+/// A wait at least this long, with work to do, counts as a stall of apply.
+pub(crate) const STALL: Duration = Duration::from_millis(50);
+
+/// What the apply thread is doing between two steps of progress (the label of a stall).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Waiting until the memtable has room (sled flushes behind).
+    MemtableRoom,
+    /// Waiting for the device queues' index (readers or a snapshot install hold it).
+    DeviceIndex,
+    /// Applying one proposal (its reads of the state may wait for sled).
+    Apply,
+    /// Handing the transaction's writes to the memtable.
+    Commit,
+}
+
+impl Phase {
+    /// Every phase.
+    pub(crate) const ALL: [Phase; 4] = [
+        Phase::MemtableRoom,
+        Phase::DeviceIndex,
+        Phase::Apply,
+        Phase::Commit,
+    ];
+
+    /// The `waiting_on` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Phase::MemtableRoom => "memtable_room",
+            Phase::DeviceIndex => "device_index",
+            Phase::Apply => "apply",
+            Phase::Commit => "commit",
+        }
+    }
+}
+
+/// Marks the apply thread's progress through a job: each step that took [`STALL`] or more is
+/// counted as a stall of the phase it was in.
+struct Progress<'m> {
+    metrics: &'m RaftStorageMetrics,
+    phase: Phase,
+    since: Instant,
+}
+
+impl<'m> Progress<'m> {
+    fn start(metrics: &'m RaftStorageMetrics, phase: Phase) -> Progress<'m> {
+        Progress {
+            metrics,
+            phase,
+            since: Instant::now(),
+        }
+    }
+
+    /// The current phase is over: count it if it stalled, and enter `next`.
+    fn step(&mut self, next: Phase) {
+        let now = Instant::now();
+        let took = now.saturating_duration_since(self.since);
+        if took >= STALL {
+            self.metrics
+                .apply_stall_seconds
+                .with_label_values(&[self.phase.label()])
+                .observe(took.as_secs_f64());
+        }
+        self.phase = next;
+        self.since = now;
+    }
+}
+
 impl Worker {
     /// Applies `chunk` in one transaction, commits it, then answers and notifies. The device
     /// queues' index is held from the first proposal to the commit, so readers never see it
     /// ahead of the committed rows; if the transaction fails it is rebuilt from them.
     fn apply(&mut self, chunk: Chunk) -> io::Result<()> {
+        let metrics = self.metrics.clone();
+        let mut progress = Progress::start(&metrics, Phase::MemtableRoom);
         // A full memtable makes the commit wait for the disk: wait now, before the index is
         // locked, so its readers never wait for the disk.
         self.state.wait_for_room();
+        progress.step(Phase::DeviceIndex);
         let devices = self.state.device_index();
         let mut index = devices.lock().unwrap_or_else(|p| p.into_inner());
-        let applied = self.apply_with(chunk, &mut index);
+        progress.step(Phase::Apply);
+        let applied = self.apply_with(chunk, &mut index, &mut progress);
         if applied.is_err()
             && let Err(err) = self.state.reload_device_index(&mut index)
         {
@@ -136,7 +208,12 @@ impl Worker {
     }
 
     /// Applies and commits `chunk`; returns the answers and the events to hand out.
-    fn apply_with(&mut self, chunk: Chunk, index: &mut DeviceIndex) -> io::Result<Applied> {
+    fn apply_with(
+        &mut self,
+        chunk: Chunk,
+        index: &mut DeviceIndex,
+        progress: &mut Progress<'_>,
+    ) -> io::Result<Applied> {
         let started = Instant::now();
         let view = self.state.view();
         let mut txn = Overlay::new(&view);
@@ -176,6 +253,7 @@ impl Worker {
                                 trace: trace.clone(),
                             }));
                             outcomes.push(applied.outcome);
+                            progress.step(Phase::Apply);
                         }
                         outcomes
                     }
@@ -197,10 +275,12 @@ impl Worker {
             carry = machine.carry();
             machine.finish();
         }
+        progress.step(Phase::Commit);
         self.state.commit(txn.into_txn_writes()).map_err(|e| {
             self.metrics.disk_errors_total.inc();
             io_err(e)
         })?;
+        progress.step(Phase::Apply);
         self.carry = carry;
         drop(apply_span);
         self.metrics
@@ -209,3 +289,6 @@ impl Worker {
         Ok((answers, events))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -40,6 +40,9 @@ pub struct RaftStorageMetrics {
     pub apply_commit_seconds: Histogram,
     /// `statestore_disk_snapshot_duration_seconds{op=build|install}`
     pub snapshot_seconds: HistogramVec,
+    /// `statestore_apply_stall_seconds{waiting_on}`: the apply thread, with work, made no
+    /// progress for at least [`crate::applier::STALL`] (see `applier::Progress`).
+    pub apply_stall_seconds: HistogramVec,
     /// `statestore_disk_errors_total`
     pub disk_errors_total: IntCounter,
     /// `statestore_disk_log_slow_flushes_total`, and the rate-limited WARN line about them.
@@ -77,6 +80,15 @@ impl Default for RaftStorageMetrics {
                 &["op"],
             )
             .unwrap_or_else(|e| unreachable!("static metric: {e}")),
+            apply_stall_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "statestore_apply_stall_seconds",
+                    "Waits of at least 50 ms in which the apply thread, with entries to apply, made no progress, by what it waited on (memtable_room, device_index, apply: reading the state, commit).",
+                )
+                .buckets(vec![0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                &["waiting_on"],
+            )
+            .unwrap_or_else(|e| unreachable!("static metric: {e}")),
             disk_errors_total: counter(
                 "statestore_disk_errors_total",
                 "Storage operations that failed.",
@@ -97,6 +109,11 @@ impl RaftStorageMetrics {
         registry.register(Box::new(self.log_written_bytes_total.clone()))?;
         registry.register(Box::new(self.apply_commit_seconds.clone()))?;
         registry.register(Box::new(self.snapshot_seconds.clone()))?;
+        for phase in crate::applier::Phase::ALL {
+            // Every series from the start, so a dashboard sees zero rather than nothing.
+            let _ = self.apply_stall_seconds.with_label_values(&[phase.label()]);
+        }
+        registry.register(Box::new(self.apply_stall_seconds.clone()))?;
         registry.register(Box::new(self.disk_errors_total.clone()))?;
         registry.register(Box::new(self.log_slow_flushes.counter()))?;
         Ok(())
