@@ -79,14 +79,14 @@ impl Store {
     pub fn open(config: &StoreConfig) -> Result<Store> {
         check_format(&config.dir)?;
         std::fs::create_dir_all(config.dir.join("snapshots"))?;
-        let db = ::sled::Config::new()
+        let sled_config = ::sled::Config::new()
             .path(config.dir.join("state"))
             .cache_capacity(config.cache_capacity_bytes)
             // The state machine is rebuilt from the last snapshot and the Raft log after a
             // crash, so its own flushes only bound how much replay a restart costs.
             .flush_every_ms(Some(1_000))
-            .mode(::sled::Mode::HighThroughput)
-            .open()?;
+            .mode(::sled::Mode::HighThroughput);
+        let db = open_when_released(&sled_config)?;
         Ok(Store {
             db,
             dir: config.dir.clone(),
@@ -128,6 +128,28 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// How long [`open_when_released`] waits for an earlier handle's threads to let go.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens sled; while its file lock is held, tries again for up to [`RELEASE_WAIT`]: a store
+/// dropped in this process releases the lock only once sled's own I/O threads finish (a
+/// restart in tests, a snapshot install's reopen). Another process holding the directory is
+/// still refused, after the wait.
+fn open_when_released(config: &::sled::Config) -> Result<::sled::Db> {
+    let deadline = std::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        match config.open() {
+            Err(::sled::Error::Io(err))
+                if err.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            opened => return Ok(opened?),
+        }
     }
 }
 

@@ -46,6 +46,10 @@ pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// One buffered write: the key and its new value (`None`: removed).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
+/// While an export holds newer maps back from sled, they may hold this many times
+/// [`MemtableConfig::max_bytes`] before writers wait.
+pub const EXPORT_ROOM_FACTOR: usize = 4;
+
 /// Bytes a write is accounted at beyond its key and value (map node, vectors).
 const ENTRY_OVERHEAD: usize = 64;
 
@@ -209,16 +213,27 @@ impl Memtable {
     /// True if committing now would wait for room.
     #[cfg(test)]
     fn is_full(&self) -> bool {
-        let layers = self.lock();
-        layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty()
+        self.full(&self.lock())
+    }
+
+    /// True if a commit must wait: the maps hold their limit and flushes are pending. While an
+    /// export holds newer maps back from sled, the limit is [`EXPORT_ROOM_FACTOR`] times
+    /// higher, so a follower's snapshot stream does not stall apply.
+    fn full(&self, layers: &Layers) -> bool {
+        let limit = if layers.fence.is_some() {
+            self.config.max_bytes.saturating_mul(EXPORT_ROOM_FACTOR)
+        } else {
+            self.config.max_bytes
+        };
+        layers.bytes() >= limit && !layers.frozen.is_empty()
     }
 
     /// Waits while memory is full and flushes are pending (counted as a stall).
     fn room<'a>(&self, mut layers: MutexGuard<'a, Layers>) -> MutexGuard<'a, Layers> {
-        if layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
+        if self.full(&layers) {
             layers.stalls += 1;
             layers.waiting += 1;
-            while layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty() {
+            while self.full(&layers) {
                 layers = self.wait_changed(layers);
             }
             layers.waiting -= 1;

@@ -191,6 +191,9 @@ struct Inner {
     log: Arc<Mutex<ResidentLog>>,
     /// Bytes of the log's files.
     log_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// The state-flush thread, joined when the tree is dropped: a store dropped and opened
+    /// again at once must find sled released.
+    flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Locks the reply memory's log (a panic while appending leaves it usable: an append that
@@ -210,6 +213,15 @@ fn lock_index(devices: &Mutex<DeviceIndex>) -> MutexGuard<'_, DeviceIndex> {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.memtable.stop();
+        let flusher = match self.flusher.get_mut() {
+            Ok(flusher) => flusher.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(flusher) = flusher
+            && flusher.join().is_err()
+        {
+            tracing::error!("the state-flush thread panicked");
+        }
     }
 }
 
@@ -282,14 +294,14 @@ impl StateTree {
             tree,
             devices: devices.clone(),
         })?;
-        {
+        let flusher = {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
             let log = log.clone();
             crate::sled::background::spawn("state-flush", move || {
                 flush_loop(memtable, active, log)
-            })?;
-        }
+            })?
+        };
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
@@ -301,6 +313,7 @@ impl StateTree {
                 devices,
                 log,
                 log_bytes,
+                flusher: Mutex::new(Some(flusher)),
             }),
         })
     }
@@ -412,9 +425,11 @@ impl StateTree {
             .join(format!("incoming-{nanos}.tmp"))
     }
 
-    /// Replaces the state with the snapshot at `received` (verified first), adds the
-    /// consensus layer's records, keeps the file as the current snapshot under `id`.
-    /// Blocking. Crash-safe: the switch to the new tree is one durable record update.
+    /// Replaces the state with the snapshot at `received`, adds the consensus layer's records,
+    /// keeps the file as the current snapshot under `id`. Blocking. The entries are loaded into
+    /// a fresh tree as they are read and the checksum is checked at the end (one read of the
+    /// file): a damaged file leaves the old state as it was. Crash-safe: the switch to the new
+    /// tree is one durable record update.
     pub fn install_snapshot(
         &self,
         received: &Path,
@@ -422,13 +437,6 @@ impl StateTree {
         consensus_records: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<SnapshotFile> {
         std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
-        snapshot::read_entries(received, |_| Ok(()))?; // verify before touching anything
-        // Readers of the index wait until it describes the new state.
-        let devices = self.inner.devices.clone();
-        let mut index = lock_index(&devices);
-        // The snapshot replaces everything applied so far.
-        let next_entry = self.inner.memtable.discard();
-
         let (old_name, _) = self.active();
         let generation = old_name
             .strip_prefix("state_")
@@ -440,7 +448,7 @@ impl StateTree {
         let mut batch = ::sled::Batch::default();
         let mut pending = 0;
         let mut resident = ResidentTables::default();
-        let file = snapshot::read_entries(received, |(key, value)| {
+        let loaded = snapshot::read_entries(received, |(key, value)| {
             if resident::contains(&key) {
                 resident.put(key, value);
                 return Ok(());
@@ -452,7 +460,20 @@ impl StateTree {
                 pending = 0;
             }
             Ok(())
-        })?;
+        });
+        let file = match loaded {
+            Ok(file) => file,
+            Err(err) => {
+                drop(tree);
+                self.inner.db.drop_tree(&new_name)?;
+                return Err(err);
+            }
+        };
+        // Readers of the index wait until it describes the new state.
+        let devices = self.inner.devices.clone();
+        let mut index = lock_index(&devices);
+        // The snapshot replaces everything applied so far.
+        let next_entry = self.inner.memtable.discard();
         for (key, value) in consensus_records {
             batch.insert(key, value);
         }

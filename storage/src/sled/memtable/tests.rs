@@ -190,3 +190,25 @@ fn an_export_sees_its_start_and_holds_back_newer_maps() {
     table.end_export();
     assert_eq!(table.writable(), 1);
 }
+
+#[test]
+fn an_export_gives_writers_more_room_before_they_wait() {
+    let table = Memtable::new(
+        MemtableConfig {
+            flush_bytes: 100,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: 300,
+        },
+        ResidentState::default(),
+    );
+    let _export = table.begin_export();
+    table.commit(writes(&[("a", Some(&"x".repeat(400)))]));
+    assert!(
+        !table.is_full(),
+        "over max_bytes, but an export holds newer maps back: still room"
+    );
+    table.commit(writes(&[("b", Some(&"y".repeat(1000)))]));
+    assert!(table.is_full(), "past the export's room, writers wait");
+    table.end_export();
+    assert!(table.is_full());
+}

@@ -365,3 +365,44 @@ fn an_install_starts_the_reply_memory_log_afresh() {
     );
     assert_eq!(view.get(&mine).expect("read"), None);
 }
+
+/// The install checks the checksum as it loads (one read of the file): a damaged file is
+/// refused at its end and the state it would have replaced is untouched.
+#[test]
+fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
+    let source_dir = tempfile::tempdir().expect("tempdir");
+    let source = Store::open(&StoreConfig::new(source_dir.path(), 4 << 20)).expect("store");
+    let source_state = source.state().expect("state");
+    let mut txn = TxnWrites::new();
+    for i in 0..100u32 {
+        txn.insert(
+            format!("k{i:03}").into_bytes(),
+            TxnWrite::Put(b"theirs".to_vec()),
+        );
+    }
+    source_state.commit(txn).expect("commit");
+    let file = source_state
+        .export_snapshot("s", b"header")
+        .expect("export");
+    let mut bytes = std::fs::read(&file.path).expect("read");
+    let last_value = bytes.len() - 30;
+    bytes[last_value] ^= 0x20;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    txn.insert(b"k000".to_vec(), TxnWrite::Put(b"mine".to_vec()));
+    state.commit(txn).expect("commit");
+    let received = state.incoming_snapshot_path();
+    std::fs::write(&received, &bytes).expect("write");
+    assert!(matches!(
+        state.install_snapshot(&received, "s", Vec::new()),
+        Err(StorageError::Corrupt { .. })
+    ));
+    assert_eq!(
+        state.view().get(b"k000").expect("read"),
+        Some(b"mine".to_vec())
+    );
+    assert_eq!(state.view().get(b"k050").expect("read"), None);
+}
