@@ -461,6 +461,22 @@ impl StatestoreCluster {
         Ok(())
     }
 
+    /// Stops node index `i` (SIGTERM), deletes its data directory and starts it again empty
+    /// with `--join`, as an operator replaces a lost member: its leader brings it back with a
+    /// snapshot.
+    pub fn wipe_and_rejoin(&mut self, i: usize, grace: Duration) -> anyhow::Result<()> {
+        let node = &mut self.nodes[i];
+        if let Some(mut process) = node.process.take() {
+            process.terminate(grace);
+        }
+        std::fs::remove_dir_all(&node.data_dir)
+            .with_context(|| format!("remove {}", node.data_dir.display()))?;
+        if !node.args.iter().any(|a| a == "--join") {
+            node.args.push("--join".to_owned());
+        }
+        self.spawn_all()
+    }
+
     /// SIGTERM to every node, then waits (SIGKILL after `grace`); the longest stop time.
     pub fn stop_all(&mut self, grace: Duration) -> Duration {
         let mut longest = Duration::ZERO;

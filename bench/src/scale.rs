@@ -1,8 +1,12 @@
 //! The `scale` command: load many keys (16-byte keys, value-size values) into a fresh
 //! statestore cluster, then report the load rate, how long the followers took to apply
-//! everything, RSS and on-disk size per node, and after a full-cluster restart (SIGTERM,
-//! start again on the same data) the time to ready and a check that GETs still hit.
+//! everything, RSS and on-disk size per node (and both per key, the disk as space
+//! amplification over the bytes of keys and values), the stalls of apply while loading, and
+//! after a full-cluster restart (SIGTERM, start again on the same data) the time to ready and a
+//! check that GETs still hit; last, one follower is wiped and rejoins empty, and the time until
+//! it holds every key again (a snapshot transfer) is reported.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -14,6 +18,7 @@ use crate::cli::ScaleArgs;
 use crate::compare::{mosquitto_bin, statestore_bin, tool_versions};
 use crate::driver::{self, Plan};
 use crate::mqtt_load::{self, Check, LoadOptions};
+use crate::node_counters::{self, Counters};
 use crate::processes::{Mosquitto, StatestoreCluster, WorkDir};
 use crate::report::{self, Machine};
 use crate::stats::Summary;
@@ -64,7 +69,87 @@ pub struct ScaleReport {
     pub rss_kib_after_restart: Vec<Option<u64>>,
     /// The read check after the restart: GETs of random loaded keys that must hit.
     pub reads_after_restart: Summary,
+    /// Stalls of apply during the load, all nodes together.
+    pub load_stalls: Stalls,
+    /// A wiped follower started empty with `--join` until it held every key, seconds.
+    pub wiped_follower_caught_up_secs: Option<f64>,
+    /// Data directory size per node once the wiped follower caught up, bytes.
+    pub disk_bytes_after_catch_up: Vec<u64>,
 }
+
+/// Waits of apply of 50 ms or more (`statestore_apply_stall_seconds`) and whole-process stalls
+/// of 500 ms or more (`statestore_process_stalls_total`), counted over a phase.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stalls {
+    /// Apply waits of at least 50 ms.
+    pub apply_over_50ms: u64,
+    /// ... of them, at least 100 ms.
+    pub apply_over_100ms: u64,
+    /// The smallest histogram bound the longest wait fits under, seconds (`None`: no stall, or
+    /// one beyond the largest bound).
+    pub longest_under_secs: Option<f64>,
+    /// Whole-process stalls.
+    pub process: u64,
+}
+
+impl Stalls {
+    /// The counters read from every node (Prometheus text), summed.
+    fn read(texts: &[String]) -> Counters {
+        let mut total = Counters::new();
+        for text in texts {
+            for (series, value) in node_counters::parse(text, STALL_SERIES) {
+                *total.entry(series).or_default() += value;
+            }
+        }
+        total
+    }
+
+    /// What happened between `before` and `after` (see [`Stalls::read`]).
+    fn between(before: &Counters, after: &Counters) -> Stalls {
+        let grew = node_counters::increase(before, after);
+        let count = |name: &str| -> u64 {
+            grew.iter()
+                .filter(|(series, _)| series.split('{').next() == Some(name))
+                .map(|(_, v)| *v as u64)
+                .sum()
+        };
+        // Cumulative buckets per bound, all labels together.
+        let mut buckets: BTreeMap<String, u64> = BTreeMap::new();
+        for (series, value) in &grew {
+            if let Some(bound) = series
+                .strip_prefix("statestore_apply_stall_seconds_bucket{")
+                .and_then(|rest| rest.split("le=\"").nth(1))
+                .and_then(|rest| rest.split('"').next())
+            {
+                *buckets.entry(bound.to_owned()).or_default() += *value as u64;
+            }
+        }
+        let total = count("statestore_apply_stall_seconds_count");
+        let under = |bound: &str| buckets.get(bound).copied().unwrap_or(0);
+        let mut bounds: Vec<f64> = buckets.keys().filter_map(|b| b.parse().ok()).collect();
+        bounds.sort_by(f64::total_cmp);
+        let longest_under_secs = (total > 0)
+            .then(|| {
+                bounds
+                    .into_iter()
+                    .find(|b| buckets.get(&b.to_string()).copied().unwrap_or(0) >= total)
+            })
+            .flatten();
+        Stalls {
+            apply_over_50ms: total,
+            apply_over_100ms: total.saturating_sub(under("0.1")),
+            longest_under_secs,
+            process: count("statestore_process_stalls_total"),
+        }
+    }
+}
+
+/// The series [`Stalls`] reads.
+const STALL_SERIES: &[&str] = &[
+    "statestore_apply_stall_seconds_bucket",
+    "statestore_apply_stall_seconds_count",
+    "statestore_process_stalls_total",
+];
 
 impl ScaleReport {
     /// The printed table.
@@ -77,6 +162,23 @@ impl ScaleReport {
                 .join(" / ")
         };
         let disk = |v: &[u64]| v.iter().map(|b| mib(*b)).collect::<Vec<_>>().join(" / ");
+        let logical = self.keys * (self.key_size + self.value_size) as u64;
+        let amplification = |v: &[u64]| {
+            v.iter()
+                .map(|b| format!("{:.2}×", *b as f64 / logical.max(1) as f64))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let per_key = |v: &[Option<u64>]| {
+            v.iter()
+                .map(|kib| {
+                    kib.map_or("–".to_owned(), |k| {
+                        format!("{:.0}", (k * 1024) as f64 / self.keys.max(1) as f64)
+                    })
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         let secs = |s: Option<f64>| s.map_or("not reached".to_owned(), |s| format!("{s:.2}"));
         let l = &self.load_latency;
         let r = &self.reads_after_restart;
@@ -129,13 +231,37 @@ impl ScaleReport {
             rss(&self.rss_kib_after_load),
         );
         row(
+            "RSS per key after load, bytes",
+            per_key(&self.rss_kib_after_load),
+        );
+        row(
             "data dir per node after load, MiB",
             disk(&self.disk_bytes_after_load),
+        );
+        row(
+            "space amplification after load (data dir / bytes of keys and values)",
+            amplification(&self.disk_bytes_after_load),
+        );
+        let st = &self.load_stalls;
+        row(
+            "apply stalls while loading (≥ 50 ms / ≥ 100 ms, longest under), process stalls",
+            format!(
+                "{} / {}, {}, {}",
+                st.apply_over_50ms,
+                st.apply_over_100ms,
+                st.longest_under_secs
+                    .map_or("–".to_owned(), |s| format!("{:.0} ms", s * 1000.0)),
+                st.process
+            ),
         );
         row("stop (SIGTERM → exit), s", format!("{:.2}", self.stop_secs));
         row(
             "data dir per node after stop, MiB",
             disk(&self.disk_bytes_after_stop),
+        );
+        row(
+            "space amplification after stop",
+            amplification(&self.disk_bytes_after_stop),
         );
         row(
             "restart → ready, s",
@@ -148,6 +274,18 @@ impl ScaleReport {
         row(
             "RSS per node after restart, MiB",
             rss(&self.rss_kib_after_restart),
+        );
+        row(
+            "RSS per key after restart, bytes",
+            per_key(&self.rss_kib_after_restart),
+        );
+        row(
+            "wiped follower (started empty with --join) → holds every key, s",
+            secs(self.wiped_follower_caught_up_secs),
+        );
+        row(
+            "data dir per node after that catch-up, MiB",
+            disk(&self.disk_bytes_after_catch_up),
         );
         row(
             "GETs after restart (must hit)",
@@ -173,6 +311,7 @@ impl ScaleReport {
             && self.reads_after_restart.ops > 0
             && self.keys_per_node.iter().all(|k| *k == self.keys)
             && self.restart_to_all_keys_secs.is_some()
+            && self.wiped_follower_caught_up_secs.is_some()
     }
 }
 
@@ -204,6 +343,44 @@ async fn wait_all_keys(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Every node's `/metrics` (empty for a node that does not answer).
+async fn metrics_texts(cluster: &StatestoreCluster) -> Vec<String> {
+    let mut texts = Vec::with_capacity(cluster.nodes.len());
+    for i in 0..cluster.nodes.len() {
+        texts.push(cluster.metrics_text(i).await.unwrap_or_default());
+    }
+    texts
+}
+
+/// A node that does not hold the request subscription (the last one if all answer so).
+async fn follower(cluster: &StatestoreCluster) -> usize {
+    for i in (0..cluster.nodes.len()).rev() {
+        if let Ok(status) = cluster.status(i).await
+            && !status.request_subscription_active
+        {
+            return i;
+        }
+    }
+    cluster.nodes.len() - 1
+}
+
+/// Polls until node index `i` reports `keys` keys; false after `within`.
+async fn wait_node_keys(
+    cluster: &StatestoreCluster,
+    i: usize,
+    keys: u64,
+    within: Duration,
+) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if cluster.status(i).await.is_ok_and(|s| s.keys == keys) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// `statestore-bench scale`: returns whether the run passed.
@@ -267,6 +444,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
             }
         }
     });
+    let stalls_before = Stalls::read(&metrics_texts(&cluster).await);
     let load_start = Instant::now();
     let stats = driver::drive(
         connections,
@@ -292,6 +470,10 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         wait_all_keys(&cluster, expected, Duration::from_secs(120)).await;
     let rss_after_load = cluster.rss_kib();
     let disk_after_load = cluster.disk_bytes();
+    let load_stalls = Stalls::between(
+        &stalls_before,
+        &Stalls::read(&metrics_texts(&cluster).await),
+    );
 
     eprintln!("stopping every node (SIGTERM)");
     let stop = cluster.stop_all(Duration::from_secs(60));
@@ -319,6 +501,26 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         Plan::timed(Mix::Get, expected.max(1), Duration::ZERO, read_window)
     })
     .await?;
+    let rss_after_restart = cluster.rss_kib();
+
+    let wiped = follower(&cluster).await;
+    eprintln!(
+        "wiping node {} and starting it empty with --join",
+        wiped + 1
+    );
+    cluster.wipe_and_rejoin(wiped, Duration::from_secs(60))?;
+    let rejoined = Instant::now();
+    let wiped_caught_up = wait_node_keys(&cluster, wiped, expected, Duration::from_secs(900))
+        .await
+        .then(|| rejoined.elapsed());
+    eprintln!(
+        "wiped follower holds every key: {}",
+        wiped_caught_up.map_or("not within 900 s".to_owned(), |d| format!(
+            "after {:.1} s",
+            d.as_secs_f64()
+        ))
+    );
+    let disk_after_catch_up = cluster.disk_bytes();
     let report = ScaleReport {
         tool: format!("statestore-bench {}", env!("CARGO_PKG_VERSION")),
         machine,
@@ -339,8 +541,11 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         disk_bytes_after_stop: disk_after_stop,
         restart_to_ready_secs: restart_to_ready.as_secs_f64(),
         restart_to_all_keys_secs: restart_to_all_keys.map(|d| d.as_secs_f64()),
-        rss_kib_after_restart: cluster.rss_kib(),
+        rss_kib_after_restart: rss_after_restart,
         reads_after_restart: reads.summary(read_window),
+        load_stalls,
+        wiped_follower_caught_up_secs: wiped_caught_up.map(|d| d.as_secs_f64()),
+        disk_bytes_after_catch_up: disk_after_catch_up,
     };
     println!("{}", report.text());
     if let Some(path) = &args.json {
@@ -348,4 +553,38 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         eprintln!("JSON written to {}", path.display());
     }
     Ok(report.passed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(lines: &str) -> Counters {
+        node_counters::parse(lines, STALL_SERIES)
+    }
+
+    #[test]
+    fn stalls_count_what_grew_and_bound_the_longest() {
+        let before = counters(
+            "statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.05\"} 0\n\
+             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 1\n\
+             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 1\n\
+             statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 1\n\
+             statestore_process_stalls_total 0\n",
+        );
+        let after = counters(
+            "statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.05\"} 0\n\
+             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 3\n\
+             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 4\n\
+             statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 4\n\
+             statestore_process_stalls_total 2\n",
+        );
+        let stalls = Stalls::between(&before, &after);
+        assert_eq!(stalls.apply_over_50ms, 3, "three new stalls");
+        assert_eq!(stalls.apply_over_100ms, 1, "one of them over 100 ms");
+        assert_eq!(stalls.longest_under_secs, Some(0.25));
+        assert_eq!(stalls.process, 2);
+        let none = Stalls::between(&after, &after);
+        assert_eq!((none.apply_over_50ms, none.longest_under_secs), (0, None));
+    }
 }

@@ -83,6 +83,9 @@ impl Default for RaftConfig {
     }
 }
 
+/// Size at which a WAL chunk file is closed and the next one started.
+const WAL_CHUNK_BYTES: usize = 16 << 20;
+
 /// Entries between two "is a snapshot due?" questions openraft asks the state machine.
 const SNAPSHOT_CHECK_ENTRIES: u64 = 1_000;
 
@@ -244,7 +247,9 @@ impl RaftNode {
         let log_config = LogConfig {
             dir: store.dir().join("raft-log"),
             cache_bytes: config.log_cache_bytes,
-            chunk_bytes: 64 << 20,
+            // Purging frees whole chunks: smaller ones keep the log nearer to what the last
+            // snapshot left.
+            chunk_bytes: WAL_CHUNK_BYTES,
         };
         let log_metrics = storage_metrics.clone();
         let log_store =
