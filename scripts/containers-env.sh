@@ -13,6 +13,9 @@
 
 image_cache="${STATESTORE_IMAGE_CACHE:-$HOME/.cache/statestore-image}"
 mkdir -p "$image_cache"
+# The images' tag: IMAGE_TAG, else the workspace version.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+image_tag="${IMAGE_TAG:-$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)}"
 
 # podman, buildah, runc and debootstrap from Debian's packages, when missing.
 containers_prereqs() {
@@ -31,6 +34,7 @@ containers_prereqs() {
 cat >"$image_cache/containers.conf" <<'CONF'
 [containers]
 default_ulimits = []
+log_driver = "k8s-file"
 
 [engine]
 runtime = "runc"

@@ -49,8 +49,7 @@ step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - start))"; step_start=$SECON
 took() { echo "$1: $((SECONDS - step_start)) s"; }
 image_exists() { podman image exists "$1"; }
 
-version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-tag="${IMAGE_TAG:-$version}"
+tag=$image_tag
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # The toolchain cargo uses in this checkout (rustup's choice for this directory).
 sysroot=$(rustc --print sysroot)
