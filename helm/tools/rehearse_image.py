@@ -5,7 +5,9 @@
 
 It renders the chart with helm (its defaults: peer TLS, HTTPS and the admin token on, the
 material generated; image = IMAGE, the broker's image = MOSQUITTO_IMAGE, the Dockerfile's
-Debian Mosquitto, since eclipse-mosquitto cannot be pulled here) and runs each rendered pod
+Debian Mosquitto with the statestore plugin, since eclipse-mosquitto cannot be pulled here,
+with mqtt.statestorePlugin on and config.auth.identity = broker: a request the plugin did not
+vouch for gets no reply) and runs each rendered pod
 as containers of those images: the container's args and command exactly as rendered (the
 kubelet's $(VAR) expansion done from its env), each volume where the pod mounts it (ConfigMaps
 and Secrets as read-only directories with the Secret's mode and the pod's fsGroup, emptyDirs
@@ -19,7 +21,8 @@ member's name under the headless Service, the broker's Service, and the admin Se
 member, chosen when a Job or test pod starts). The readiness probe is the rendered httpGet
 (/readyz, HTTPS) sent to the pod's address.
 
-  1. the broker pod: its init container (the subchart's init.sh), then mosquitto
+  1. the broker pod: its init container (the subchart's init.sh), then mosquitto, which must
+     load the plugin
   2. 3 members; each passes /readyz; every line each writes is a JSON object (the chart
      sets telemetry.log_format = "json")
   3. scripts/kind-failover-writer.yaml's writer Job in DEBUG_IMAGE (the same binary with
@@ -120,7 +123,9 @@ def render(*args, installed=None):
     """helm template of the chart's defaults; with `installed` (an earlier render), Secrets
     keep the installed data, as the chart's lookup of the existing Secret does on an upgrade."""
     cmd = [HELM, "template", RELEASE, str(CHART), "-n", NS, *image_values(IMAGE, "image"),
-           *image_values(MOSQUITTO_IMAGE, "mqtt.image"), "--set-json", f"mqtt.auth.users={json.dumps(USERS)}", *args]
+           *image_values(MOSQUITTO_IMAGE, "mqtt.image"), "--set-json", f"mqtt.auth.users={json.dumps(USERS)}",
+           # The broker image holds the statestore plugin: it vouches for each request's identity.
+           "--set", "mqtt.statestorePlugin.enabled=true,config.auth.identity=broker", *args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise Failed(f"helm template {' '.join(args)}: {out.stderr}")
@@ -487,6 +492,9 @@ def main():
         (mosquitto,) = broker.spec["containers"]
         broker.start(mosquitto, rel.hosts())
         wait_for("the broker's readiness (tcpSocket)", broker.ready, 30)
+        plugin = re.search(r"^plugin (\S+)$", m3[("ConfigMap", f"{RELEASE}-mqtt")]["data"]["mosquitto.conf"], re.M)
+        must(plugin is not None and f"Loading plugin: {plugin.group(1)}" in broker.logs() and "Unable to load" not in broker.logs(),
+             f"the broker loaded the statestore plugin from its image ({plugin and plugin.group(1)}); the nodes take identities from it")
 
         # 2. Three members.
         t = time.monotonic()
