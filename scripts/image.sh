@@ -163,7 +163,7 @@ config=$(podman image inspect --format '{{.Config.User}} {{json .Config.Entrypoi
 echo "user 65532:65532, entrypoint /usr/local/bin/statestore, one volume /var/lib/statestore"
 files=$(podman create --quiet "$image")
 listing=$(podman export "$files" | tar -t)
-podman rm --force "$files" >/dev/null
+podman rm --force --volumes "$files" >/dev/null
 if grep -E '(^|/)(sh|bash|dash|busybox|apt|apt-get|dpkg)$' <<<"$listing"; then fail "a shell or package manager in the image"; fi
 echo "no shell, no package manager ($(grep -vc '/$' <<<"$listing") files)"
 run=(podman run --rm --network none --read-only --user 65532 --cap-drop ALL "$image")

@@ -42,8 +42,9 @@ member, chosen when a Job or test pod starts). The readiness probe is the render
      stopped (SIGTERM); every acknowledged write reads back
   8. the `helm test` pod's containers (statestore kv set, get, del)
 
-Exits 1 on the first failure, printing the containers' log tails. Removes its containers,
-volumes and network at the end (and those a killed earlier run left: all carry the label
+Exits 1 on the first failure, printing the containers' log tails. Removes its containers
+(with the anonymous volumes the image's VOLUME gives a Job container), volumes and network at
+the end (and those a killed earlier run left: all carry the label
 statestore-rehearsal), and its directory unless KEEP=1. REHEARSAL_SUBNET (default
 10.89.231.0/24) is the network's; addresses .5 (broker) and .10-.14 (members) are fixed, Jobs
 get theirs from .128 up.
@@ -298,16 +299,16 @@ class Pod:
 
     def run_to_completion(self, container, hosts):
         cname = f"{self.name}.{container['name']}"
-        podman("rm", "--force", cname, check=False)
+        podman("rm", "--force", "--volumes", cname, check=False)
         args = self.podman_args(container, cname, hosts)
         log(f"{cname}: {' '.join(container.get('command', []) + container.get('args', []))}")
         out = podman("run", *args, check=False, timeout=180)
-        podman("rm", "--force", cname, check=False)
+        podman("rm", "--force", "--volumes", cname, check=False)
         return out
 
     def start(self, container, hosts):
         cname = f"{self.name}.{container['name']}"
-        podman("rm", "--force", cname, check=False)
+        podman("rm", "--force", "--volumes", cname, check=False)
         args = self.podman_args(container, cname, hosts)
         self.main = (container, cname)
         log(f"start {cname} ({self.ip or 'an address of podman'}): podman run {' '.join(self.security(container))} "
@@ -463,7 +464,7 @@ def cleanup():
     """Removes the containers, volumes and network of this (or an earlier, killed) run."""
     containers = podman("ps", "--all", "--quiet", "--filter", f"label={LABEL}", check=False).stdout.split()
     if containers:
-        podman("rm", "--force", "--time", "0", *containers, check=False)
+        podman("rm", "--force", "--volumes", "--time", "0", *containers, check=False)
     volumes = podman("volume", "ls", "--quiet", "--filter", f"label={LABEL}", check=False).stdout.split()
     if volumes:
         podman("volume", "rm", "--force", *volumes, check=False)
