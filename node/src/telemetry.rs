@@ -200,25 +200,7 @@ pub fn layers(
     let throttle = log_throttle(true)?;
     let _ = LOG_THROTTLE.set(throttle.metrics().clone());
     let filter = log_filter.and(ThrottledWarnings::new(throttle));
-    let logs = match config.log_format {
-        // Colour only for a person at a terminal: a file, a pipe or a container runtime's log
-        // collector gets plain text.
-        LogFormat::Text => fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_target(true)
-            .with_filter(filter)
-            .boxed(),
-        LogFormat::Json => fmt::layer()
-            .json()
-            .with_writer(std::io::stderr)
-            .with_target(true)
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_filter(filter)
-            .boxed(),
-    };
-    let mut layers: Layers = vec![logs];
+    let mut layers: Layers = vec![log_layer(config.log_format, std::io::stderr(), filter)];
 
     let Some(endpoint) = config.otlp_endpoint.clone() else {
         return Ok((layers, None));
@@ -252,6 +234,42 @@ pub fn layers(
     Ok((layers, Some(provider)))
 }
 
+/// The log layer: `format` lines written to `stream`, as `filter` lets them through. Text is
+/// coloured (ANSI escapes) only when `stream` is a terminal: a file, a pipe or a container
+/// runtime's log collector gets plain text. JSON is one object per line: `timestamp`,
+/// `level`, `target`, `fields`, the current `span` and the list of `spans` it is in, each
+/// with its name and fields.
+fn log_layer<W, F>(
+    format: LogFormat,
+    stream: W,
+    filter: F,
+) -> Box<dyn Layer<Registry> + Send + Sync>
+where
+    W: std::io::Write + IsTerminal + Send + 'static,
+    F: Filter<Registry> + Send + Sync + 'static,
+{
+    let colour = stream.is_terminal();
+    // One write per line: the layer formats a whole line, then writes it under the lock.
+    let writer = std::sync::Mutex::new(stream);
+    match format {
+        LogFormat::Text => fmt::layer()
+            .with_writer(writer)
+            .with_ansi(colour)
+            .with_target(true)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => fmt::layer()
+            .json()
+            .with_writer(writer)
+            .with_ansi(false)
+            .with_target(true)
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_filter(filter)
+            .boxed(),
+    }
+}
+
 /// Makes `span` a child of the W3C trace context in `traceparent` (an MQTT user property of the
 /// request), so a client's trace continues through the store. Ignored when malformed or when no
 /// OpenTelemetry layer is installed.
@@ -273,3 +291,6 @@ pub fn continue_remote_trace(
     let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
     let _ = span.set_parent(parent);
 }
+
+#[cfg(test)]
+mod tests;
