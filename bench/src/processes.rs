@@ -461,20 +461,78 @@ impl StatestoreCluster {
         Ok(())
     }
 
-    /// Stops node index `i` (SIGTERM), deletes its data directory and starts it again empty
-    /// with `--join`, as an operator replaces a lost member: its leader brings it back with a
-    /// snapshot.
-    pub fn wipe_and_rejoin(&mut self, i: usize, grace: Duration) -> anyhow::Result<()> {
+    /// Replaces node index `i` as an operator replaces a member that lost its disk: stops it
+    /// (SIGTERM), removes it from the cluster through node index `via`, deletes its data
+    /// directory, starts it empty with `--join` and adds it again. The add returns once the
+    /// leader has brought the new learner close (with a snapshot) and made it a voter; `within`
+    /// bounds it. (Starting a wiped member under its old id without the removal would leave it
+    /// behind forever: the leader remembers how far that id's log reached and Raft does not let
+    /// a member's log go backwards.)
+    pub async fn replace_wiped(
+        &mut self,
+        i: usize,
+        via: usize,
+        grace: Duration,
+        within: Duration,
+    ) -> anyhow::Result<()> {
         let node = &mut self.nodes[i];
         if let Some(mut process) = node.process.take() {
             process.terminate(grace);
         }
+        let id = node.id;
+        let raft = node
+            .args
+            .iter()
+            .position(|a| a == "--raft")
+            .and_then(|at| node.args.get(at + 1))
+            .cloned()
+            .context("the node's --raft address")?;
+        self.change_members(
+            via,
+            &serde_json::json!({"action": "remove", "id": id}),
+            within,
+        )
+        .await
+        .with_context(|| format!("remove node {id}"))?;
+        let node = &mut self.nodes[i];
         std::fs::remove_dir_all(&node.data_dir)
             .with_context(|| format!("remove {}", node.data_dir.display()))?;
         if !node.args.iter().any(|a| a == "--join") {
             node.args.push("--join".to_owned());
         }
-        self.spawn_all()
+        self.spawn_all()?;
+        self.change_members(
+            via,
+            &serde_json::json!({"action": "add", "id": id, "raft": raft}),
+            within,
+        )
+        .await
+        .with_context(|| format!("add node {id} again"))
+    }
+
+    /// `POST /admin/members` with `change` to node index `via`, answered within `within`.
+    async fn change_members(
+        &self,
+        via: usize,
+        change: &serde_json::Value,
+        within: Duration,
+    ) -> anyhow::Result<()> {
+        let url = format!(
+            "http://127.0.0.1:{}/admin/members",
+            self.nodes[via].http_port
+        );
+        let response = self
+            .http
+            .post(&url)
+            .json(change)
+            .timeout(within)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        anyhow::ensure!(status.is_success(), "{url}: {status}: {}", body.trim());
+        Ok(())
     }
 
     /// SIGTERM to every node, then waits (SIGKILL after `grace`); the longest stop time.

@@ -280,7 +280,7 @@ impl ScaleReport {
             per_key(&self.rss_kib_after_restart),
         );
         row(
-            "wiped follower (started empty with --join) → holds every key, s",
+            "wiped follower (removed, started empty with --join, added again) → holds every key, s",
             secs(self.wiped_follower_caught_up_secs),
         );
         row(
@@ -364,6 +364,18 @@ async fn follower(cluster: &StatestoreCluster) -> usize {
         }
     }
     cluster.nodes.len() - 1
+}
+
+/// The index of the node holding the request subscription, if one answers that it does.
+async fn leader(cluster: &StatestoreCluster) -> Option<usize> {
+    for i in 0..cluster.nodes.len() {
+        if let Ok(status) = cluster.status(i).await
+            && status.request_subscription_active
+        {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// Polls until node index `i` reports `keys` keys; false after `within`.
@@ -504,18 +516,30 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
     let rss_after_restart = cluster.rss_kib();
 
     let wiped = follower(&cluster).await;
+    let via = leader(&cluster)
+        .await
+        .unwrap_or((wiped + 1) % cluster.nodes.len());
     eprintln!(
-        "wiping node {} and starting it empty with --join",
+        "replacing node {}: removed, wiped, started empty with --join, added again",
         wiped + 1
     );
-    cluster.wipe_and_rejoin(wiped, Duration::from_secs(60))?;
-    let rejoined = Instant::now();
-    let wiped_caught_up = wait_node_keys(&cluster, wiped, expected, Duration::from_secs(900))
+    let catch_up_limit = Duration::from_secs(900);
+    let replaced = Instant::now();
+    let wiped_caught_up = match cluster
+        .replace_wiped(wiped, via, Duration::from_secs(60), catch_up_limit)
         .await
-        .then(|| rejoined.elapsed());
+    {
+        Ok(()) => wait_node_keys(&cluster, wiped, expected, catch_up_limit)
+            .await
+            .then(|| replaced.elapsed()),
+        Err(e) => {
+            eprintln!("replacing the wiped node failed: {e:#}");
+            None
+        }
+    };
     eprintln!(
         "wiped follower holds every key: {}",
-        wiped_caught_up.map_or("not within 900 s".to_owned(), |d| format!(
+        wiped_caught_up.map_or("no".to_owned(), |d| format!(
             "after {:.1} s",
             d.as_secs_f64()
         ))

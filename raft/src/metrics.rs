@@ -178,6 +178,8 @@ pub struct PeerRpcMetrics {
     connections_open: IntGauge,
     /// `statestore_raft_snapshots_refused_total{reason}`
     snapshots_refused: IntCounterVec,
+    /// `statestore_raft_peer_answers_overdue_total`
+    answers_overdue: IntCounter,
 }
 
 /// The `reason` label of `statestore_raft_peer_connections_refused_total`: `limit` (the
@@ -261,6 +263,11 @@ impl Default for PeerRpcMetrics {
                 "Inbound peer connections open on the Raft listener (handshaking ones included).",
             ),
             snapshots_refused,
+            answers_overdue: IntCounter::new(
+                "statestore_raft_peer_answers_overdue_total",
+                "Inbound peer connections closed because an answer (an append, a vote) was not ready within 30 s.",
+            )
+            .unwrap_or_else(|e| unreachable!("static metric: {e}")),
         }
     }
 }
@@ -272,7 +279,8 @@ impl PeerRpcMetrics {
         registry.register(Box::new(self.tls_failures.clone()))?;
         registry.register(Box::new(self.connections_refused.clone()))?;
         registry.register(Box::new(self.connections_open.clone()))?;
-        registry.register(Box::new(self.snapshots_refused.clone()))
+        registry.register(Box::new(self.snapshots_refused.clone()))?;
+        registry.register(Box::new(self.answers_overdue.clone()))
     }
 
     /// The counter of RPCs of `kind`.
@@ -294,6 +302,11 @@ impl PeerRpcMetrics {
     /// The gauge of open inbound peer connections.
     pub fn connections_open(&self) -> &IntGauge {
         &self.connections_open
+    }
+
+    /// The counter of inbound connections closed with an answer overdue.
+    pub fn answers_overdue(&self) -> &IntCounter {
+        &self.answers_overdue
     }
 
     /// The counter of inbound snapshots refused for `reason` (one of [`SNAPSHOT_REFUSALS`]).

@@ -82,6 +82,11 @@ impl Inbound {
         }
     }
 
+    /// Counts a connection closed because an answer was overdue.
+    pub(crate) fn answer_overdue(&self) {
+        self.metrics.answers_overdue().inc();
+    }
+
     /// Counts a connection refused before its hello for `reason`.
     pub(crate) fn refused(&self, reason: ConnectionRefusal) {
         self.metrics.connections_refused(reason.label()).inc();

@@ -11,14 +11,20 @@
 //! snapshot chunks go into a file (one snapshot at a time per node, at most
 //! `max_snapshot_bytes`) — and queues a handle to its answer; a writer sends the answers in
 //! request order. At most [`MAX_PENDING`] answers are outstanding per connection, which bounds
-//! what one peer can make this node hold. A frame that does not decode gets `Refused` and the
+//! what one peer can make this node hold. An answer not ready within [`ANSWER_DEADLINE`] (a
+//! snapshot install's excepted) closes the connection (`statestore_raft_peer_answers_overdue_total`),
+//! and so does the peer closing its side, wherever the reader or writer waits: a connection
+//! never outlives its use. A frame that does not decode gets `Refused` and the
 //! connection is closed; it never reaches Raft. With TLS, a connection whose handshake fails
 //! (no client certificate of the cluster CA naming a peer) is closed before its first frame.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use futures::stream::BoxStream;
-use futures::{SinkExt, StreamExt};
+use futures::{Sink, SinkExt, StreamExt};
 use openraft::error::Fatal;
 use openraft::raft::StreamAppendResult;
 use statestore_storage::sled::StateTree;
@@ -42,6 +48,16 @@ use crate::types::{Raft, Snapshot, SnapshotMeta, TypeConfig, Vote};
 
 /// Answers outstanding per connection (pipelined AppendEntries included).
 const MAX_PENDING: usize = 256;
+
+/// How long an answer (other than a snapshot install's) may take before the connection is
+/// closed: ten times the default replication timeout, by when the peer has long given up on
+/// it and reconnected. Without it a connection whose answer never comes (an append openraft
+/// never acknowledges) holds its slot forever: a wiped learner filled all 64 with them.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How long queued answers (a refusal, a pipeline's last answer) may still take to go out
+/// once the reader stopped.
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
 /// Serves peers on `listener` until `stop` turns true, over `transport` (plain or TLS), within
 /// `limits`.
@@ -88,7 +104,7 @@ pub(crate) async fn serve(
             }
             Err(err) => {
                 tracing::warn!(error = %err, "accepting a peer connection failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
@@ -100,8 +116,11 @@ enum Pending {
     Pipeline(BoxStream<'static, Result<StreamAppendResult<TypeConfig>, Fatal<TypeConfig>>>),
     /// The next answer of the current pipeline.
     Append,
-    /// An answer computed by a task.
+    /// An answer computed by a task (a vote, a leader transfer, a membership change).
     Task(JoinHandle<Response>),
+    /// The answer of a snapshot install: no deadline (a large state takes as long as it
+    /// takes; the install goes on even if the peer leaves).
+    Install(JoinHandle<Response>),
     /// An answer known now; `close` ends the connection after it.
     Now { response: Response, close: bool },
 }
@@ -146,41 +165,42 @@ impl Connection {
             if let Some(answer) = refused.answer() {
                 tracing::warn!(reason = %answer, "refusing a peer connection");
                 let refusal = protocol::encode(&Response::Refused(answer));
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), conn.send(refusal))
-                    .await;
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.send(refusal)).await;
             }
             return Err(refused.into());
         }
         protocol::accept_after_hello(conn.codec_mut());
-        let (mut sink, mut frames) = conn.split();
-        let (pending_tx, mut pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
+        let (sink, mut frames) = conn.split();
+        let (pending_tx, pending_rx) = mpsc::channel::<Pending>(MAX_PENDING);
 
-        let writer = tokio::spawn(async move {
-            let mut pipeline = None;
-            while let Some(pending) = pending_rx.recv().await {
-                let (response, close) = match pending {
-                    Pending::Pipeline(stream) => {
-                        pipeline = Some(stream);
-                        continue;
+        // The writer ending (the peer gone, a closing answer sent, an answer overdue) ends the
+        // reader too, wherever it waits: on a full queue, a snapshot permit, the next frame.
+        let mut writer = tokio::spawn(write_answers(pending_rx, sink, ANSWER_DEADLINE));
+        let read = {
+            let reader = self.read_requests(&mut frames, &pending_tx);
+            tokio::pin!(reader);
+            tokio::select! {
+                read = &mut reader => Some(read),
+                ended = &mut writer => {
+                    if let Ok(WriterEnd::Overdue) = ended {
+                        self.inbound.answer_overdue();
                     }
-                    Pending::Append => next_append(&mut pipeline).await,
-                    Pending::Task(task) => match task.await {
-                        Ok(response) => (response, false),
-                        Err(e) => (Response::Refused(format!("request failed: {e}")), true),
-                    },
-                    Pending::Now { response, close } => (response, close),
-                };
-                if sink.send(protocol::encode(&response)).await.is_err() || close {
-                    return;
+                    None
                 }
             }
-        });
-
-        let result = self.read_requests(&mut frames, &pending_tx).await;
+        };
         drop(pending_tx);
-        // Let the writer send what is queued (a refusal included), then close.
-        let _ = writer.await;
-        result
+        let Some(read) = read else {
+            return Ok(());
+        };
+        // Let the writer send what is queued (a refusal, a pipeline's last answer), within a
+        // grace; once the peer closed its side nothing sent is read, so it stops at once.
+        match tokio::time::timeout(writer_grace(&read), &mut writer).await {
+            Ok(Ok(WriterEnd::Overdue)) => self.inbound.answer_overdue(),
+            Ok(_) => {}
+            Err(_) => writer.abort(),
+        }
+        read.map(|_| ())
     }
 
     async fn read_requests(
@@ -189,7 +209,7 @@ impl Connection {
             Framed<PeerStream, tokio_util::codec::LengthDelimitedCodec>,
         >,
         pending: &mpsc::Sender<Pending>,
-    ) -> Result<(), PeerError> {
+    ) -> Result<ReadEnd, PeerError> {
         let mut appends: Option<mpsc::Sender<_>> = None;
         let mut incoming: Option<(Incoming, PartialFile)> = None;
         while let Some(frame) = frames.next().await {
@@ -225,7 +245,7 @@ impl Connection {
                     if input.send(rpc).await.is_err() {
                         // The pipeline ended (an error answer is on its way); the writer
                         // closes the connection after it.
-                        return Ok(());
+                        return Ok(ReadEnd::PipelineEnded);
                     }
                     continue;
                 }
@@ -315,13 +335,83 @@ impl Connection {
                     };
                     partial.0 = None; // from here the state machine owns the file
                     let raft = self.raft.clone();
-                    Pending::Task(tokio::spawn(install(raft, receiving)))
+                    Pending::Install(tokio::spawn(install(raft, receiving)))
                 }
             };
             send(pending, work).await?;
         }
-        Ok(())
+        Ok(ReadEnd::PeerClosed)
     }
+}
+
+/// Why a connection's reader stopped without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadEnd {
+    /// The peer closed its side.
+    PeerClosed,
+    /// The AppendEntries pipeline ended; its last answer is queued.
+    PipelineEnded,
+}
+
+/// Why a connection's writer stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriterEnd {
+    /// The reader stopped and everything queued was sent.
+    Drained,
+    /// An answer that ends the connection was sent (a refusal, a pipeline's final answer).
+    Closing,
+    /// Sending failed: the peer is gone.
+    PeerGone,
+    /// An answer was not ready within the deadline.
+    Overdue,
+}
+
+/// How long the writer may still send after the reader stopped for `read`: nothing once the
+/// peer closed or broke its side (what is sent then is not read), else [`DRAIN_GRACE`].
+fn writer_grace(read: &Result<ReadEnd, PeerError>) -> Duration {
+    match read {
+        Ok(ReadEnd::PeerClosed) | Err(PeerError::ReadRequest(_)) => Duration::ZERO,
+        _ => DRAIN_GRACE,
+    }
+}
+
+/// Sends the answers queued in `pending` in order into `sink`, each within `deadline` of the
+/// writer starting to wait for it.
+async fn write_answers<S>(
+    mut pending: mpsc::Receiver<Pending>,
+    mut sink: S,
+    deadline: Duration,
+) -> WriterEnd
+where
+    S: Sink<Bytes> + Unpin,
+{
+    let mut pipeline = None;
+    while let Some(next) = pending.recv().await {
+        let answer = match next {
+            Pending::Pipeline(stream) => {
+                pipeline = Some(stream);
+                continue;
+            }
+            Pending::Append => tokio::time::timeout(deadline, next_append(&mut pipeline)).await,
+            Pending::Task(task) => tokio::time::timeout(deadline, joined(task)).await,
+            Pending::Install(task) => Ok(joined(task).await),
+            Pending::Now { response, close } => Ok((response, close)),
+        };
+        let Ok((response, close)) = answer else {
+            tracing::warn!(
+                deadline_secs = deadline.as_secs(),
+                "closing a peer connection: an answer was not ready in time (the peer gave up on it long ago)"
+            );
+            return WriterEnd::Overdue;
+        };
+        if sink.send(protocol::encode(&response)).await.is_err() {
+            return WriterEnd::PeerGone;
+        }
+        if close {
+            return WriterEnd::Closing;
+        }
+    }
+    WriterEnd::Drained
 }
 
 /// Reads the first frame by `hello_by` and answers it when it is a hello of this protocol.
@@ -370,6 +460,14 @@ async fn refuse(pending: &mpsc::Sender<Pending>, reason: &str) {
             close: true,
         })
         .await;
+}
+
+/// A task's answer; a refusal that closes the connection if the task failed.
+async fn joined(task: JoinHandle<Response>) -> (Response, bool) {
+    match task.await {
+        Ok(response) => (response, false),
+        Err(e) => (Response::Refused(format!("request failed: {e}")), true),
+    }
 }
 
 /// The next answer of the AppendEntries pipeline; closes the connection after a final one.
@@ -435,3 +533,6 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
     }
     Response::Snapshot(result)
 }
+
+#[cfg(test)]
+mod tests;
