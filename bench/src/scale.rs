@@ -90,6 +90,17 @@ pub struct Stalls {
     pub longest_under_secs: Option<f64>,
     /// Whole-process stalls.
     pub process: u64,
+    /// Per `waiting_on` label: the stalls and their seconds in all.
+    pub by_cause: BTreeMap<String, CauseStalls>,
+}
+
+/// The stalls of apply with one `waiting_on` label.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct CauseStalls {
+    /// Waits of at least 50 ms.
+    pub count: u64,
+    /// Their length in all, seconds.
+    pub seconds: f64,
 }
 
 impl Stalls {
@@ -135,7 +146,28 @@ impl Stalls {
                     .find(|b| buckets.get(&b.to_string()).copied().unwrap_or(0) >= total)
             })
             .flatten();
+        let mut by_cause: BTreeMap<String, CauseStalls> = BTreeMap::new();
+        for (series, value) in &grew {
+            let Some((name, labels)) = series.split_once('{') else {
+                continue;
+            };
+            let Some(cause) = labels
+                .split("waiting_on=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+            else {
+                continue;
+            };
+            let entry = by_cause.entry(cause.to_owned()).or_default();
+            match name {
+                "statestore_apply_stall_seconds_count" => entry.count += *value as u64,
+                "statestore_apply_stall_seconds_sum" => entry.seconds += *value,
+                _ => {}
+            }
+        }
+        by_cause.retain(|_, stalls| stalls.count > 0);
         Stalls {
+            by_cause,
             apply_over_50ms: total,
             apply_over_100ms: total.saturating_sub(under("0.1")),
             longest_under_secs,
@@ -148,6 +180,7 @@ impl Stalls {
 const STALL_SERIES: &[&str] = &[
     "statestore_apply_stall_seconds_bucket",
     "statestore_apply_stall_seconds_count",
+    "statestore_apply_stall_seconds_sum",
     "statestore_process_stalls_total",
 ];
 
@@ -253,6 +286,18 @@ impl ScaleReport {
                     .map_or("–".to_owned(), |s| format!("{:.0} ms", s * 1000.0)),
                 st.process
             ),
+        );
+        row(
+            "apply stalls by what apply waited on (count, seconds in all)",
+            if st.by_cause.is_empty() {
+                "–".to_owned()
+            } else {
+                st.by_cause
+                    .iter()
+                    .map(|(cause, c)| format!("{cause} {} / {:.1} s", c.count, c.seconds))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         );
         row("stop (SIGTERM → exit), s", format!("{:.2}", self.stop_secs));
         row(
@@ -594,6 +639,9 @@ mod tests {
              statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 1\n\
              statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 1\n\
              statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 1\n\
+             statestore_apply_stall_seconds_sum{waiting_on=\"apply\"} 0.07\n\
+             statestore_apply_stall_seconds_count{waiting_on=\"commit\"} 2\n\
+             statestore_apply_stall_seconds_sum{waiting_on=\"commit\"} 0.2\n\
              statestore_process_stalls_total 0\n",
         );
         let after = counters(
@@ -601,6 +649,9 @@ mod tests {
              statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 3\n\
              statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 4\n\
              statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 4\n\
+             statestore_apply_stall_seconds_sum{waiting_on=\"apply\"} 0.57\n\
+             statestore_apply_stall_seconds_count{waiting_on=\"commit\"} 2\n\
+             statestore_apply_stall_seconds_sum{waiting_on=\"commit\"} 0.2\n\
              statestore_process_stalls_total 2\n",
         );
         let stalls = Stalls::between(&before, &after);
@@ -608,6 +659,15 @@ mod tests {
         assert_eq!(stalls.apply_over_100ms, 1, "one of them over 100 ms");
         assert_eq!(stalls.longest_under_secs, Some(0.25));
         assert_eq!(stalls.process, 2);
+        assert_eq!(
+            stalls.by_cause.len(),
+            1,
+            "commit did not grow: {:?}",
+            stalls.by_cause
+        );
+        let apply = &stalls.by_cause["apply"];
+        assert_eq!(apply.count, 3);
+        assert!((apply.seconds - 0.5).abs() < 1e-9, "{}", apply.seconds);
         let none = Stalls::between(&after, &after);
         assert_eq!((none.apply_over_50ms, none.longest_under_secs), (0, None));
     }
