@@ -143,14 +143,21 @@ fn open_when_released(config: &::sled::Config) -> Result<::sled::Db> {
     loop {
         match config.open() {
             Err(::sled::Error::Io(err))
-                if err.kind() == std::io::ErrorKind::WouldBlock
-                    && std::time::Instant::now() < deadline =>
+                if is_lock_held(&err) && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             opened => return Ok(opened?),
         }
     }
+}
+
+/// Whether sled refused to open because another handle holds its file lock. sled 0.34 reports
+/// it only as an `Other` error whose text names it (`config.rs`: "could not acquire lock on
+/// ...: Os { code: 11, kind: WouldBlock, .. }"), so the text is what can be matched.
+fn is_lock_held(err: &std::io::Error) -> bool {
+    err.kind() == std::io::ErrorKind::WouldBlock
+        || err.to_string().starts_with("could not acquire lock on")
 }
 
 /// Flushes `db` (stored at `path`) and fsyncs its files: the durability point of the state

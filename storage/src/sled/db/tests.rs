@@ -70,3 +70,29 @@ fn a_format_7_directory_is_converted_and_its_marker_rewritten() {
         "no temporary marker is left behind"
     );
 }
+
+/// A store dropped in this process may keep sled's file lock a moment (its I/O threads still
+/// finish); opening again waits for it instead of failing — the proptest model's reopen failed
+/// with "could not acquire lock" in CI. A store that stays open is still refused after the wait.
+#[test]
+fn a_reopen_waits_for_a_dropped_handle_and_a_live_one_is_still_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig::new(dir.path().to_owned(), 1 << 20);
+    let first = Store::open(&config).expect("open");
+    let (opened, released) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        opened.send(()).expect("signal");
+        std::thread::sleep(RELEASE_WAIT / 4);
+        drop(first);
+    });
+    released.recv().expect("the holder runs");
+    let again = Store::open(&config).expect("opened once the holder let go");
+    holder.join().expect("holder");
+
+    match Store::open(&config) {
+        Err(StorageError::Sled(err)) => assert!(err.to_string().contains("lock"), "{err}"),
+        Err(other) => panic!("refused for another reason: {other}"),
+        Ok(_) => panic!("a second live handle on the same directory"),
+    }
+    drop(again);
+}
