@@ -47,7 +47,7 @@ struct FakeWriter {
     written: mpsc::Sender<Written>,
     /// What each leadership confirmation answers, in order (sent by the test; none left:
     /// another node leads).
-    confirmations: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<()>>>>,
+    confirmations: Arc<tokio::sync::Mutex<mpsc::Receiver<Result<()>>>>,
 }
 
 impl LogWriter for FakeWriter {
@@ -89,13 +89,10 @@ fn start(queue_capacity: usize) -> (Batcher, mpsc::Receiver<Written>) {
 /// [`start`], and the sender of the fake writer's leadership confirmations.
 fn start_confirming(
     queue_capacity: usize,
-) -> (
-    Batcher,
-    mpsc::Receiver<Written>,
-    mpsc::UnboundedSender<Result<()>>,
-) {
+) -> (Batcher, mpsc::Receiver<Written>, mpsc::Sender<Result<()>>) {
     let (written, writes) = mpsc::channel(MAX_BATCHES_IN_FLIGHT);
-    let (confirm, confirmations) = mpsc::unbounded_channel();
+    // Each test confirms at most a few times; a bounded queue is enough.
+    let (confirm, confirmations) = mpsc::channel(4);
     let writer = FakeWriter {
         written,
         confirmations: Arc::new(tokio::sync::Mutex::new(confirmations)),
@@ -373,7 +370,7 @@ async fn a_batch_refused_for_a_lapsed_lease_is_written_again_once_a_quorum_confi
         writes.try_recv().is_err(),
         "nothing is written again before a quorum confirms the leadership"
     );
-    confirm.send(Ok(())).expect("confirm");
+    confirm.send(Ok(())).await.expect("confirm");
     let again = next_write(&mut writes).await;
     assert_eq!(again.keys(), ["a", "b"]);
     again.complete(Ok(vec![stored(1), stored(2)]));
@@ -389,7 +386,7 @@ async fn a_rewritten_batch_leaves_out_the_proposals_nobody_waits_for() {
     let refused = next_write(&mut writes).await;
     drop(waiters.remove(1)); // b's requester gave up
     refused.complete(Err(Error::LeaseExpired));
-    confirm.send(Ok(())).expect("confirm");
+    confirm.send(Ok(())).await.expect("confirm");
     let again = next_write(&mut writes).await;
     assert_eq!(again.keys(), ["a", "c"]);
     again.complete(Ok(vec![stored(1), stored(3)]));
@@ -406,6 +403,7 @@ async fn a_lapsed_lease_that_turns_out_lost_fails_the_batch_as_not_leader() {
         .complete(Err(Error::LeaseExpired));
     confirm
         .send(Err(Error::NotLeader { leader: Some(3) }))
+        .await
         .expect("confirm");
     for waiter in waiters {
         let answer = answer(waiter).await;
@@ -423,7 +421,7 @@ async fn a_refused_batch_nobody_waits_for_is_dropped_and_frees_its_slot() {
     let refused = next_write(&mut writes).await;
     drop(waiters);
     refused.complete(Err(Error::LeaseExpired));
-    confirm.send(Ok(())).expect("confirm");
+    confirm.send(Ok(())).await.expect("confirm");
     // Every slot is usable again, and nothing of the dropped batch is written.
     let busy = fill_slots(&batcher, &mut writes).await;
     assert_eq!(busy.len(), MAX_BATCHES_IN_FLIGHT);

@@ -79,7 +79,7 @@ fn a_reopen_waits_for_a_dropped_handle_and_a_live_one_is_still_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = StoreConfig::new(dir.path().to_owned(), 1 << 20);
     let first = Store::open(&config).expect("open");
-    let (opened, released) = std::sync::mpsc::channel();
+    let (opened, released) = std::sync::mpsc::sync_channel(1);
     let holder = std::thread::spawn(move || {
         opened.send(()).expect("signal");
         std::thread::sleep(RELEASE_WAIT / 4);
