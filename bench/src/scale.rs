@@ -634,26 +634,9 @@ mod tests {
 
     #[test]
     fn stalls_count_what_grew_and_bound_the_longest() {
-        let before = counters(
-            "statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.05\"} 0\n\
-             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 1\n\
-             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 1\n\
-             statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 1\n\
-             statestore_apply_stall_seconds_sum{waiting_on=\"apply\"} 0.07\n\
-             statestore_apply_stall_seconds_count{waiting_on=\"commit\"} 2\n\
-             statestore_apply_stall_seconds_sum{waiting_on=\"commit\"} 0.2\n\
-             statestore_process_stalls_total 0\n",
-        );
-        let after = counters(
-            "statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.05\"} 0\n\
-             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.1\"} 3\n\
-             statestore_apply_stall_seconds_bucket{waiting_on=\"apply\",le=\"0.25\"} 4\n\
-             statestore_apply_stall_seconds_count{waiting_on=\"apply\"} 4\n\
-             statestore_apply_stall_seconds_sum{waiting_on=\"apply\"} 0.57\n\
-             statestore_apply_stall_seconds_count{waiting_on=\"commit\"} 2\n\
-             statestore_apply_stall_seconds_sum{waiting_on=\"commit\"} 0.2\n\
-             statestore_process_stalls_total 2\n",
-        );
+        // Two scrapes of one node's stall series (Prometheus text), before and after a phase.
+        let before = counters(include_str!("scale/stalls_before.prom"));
+        let after = counters(include_str!("scale/stalls_after.prom"));
         let stalls = Stalls::between(&before, &after);
         assert_eq!(stalls.apply_over_50ms, 3, "three new stalls");
         assert_eq!(stalls.apply_over_100ms, 1, "one of them over 100 ms");
