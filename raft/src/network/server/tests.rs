@@ -18,6 +18,17 @@ fn refused(text: &str) -> Response {
     Response::Refused(text.to_owned())
 }
 
+/// Queues a refusal known now; `close` ends the connection after it.
+async fn queue_refusal(queue: &mpsc::Sender<Pending>, text: &str, close: bool) {
+    queue
+        .send(Pending::Now {
+            response: refused(text),
+            close,
+        })
+        .await
+        .expect("queued");
+}
+
 /// The texts of the refusals the writer sent, in order.
 fn sent(mut frames: UnboundedReceiver<Bytes>) -> Vec<String> {
     let mut texts = Vec::new();
@@ -35,24 +46,12 @@ fn sent(mut frames: UnboundedReceiver<Bytes>) -> Vec<String> {
 async fn an_answer_that_never_comes_closes_the_connection_at_the_deadline() {
     let (queue, pending) = mpsc::channel(8);
     let (sink, frames) = unbounded();
-    queue
-        .send(Pending::Now {
-            response: refused("first"),
-            close: false,
-        })
-        .await
-        .expect("queued");
+    queue_refusal(&queue, "first", false).await;
     queue
         .send(Pending::Task(tokio::spawn(std::future::pending())))
         .await
         .expect("queued");
-    queue
-        .send(Pending::Now {
-            response: refused("after the stuck one"),
-            close: false,
-        })
-        .await
-        .expect("queued");
+    queue_refusal(&queue, "after the stuck one", false).await;
     let started = tokio::time::Instant::now();
     let end = tokio::time::timeout(
         ANSWER_DEADLINE * 10,
@@ -96,20 +95,8 @@ async fn answers_go_out_in_order_and_a_closing_one_ends_the_writer() {
         })))
         .await
         .expect("queued");
-    queue
-        .send(Pending::Now {
-            response: refused("closing"),
-            close: true,
-        })
-        .await
-        .expect("queued");
-    queue
-        .send(Pending::Now {
-            response: refused("never"),
-            close: false,
-        })
-        .await
-        .expect("queued");
+    queue_refusal(&queue, "closing", true).await;
+    queue_refusal(&queue, "never", false).await;
     let end = write_answers(pending, sink, ANSWER_DEADLINE).await;
     assert_eq!(end, WriterEnd::Closing);
     assert_eq!(sent(frames), ["slow task", "closing"]);
@@ -120,13 +107,7 @@ async fn a_peer_that_is_gone_ends_the_writer() {
     let (queue, pending) = mpsc::channel(8);
     let (sink, frames) = unbounded();
     drop(frames);
-    queue
-        .send(Pending::Now {
-            response: refused("to nobody"),
-            close: false,
-        })
-        .await
-        .expect("queued");
+    queue_refusal(&queue, "to nobody", false).await;
     let end = write_answers(pending, sink, ANSWER_DEADLINE).await;
     assert_eq!(end, WriterEnd::PeerGone);
     drop(queue);
