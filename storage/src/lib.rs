@@ -24,6 +24,7 @@
 
 pub mod codec;
 pub mod devicebound;
+pub mod dirs;
 pub mod engine;
 pub mod error;
 pub mod keyspace;

@@ -1,5 +1,7 @@
 //! Opening the state-machine database and the handles the rest of the crate uses; the
-//! data-directory format marker; and [`sync`], a flush that really reaches the disk.
+//! data-directory format marker and lock; what an open does after an unclean stop (see
+//! `recovery`: sled's state is trusted only after a clean stop); and [`sync`], a flush that
+//! really reaches the disk.
 //!
 //! sled 0.34 "flushes" with `sync_file_range`, which neither flushes the device's write cache
 //! nor the file's metadata, and writes large nodes as files under `blobs/` that it never
@@ -9,10 +11,13 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
+use crate::dirs;
 use crate::error::{Result, StorageError};
 use crate::sled::memtable::MemtableConfig;
+use crate::sled::recovery::{self, OpenKind, Recovery, STATE_DIR, SnapshotCovers};
 use crate::sled::state::StateTree;
 
 /// Name of the marker file that records the data-directory layout.
@@ -64,6 +69,9 @@ impl StoreConfig {
     }
 }
 
+/// Name of the lock file that keeps a second process off the data directory.
+const LOCK_FILE: &str = "LOCK";
+
 /// The opened store: the state-machine database and the snapshot directory.
 #[derive(Clone)]
 pub struct Store {
@@ -71,16 +79,53 @@ pub struct Store {
     dir: PathBuf,
     memtable: MemtableConfig,
     state: Arc<OnceLock<StateTree>>,
+    /// The data directory's lock, held while any handle (the state tree's too) lives.
+    lock: Arc<std::fs::File>,
+    /// How the open found the directory, and whether the rebuild is still to run.
+    opened: Arc<Opened>,
+}
+
+/// What [`Store::open`] found, for [`Store::recover`].
+struct Opened {
+    kind: OpenKind,
+    /// When setting `state/` aside started (unclean opens).
+    started: Instant,
+    /// Set once [`Store::recover`] ran.
+    recovered: Mutex<Option<Recovery>>,
 }
 
 impl Store {
     /// Opens (or creates) the store under `config.dir`. Refuses a data directory written in
-    /// another layout.
+    /// another layout, or one another process holds. Without the clean-stop marker of the last
+    /// run, sled's state is set aside before sled opens and the store opens empty: call
+    /// [`Store::recover`] before using the state (see `recovery`).
     pub fn open(config: &StoreConfig) -> Result<Store> {
+        dirs::create_durable(&config.dir)?;
+        let lock = lock_when_released(&config.dir)?;
         check_format(&config.dir)?;
-        std::fs::create_dir_all(config.dir.join("snapshots"))?;
+        let started = Instant::now();
+        let kind = if recovery::take_clean_marker(&config.dir)? {
+            OpenKind::Clean
+        } else if recovery::holds_data(&config.dir)? {
+            OpenKind::Unclean
+        } else {
+            OpenKind::New
+        };
+        if kind == OpenKind::Unclean {
+            tracing::warn!(
+                dir = %config.dir.display(),
+                "the last run did not stop cleanly (no clean-stop marker: a crash, kill, power \
+                 cut or fatal error); its state database is not trusted: it is removed and the \
+                 state rebuilt from the newest snapshot and the Raft log"
+            );
+            recovery::set_aside_state(&config.dir)?;
+        } else {
+            recovery::remove_set_aside(&config.dir)?;
+        }
+        dirs::create_durable(&config.dir.join("snapshots"))?;
+        dirs::create_durable(&config.dir.join(STATE_DIR))?;
         let sled_config = ::sled::Config::new()
-            .path(config.dir.join("state"))
+            .path(config.dir.join(STATE_DIR))
             .cache_capacity(config.cache_capacity_bytes)
             // The state machine is rebuilt from the last snapshot and the Raft log after a
             // crash, so its own flushes only bound how much replay a restart costs.
@@ -92,7 +137,83 @@ impl Store {
             dir: config.dir.clone(),
             memtable: config.memtable,
             state: Arc::default(),
+            lock: Arc::new(lock),
+            opened: Arc::new(Opened {
+                kind,
+                started,
+                recovered: Mutex::new(None),
+            }),
         })
+    }
+
+    /// How the open found the data directory.
+    pub fn open_kind(&self) -> OpenKind {
+        self.opened.kind
+    }
+
+    /// After an unclean open, rebuilds the state machine from the newest snapshot file in
+    /// `snapshots/` that is complete and verified (newest by the log position `covers` reads
+    /// from its header; a damaged one is skipped for the next older); with none, the state
+    /// stays empty. The rebuilt state holds the snapshot's rows and `covers`' consensus records
+    /// only, and the snapshot is the current one. Runs once (later calls return the first
+    /// report); after a clean or new open it does nothing. Blocking.
+    pub fn recover(&self, covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>) -> Result<Recovery> {
+        let mut recovered = self
+            .opened
+            .recovered
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(done) = recovered.as_ref() {
+            return Ok(done.clone());
+        }
+        let mut report = Recovery {
+            kind: self.opened.kind,
+            rebuilt_from: None,
+            entries: 0,
+            took: Duration::ZERO,
+        };
+        if self.opened.kind == OpenKind::Unclean {
+            let state = self.state()?;
+            for (path, covered) in recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
+            {
+                let id = recovery::snapshot_id(&path);
+                match state.install_snapshot(&path, &id, covered.records) {
+                    Ok(file) => {
+                        report.rebuilt_from = Some(file.path);
+                        report.entries = file.entries;
+                        break;
+                    }
+                    Err(err) if recovery::is_damage(&err) => {
+                        tracing::warn!(path = %path.display(), error = %err, "a snapshot file is damaged; trying an older one");
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            report.took = self.opened.started.elapsed();
+            match &report.rebuilt_from {
+                Some(path) => tracing::warn!(
+                    snapshot = %path.display(),
+                    rows = report.entries,
+                    took_ms = report.took.as_millis() as u64,
+                    "state rebuilt from the newest snapshot after an unclean stop; the Raft log after it is applied again"
+                ),
+                None => tracing::warn!(
+                    took_ms = report.took.as_millis() as u64,
+                    "no usable snapshot after an unclean stop: the state starts empty and the whole Raft log is applied again"
+                ),
+            }
+        }
+        *recovered = Some(report.clone());
+        Ok(report)
+    }
+
+    /// Records a clean stop: writes every buffered change durably (as [`Store::flush`]), then
+    /// the clean-stop marker (fsynced with its directory), so the next open trusts the state
+    /// database. The last thing a graceful shutdown does with the store: nothing may be
+    /// written after it.
+    pub fn close_clean(&self) -> Result<()> {
+        self.flush()?;
+        recovery::write_clean_marker(&self.dir)
     }
 
     /// The state machine tree and snapshot directory (one per store: every call returns the
@@ -103,7 +224,8 @@ impl Store {
         }
         let opened = StateTree::open(
             &self.db,
-            &self.dir.join("state"),
+            self.lock.clone(),
+            &self.dir.join(STATE_DIR),
             &self.dir.join("snapshots"),
             &self.dir.join("replies"),
             self.memtable,
@@ -116,7 +238,7 @@ impl Store {
     pub fn flush(&self) -> Result<()> {
         match self.state.get() {
             Some(state) => state.sync(),
-            None => sync(&self.db, &self.dir.join("state")),
+            None => sync(&self.db, &self.dir.join(STATE_DIR)),
         }
     }
 
@@ -133,6 +255,34 @@ impl Store {
 
 /// How long [`open_when_released`] waits for an earlier handle's threads to let go.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes the data directory's lock; while another handle holds it, tries again for up to
+/// [`RELEASE_WAIT`] (a store dropped in this process lets go only once its last handle does).
+/// Another process holding the directory is refused, after the wait.
+fn lock_when_released(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    let deadline = std::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StorageError::DataDir(format!(
+                    "{} is locked: another statestore uses this data directory",
+                    path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(err)) => return Err(err.into()),
+        }
+    }
+}
 
 /// Opens sled; while its file lock is held, tries again for up to [`RELEASE_WAIT`]: a store
 /// dropped in this process releases the lock only once sled's own I/O threads finish (a
@@ -222,7 +372,7 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
 /// Accepts an empty directory or one of this format (writing the marker if new), converts one
 /// of [`CONVERTED_FORMATS`]; refuses anything else.
 fn check_format(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
+    dirs::create_durable(dir)?;
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
@@ -272,7 +422,7 @@ fn write_marker(dir: &Path, marker: &Path) -> Result<()> {
     std::fs::write(&tmp, FORMAT)?;
     File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, marker)?;
-    File::open(dir)?.sync_all()?;
+    dirs::sync_dir(dir)?;
     Ok(())
 }
 

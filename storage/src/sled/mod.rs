@@ -3,6 +3,9 @@
 //! itself; plus the snapshot files beside it. (The Raft log is not here: it is a WAL owned by
 //! the consensus layer.)
 //!
+//! sled's own state is trusted only after a clean stop (`recovery`): after any other stop it is
+//! rebuilt from the newest snapshot file, and the consensus layer applies its log after it.
+//!
 //! Everything here moves bytes: the state machine encodes its records. Durability points are
 //! explicit and really reach the disk ([`Store::flush`]; see `db` for why sled's own flush is
 //! not enough).
@@ -10,6 +13,7 @@
 pub mod background;
 mod db;
 mod memtable;
+mod recovery;
 mod resident;
 mod resident_journal;
 mod resident_log;
@@ -18,5 +22,6 @@ mod state;
 
 pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
+pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};
 pub use snapshot::{SnapshotFile, SnapshotWriter};
 pub use state::{ExportView, SnapshotExport, StateTree, StateView};

@@ -65,8 +65,7 @@ fn base_seq_of(name: &str) -> Option<u64> {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
+    Ok(crate::dirs::sync_dir(dir)?)
 }
 
 /// What opening the log found.
@@ -84,7 +83,7 @@ impl ResidentLog {
     /// records; `None`: sled has none, the tables are empty and any file is a leftover).
     /// Files that start after `at` belong to layers sled never recorded and are removed.
     pub fn open(dir: &Path, at: Option<u64>) -> Result<Opened> {
-        std::fs::create_dir_all(dir)?;
+        crate::dirs::create_durable(dir)?;
         let mut files: Vec<u64> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();

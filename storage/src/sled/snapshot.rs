@@ -86,10 +86,7 @@ impl SnapshotWriter {
 }
 
 fn sync_dir(path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(())
+    Ok(crate::dirs::sync_parent(path)?)
 }
 
 /// Reads the header of a snapshot file without reading the entries.

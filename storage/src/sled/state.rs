@@ -180,6 +180,8 @@ pub struct StateTree {
 
 struct Inner {
     db: ::sled::Db,
+    /// The data directory's lock (see `db`): held while this tree uses sled.
+    _lock: Arc<std::fs::File>,
     db_path: PathBuf,
     records: ::sled::Tree,
     active: Arc<RwLock<(String, ::sled::Tree)>>,
@@ -271,6 +273,7 @@ fn flush_loop(
 impl StateTree {
     pub(crate) fn open(
         db: &::sled::Db,
+        lock: Arc<std::fs::File>,
         db_path: &Path,
         snapshot_dir: &Path,
         log_dir: &Path,
@@ -305,6 +308,7 @@ impl StateTree {
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
+                _lock: lock,
                 db_path: db_path.to_owned(),
                 records,
                 active,
@@ -509,7 +513,7 @@ impl StateTree {
             .snapshot_dir
             .join(format!("snapshot-{}.bin", sanitize(id)));
         std::fs::rename(received, &final_path)?;
-        std::fs::File::open(&self.inner.snapshot_dir)?.sync_all()?;
+        crate::dirs::sync_dir(&self.inner.snapshot_dir)?;
         self.set_current_snapshot(&final_path)?;
         Ok(SnapshotFile {
             path: final_path,

@@ -90,7 +90,7 @@ fn a_reopen_waits_for_a_dropped_handle_and_a_live_one_is_still_refused() {
     holder.join().expect("holder");
 
     match Store::open(&config) {
-        Err(StorageError::Sled(err)) => assert!(err.to_string().contains("lock"), "{err}"),
+        Err(StorageError::DataDir(err)) => assert!(err.contains("locked"), "{err}"),
         Err(other) => panic!("refused for another reason: {other}"),
         Ok(_) => panic!("a second live handle on the same directory"),
     }

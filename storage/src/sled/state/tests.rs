@@ -117,6 +117,8 @@ fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
         state.commit(first).expect("commit");
         assert_eq!(state.resident_size().0, 1);
         store.flush().expect("flush");
+        // Trusted as after a clean stop: what sled holds is what the reopen reads.
+        crate::sled::recovery::write_clean_marker(dir.path()).expect("marker");
         let mut second = TxnWrites::new();
         second.insert(late.clone(), TxnWrite::Put(b"late".to_vec()));
         state.commit(second).expect("commit");
@@ -261,7 +263,7 @@ fn the_reply_memory_survives_reopens_through_its_log() {
             }
             state.commit(txn).expect("commit");
         }
-        store.flush().expect("sync");
+        store.close_clean().expect("sync");
         assert_eq!(
             log_files(dir.path()).len(),
             1,
@@ -288,6 +290,7 @@ fn the_single_record_of_format_7_is_converted() {
             .insert(resident::legacy_record_key(), old.encode())
             .expect("legacy record");
         state.inner.db.flush().expect("flush");
+        crate::sled::recovery::write_clean_marker(dir.path()).expect("marker");
     }
     {
         let store = Store::open(&config).expect("reopen");
@@ -299,7 +302,7 @@ fn the_single_record_of_format_7_is_converted() {
         let mut txn = TxnWrites::new();
         txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
         state.commit(txn).expect("commit");
-        store.flush().expect("sync");
+        store.close_clean().expect("sync");
         assert_eq!(
             state
                 .active()
@@ -356,6 +359,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
         assert_eq!(after.len(), 1, "{after:?}");
         assert_ne!(after, before, "a new file, the old one removed");
         assert_eq!(state.view().get(&mine).expect("read"), None);
+        store.close_clean().expect("clean stop");
     }
     let store = Store::open(&config).expect("reopen");
     let view = store.state().expect("state").view();

@@ -1,0 +1,216 @@
+//! What an open does about how the node last stopped.
+//!
+//! sled 0.34 is not crash consistent across a power cut (its flush is `sync_file_range`, it
+//! rewrites segments in place; a cut has left it panicking in recovery, reading back a mix of
+//! page versions, and naming an older snapshot than the newest one on disk). So sled's state is
+//! trusted only after a clean stop, which [`write_clean_marker`] records as the last act of a
+//! graceful shutdown (after the final sync). An open removes the marker durably before anything
+//! is written ([`take_clean_marker`]), so a crash after that open is unclean again.
+//!
+//! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
+//! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before sled
+//! opens, and the state machine is rebuilt from the newest snapshot file that is complete and
+//! verified, chosen by the log position its header covers ([`newest_snapshots`]), not by sled's
+//! record of the current one. The consensus layer then applies its log after the snapshot: the
+//! rebuilt state carries exactly the snapshot's last-applied id and membership. The Raft log is
+//! durable on its own (fsynced per append) and is never purged past a snapshot before that
+//! snapshot file is durable, so the two together hold every committed entry.
+//!
+//! The reply memory (`replies/`) goes with sled's state: it is part of every snapshot (its
+//! tables are exported with the others), and its journal files are an extension of sled's state
+//! (they record the entries sled's batches name). The new sled names none, so opening the state
+//! tree removes every old journal file, and the rebuild starts the journal afresh with a base of
+//! the snapshot's reply memory, as a snapshot install does; replaying the log re-applies the
+//! requests after the snapshot, remembering their replies again.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::dirs;
+use crate::engine::KvPair;
+use crate::error::{Result, StorageError};
+use crate::sled::snapshot;
+
+/// The clean-stop marker, in the data directory.
+pub const CLEAN_STOP_FILE: &str = "CLEAN_STOP";
+/// sled's directory, in the data directory.
+pub const STATE_DIR: &str = "state";
+/// Prefix of a `state/` set aside after an unclean stop (removed at once; one left by a crash
+/// during the removal is removed by the next open).
+const SET_ASIDE_PREFIX: &str = "state.unclean-";
+/// Files of the data directory that are not data.
+const NOT_DATA: [&str; 4] = ["FORMAT", "FORMAT.tmp", "LOCK", CLEAN_STOP_FILE];
+
+/// How the open found the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenKind {
+    /// Nothing stored yet (a first start): nothing to trust or rebuild.
+    New,
+    /// A clean stop: sled's state is used as it is.
+    Clean,
+    /// No clean stop: sled's state was discarded, the state machine is rebuilt from the newest
+    /// snapshot and the log.
+    Unclean,
+}
+
+impl OpenKind {
+    /// A name for logs and metric labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            OpenKind::New => "new",
+            OpenKind::Clean => "clean",
+            OpenKind::Unclean => "unclean",
+        }
+    }
+}
+
+/// What the consensus layer reads from a snapshot header: how far the snapshot reaches (to pick
+/// the newest) and the consensus records the rebuilt state must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotCovers {
+    /// Index of the last log entry the snapshot covers (`None`: none).
+    pub last_index: Option<u64>,
+    /// Records of the consensus layer written with the snapshot's rows (last applied id,
+    /// membership).
+    pub records: Vec<KvPair>,
+}
+
+/// What [`crate::sled::Store::recover`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// How the open found the directory.
+    pub kind: OpenKind,
+    /// The snapshot the state was rebuilt from (unclean opens only; `None` there: no usable
+    /// snapshot, the state starts empty and the whole log is applied).
+    pub rebuilt_from: Option<PathBuf>,
+    /// Rows loaded from it.
+    pub entries: u64,
+    /// Time from setting `state/` aside to the rebuilt state (zero unless unclean).
+    pub took: Duration,
+}
+
+/// Removes the clean-stop marker durably (unlink, then fsync of `dir`); true if it was there.
+pub fn take_clean_marker(dir: &Path) -> Result<bool> {
+    match std::fs::remove_file(dir.join(CLEAN_STOP_FILE)) {
+        Ok(()) => {
+            dirs::sync_dir(dir)?;
+            Ok(true)
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Records a clean stop: the marker file, fsynced, and `dir` fsynced.
+pub fn write_clean_marker(dir: &Path) -> Result<()> {
+    let path = dir.join(CLEAN_STOP_FILE);
+    std::fs::write(&path, b"statestore stopped cleanly\n")?;
+    std::fs::File::open(&path)?.sync_all()?;
+    dirs::sync_dir(dir)?;
+    Ok(())
+}
+
+/// Whether `dir` holds anything but markers and empty directories.
+pub fn holds_data(dir: &Path) -> Result<bool> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if NOT_DATA.iter().any(|n| name == *n) {
+            continue;
+        }
+        if !entry.file_type()?.is_dir() || std::fs::read_dir(entry.path())?.next().is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Renames `dir/state` aside (durably) and removes it; removes any earlier set-aside copy too.
+pub fn set_aside_state(dir: &Path) -> Result<()> {
+    let state = dir.join(STATE_DIR);
+    if state.exists() {
+        let aside = (0u32..)
+            .map(|n| dir.join(format!("{SET_ASIDE_PREFIX}{n}")))
+            .find(|path| !path.exists())
+            .ok_or_else(|| StorageError::DataDir("no free name to set state/ aside".into()))?;
+        std::fs::rename(&state, &aside)?;
+        dirs::sync_dir(dir)?;
+    }
+    remove_set_aside(dir)
+}
+
+/// Removes the `state.unclean-*` directories in `dir` (durably).
+pub fn remove_set_aside(dir: &Path) -> Result<()> {
+    let mut removed = false;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(SET_ASIDE_PREFIX)
+        {
+            std::fs::remove_dir_all(entry.path())?;
+            removed = true;
+        }
+    }
+    if removed {
+        dirs::sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The snapshot files in `snapshot_dir` whose header reads and decodes, newest (furthest log
+/// position) first; on equal positions the later name (ids end in the time they were made).
+/// Files that do not read are skipped with a warning. The entries are not checked here: the
+/// rebuild verifies each as it loads it.
+pub fn newest_snapshots(
+    snapshot_dir: &Path,
+    covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>,
+) -> Result<Vec<(PathBuf, SnapshotCovers)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(snapshot_dir)? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !(name.starts_with("snapshot-") && name.ends_with(".bin")) {
+            continue;
+        }
+        match snapshot::read_header(&path).and_then(|file| covers(&file.header)) {
+            Ok(covered) => found.push((path, covered)),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "skipping a snapshot file whose header does not read");
+            }
+        }
+    }
+    found.sort_by(|(a_path, a), (b_path, b)| {
+        (b.last_index, b_path.file_name()).cmp(&(a.last_index, a_path.file_name()))
+    });
+    Ok(found)
+}
+
+/// The id a snapshot file was written under (`snapshot-<id>.bin`).
+pub fn snapshot_id(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .and_then(|name| {
+            name.strip_prefix("snapshot-")
+                .and_then(|rest| rest.strip_suffix(".bin"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a failed load means the file is damaged (try an older one) rather than the disk
+/// failing.
+pub fn is_damage(err: &StorageError) -> bool {
+    match err {
+        StorageError::Corrupt { .. } => true,
+        StorageError::Io(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

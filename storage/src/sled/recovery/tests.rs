@@ -1,0 +1,318 @@
+//! Unit tests of opening after clean and unclean stops: what is trusted, what is rebuilt, and
+//! from which snapshot.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::engine::{OrderedRead, TxnWrite, TxnWrites};
+use crate::layout::{self, Table};
+use crate::sled::{SnapshotWriter, StateTree, Store, StoreConfig};
+
+type Map = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn config(dir: &Path) -> StoreConfig {
+    let mut config = StoreConfig::new(dir, 4 << 20);
+    // Small layers: most writes reach sled (and its files) before the stop.
+    config.memtable.flush_bytes = 4 << 10;
+    config
+}
+
+/// The test's snapshot headers: the covered log index, big-endian.
+fn header(index: u64) -> Vec<u8> {
+    index.to_be_bytes().to_vec()
+}
+
+/// Key of the consensus record the test's headers turn into.
+fn applied_key() -> Vec<u8> {
+    layout::consensus_key(b"applied")
+}
+
+/// Reads a test header as the consensus layer reads its own.
+fn covers(header: &[u8]) -> Result<SnapshotCovers> {
+    let index: [u8; 8] = header.try_into().map_err(|_| StorageError::Corrupt {
+        what: "test header",
+        reason: format!("{} bytes", header.len()),
+    })?;
+    Ok(SnapshotCovers {
+        last_index: Some(u64::from_be_bytes(index)),
+        records: vec![(applied_key(), header.to_vec())],
+    })
+}
+
+/// A row of the reply memory (a resident table).
+fn reply_row(n: u32) -> Vec<u8> {
+    let mut row = vec![Table::Replies.prefix()];
+    row.extend_from_slice(format!("client/{n}").as_bytes());
+    row
+}
+
+/// Commits `count` keys (every fifth a remembered reply) tagged `tag`, into `model` too.
+fn write(state: &StateTree, model: &mut Map, tag: &str, count: u32) {
+    for i in 0..count {
+        let mut txn = TxnWrites::new();
+        let key = format!("k{:05}", i).into_bytes();
+        let value = format!("{tag} {i}").into_bytes();
+        txn.insert(key.clone(), TxnWrite::Put(value.clone()));
+        model.insert(key, value);
+        if i % 5 == 0 {
+            let reply = format!("reply {tag} {i}").into_bytes();
+            txn.insert(reply_row(i), TxnWrite::Put(reply.clone()));
+            model.insert(reply_row(i), reply);
+        }
+        state.commit(txn).expect("commit");
+    }
+}
+
+/// Every row of the state below the consensus records.
+fn rows(state: &StateTree) -> Map {
+    let end = [Table::ConsensusState.prefix()];
+    state
+        .view()
+        .range(&[0], &end)
+        .map(|row| row.expect("read"))
+        .collect()
+}
+
+/// A store with `before` written, a snapshot at index `index` of it, then `after` written and
+/// synced, dropped without a clean stop. Returns the model as of the snapshot.
+fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
+    let store = Store::open(&config(dir)).expect("open");
+    let state = store.state().expect("state");
+    let mut model = Map::new();
+    write(&state, &mut model, "before", 400);
+    state
+        .export_snapshot(&format!("1-{index}-1"), &header(index))
+        .expect("export");
+    let at_snapshot = model.clone();
+    write(&state, &mut model, "after", 600);
+    store
+        .flush()
+        .expect("sync: sled holds the writes after the snapshot");
+    assert_ne!(
+        rows(&state),
+        at_snapshot,
+        "the writes after it are in the state"
+    );
+    at_snapshot
+}
+
+fn open_and_recover(dir: &Path) -> (Store, StateTree, Recovery) {
+    let store = Store::open(&config(dir)).expect("reopen");
+    let recovery = store.recover(&covers).expect("recover");
+    let state = store.state().expect("state");
+    (store, state, recovery)
+}
+
+#[test]
+fn a_clean_stop_reopens_with_its_state_and_no_rebuild() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut model = Map::new();
+    {
+        let store = Store::open(&config(dir.path())).expect("open");
+        assert_eq!(store.open_kind(), OpenKind::New, "a first start");
+        let state = store.state().expect("state");
+        write(&state, &mut model, "before", 300);
+        state.export_snapshot("1-3-1", &header(3)).expect("export");
+        write(&state, &mut model, "after", 300);
+        store.close_clean().expect("clean stop");
+        assert!(dir.path().join(CLEAN_STOP_FILE).exists());
+    }
+    let (store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Clean);
+    assert_eq!(recovery.rebuilt_from, None);
+    assert_eq!(recovery.took, Duration::ZERO);
+    assert_eq!(store.open_kind(), OpenKind::Clean);
+    assert_eq!(
+        rows(&state),
+        model,
+        "every write, the ones after the snapshot included"
+    );
+    assert_eq!(
+        state.view().get(&applied_key()).expect("read"),
+        None,
+        "no snapshot was installed"
+    );
+}
+
+#[test]
+fn an_unclean_stop_with_a_truncated_state_database_rebuilds_from_the_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at_snapshot = crashed_after_snapshot(dir.path(), 7);
+    let db = dir.path().join(STATE_DIR).join("db");
+    let len = std::fs::metadata(&db).expect("db").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .expect("db")
+        .set_len(len / 3)
+        .expect("truncate");
+
+    let (store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert_eq!(recovery.entries, at_snapshot.len() as u64);
+    assert!(
+        recovery
+            .rebuilt_from
+            .as_ref()
+            .is_some_and(|p| p.ends_with("snapshot-1-7-1.bin")),
+        "{recovery:?}"
+    );
+    assert_eq!(rows(&state), at_snapshot, "exactly the snapshot's state");
+    assert_eq!(
+        state.view().get(&applied_key()).expect("read"),
+        Some(header(7)),
+        "the snapshot's consensus records: the log is applied from after it"
+    );
+    assert_eq!(
+        state.current_snapshot().expect("current").map(|f| f.header),
+        Some(header(7))
+    );
+    // The reply memory went with the snapshot and its journal starts afresh: a clean reopen
+    // of the rebuilt store reads it back.
+    store.close_clean().expect("clean stop");
+    drop((store, state));
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Clean);
+    assert_eq!(rows(&state), at_snapshot);
+}
+
+#[test]
+fn an_unclean_stop_with_garbage_for_a_state_database_rebuilds_from_the_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at_snapshot = crashed_after_snapshot(dir.path(), 9);
+    let state_dir = dir.path().join(STATE_DIR);
+    std::fs::remove_dir_all(&state_dir).expect("remove");
+    std::fs::create_dir(&state_dir).expect("mkdir");
+    for name in ["db", "conf", "snap.0000000000000000"] {
+        std::fs::write(state_dir.join(name), vec![0xa5u8; 100_000]).expect("garbage");
+    }
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert_eq!(rows(&state), at_snapshot);
+    assert!(
+        std::fs::read_dir(dir.path()).expect("list").all(|e| !e
+            .expect("entry")
+            .file_name()
+            .to_string_lossy()
+            .starts_with("state.")),
+        "the set-aside state is removed"
+    );
+}
+
+#[test]
+fn an_unclean_stop_without_a_snapshot_starts_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = Store::open(&config(dir.path())).expect("open");
+        let state = store.state().expect("state");
+        write(&state, &mut Map::new(), "lost", 200);
+        store.flush().expect("sync");
+    }
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert_eq!(recovery.rebuilt_from, None);
+    assert_eq!(
+        rows(&state),
+        Map::new(),
+        "the log is applied again from its start"
+    );
+    assert_eq!(state.view().get(&applied_key()).expect("read"), None);
+}
+
+/// Writes a snapshot file of `rows` straight into the snapshot directory, as a crash between
+/// its rename and sled's record of it leaves one.
+fn snapshot_file(dir: &Path, id: &str, index: u64, rows: &Map) -> PathBuf {
+    let snapshots = dir.join("snapshots");
+    let tmp = snapshots.join(format!("{id}.tmp"));
+    let path = snapshots.join(format!("snapshot-{id}.bin"));
+    let mut writer = SnapshotWriter::create(&tmp, &header(index)).expect("create");
+    for (key, value) in rows {
+        writer.push(key, value).expect("push");
+    }
+    writer.finish(&path, &header(index)).expect("finish");
+    path
+}
+
+#[test]
+fn the_newest_complete_snapshot_on_disk_wins_over_the_one_sled_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    crashed_after_snapshot(dir.path(), 7);
+    let newer: Map = (0..50u32)
+        .map(|i| {
+            (
+                format!("k{i:05}").into_bytes(),
+                format!("newer {i}").into_bytes(),
+            )
+        })
+        .collect();
+    snapshot_file(dir.path(), "1-20-5", 20, &newer);
+    // Newer still, but torn (cut short before its trailer): skipped.
+    let torn = snapshot_file(dir.path(), "1-30-6", 30, &newer);
+    let len = std::fs::metadata(&torn).expect("torn").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&torn)
+        .expect("torn")
+        .set_len(len - 20)
+        .expect("truncate");
+    // And one whose header does not read.
+    std::fs::write(
+        dir.path().join("snapshots/snapshot-1-40-7.bin"),
+        b"SSSNAP01\0",
+    )
+    .expect("bad");
+
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert!(
+        recovery
+            .rebuilt_from
+            .as_ref()
+            .is_some_and(|p| p.ends_with("snapshot-1-20-5.bin")),
+        "{recovery:?}"
+    );
+    assert_eq!(rows(&state), newer);
+    assert_eq!(
+        state.view().get(&applied_key()).expect("read"),
+        Some(header(20))
+    );
+}
+
+#[test]
+fn the_marker_is_removed_at_open_so_a_later_crash_rebuilds_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at_snapshot = {
+        let store = Store::open(&config(dir.path())).expect("open");
+        let state = store.state().expect("state");
+        let mut model = Map::new();
+        write(&state, &mut model, "before", 300);
+        state.export_snapshot("1-4-1", &header(4)).expect("export");
+        store.close_clean().expect("clean stop");
+        model
+    };
+    {
+        let (store, state, recovery) = open_and_recover(dir.path());
+        assert_eq!(recovery.kind, OpenKind::Clean);
+        assert!(
+            !dir.path().join(CLEAN_STOP_FILE).exists(),
+            "the marker is gone once the store is open"
+        );
+        write(&state, &mut Map::new(), "after", 300);
+        store.flush().expect("sync");
+        // A crash: no clean stop.
+    }
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert_eq!(rows(&state), at_snapshot);
+}
+
+#[test]
+fn a_first_start_is_not_unclean_and_recover_runs_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&config(&dir.path().join("new").join("data"))).expect("open");
+    assert_eq!(store.open_kind(), OpenKind::New);
+    let report = store.recover(&covers).expect("recover");
+    assert_eq!(report.kind, OpenKind::New);
+    assert_eq!(report.rebuilt_from, None);
+    assert_eq!(store.recover(&covers).expect("again"), report);
+}
