@@ -345,12 +345,16 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
         Err(_) => tracing::warn!("raft did not stop in time"),
     }
     if let Some(error) = fatal {
-        // No final flush: a disk that failed is not trusted (a flush to a full one retries
-        // for ever), and Raft's log (not the state database) is what a restart recovers from.
+        // No final flush and no clean-stop marker: a disk that failed is not trusted (a flush
+        // to a full one retries for ever); the restart rebuilds the state from the newest
+        // snapshot and Raft's log.
         return Err(error);
     }
-    let flushing = store.clone();
-    tokio::task::spawn_blocking(move || flushing.flush())
+    // The final sync, then the clean-stop marker: the next start uses the state database as it
+    // is. Every other way out (a fatal error above, a crash, a kill) leaves no marker, and the
+    // next start rebuilds the state from the newest snapshot and the log.
+    let closing = store.clone();
+    tokio::task::spawn_blocking(move || closing.close_clean())
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     tracing::info!("stopped");

@@ -228,7 +228,7 @@ impl LogStore {
     /// ([`wal_check`]), then replays the WAL. Damage that is not a torn last write is
     /// [`Error::WalCorrupt`].
     pub fn open(config: &LogConfig, metrics: Arc<RaftStorageMetrics>) -> crate::Result<LogStore> {
-        std::fs::create_dir_all(&config.dir)?;
+        statestore_storage::dirs::create_durable(&config.dir)?;
         let dir = config
             .dir
             .to_str()

@@ -2,8 +2,8 @@
 //! into the registry the node owns (names follow `statestore_<subsystem>_<name>_<unit>`).
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::network::refusal::{ConnectionRefusal, SnapshotRefusal};
@@ -47,6 +47,14 @@ pub struct RaftStorageMetrics {
     pub disk_errors_total: IntCounter,
     /// `statestore_disk_log_slow_flushes_total`, and the rate-limited WARN line about them.
     pub log_slow_flushes: SlowFlushReporter,
+    /// `statestore_storage_unclean_restarts_total`: opens that found no clean-stop marker and
+    /// rebuilt the state machine (0 or 1 per process).
+    pub unclean_restarts_total: IntCounter,
+    /// `statestore_storage_open{kind=new|clean|unclean}`: 1 for how this process's open went.
+    pub open_kind: IntGaugeVec,
+    /// `statestore_storage_rebuild_duration_seconds`: how long the rebuild of this process's
+    /// open took (0 unless unclean).
+    pub rebuild_seconds: Gauge,
 }
 
 impl Default for RaftStorageMetrics {
@@ -97,6 +105,23 @@ impl Default for RaftStorageMetrics {
                 "statestore_disk_log_slow_flushes_total",
                 "Log appends that took longer than 50 ms from hand-over to fdatasync.",
             )),
+            unclean_restarts_total: counter(
+                "statestore_storage_unclean_restarts_total",
+                "Opens that found no clean-stop marker: the state database was discarded and the state machine rebuilt from the newest snapshot (the Raft log after it is applied again).",
+            ),
+            open_kind: IntGaugeVec::new(
+                Opts::new(
+                    "statestore_storage_open",
+                    "How this process found its data directory: new, clean (the state database was used) or unclean (rebuilt); 1 for the one that applies.",
+                ),
+                &["kind"],
+            )
+            .unwrap_or_else(|e| unreachable!("static metric: {e}")),
+            rebuild_seconds: Gauge::new(
+                "statestore_storage_rebuild_duration_seconds",
+                "Time the open of this process took to set the state database aside and load the newest snapshot after an unclean stop (0 otherwise; the log replay after it is not included).",
+            )
+            .unwrap_or_else(|e| unreachable!("static metric: {e}")),
         }
     }
 }
@@ -116,7 +141,24 @@ impl RaftStorageMetrics {
         registry.register(Box::new(self.apply_stall_seconds.clone()))?;
         registry.register(Box::new(self.disk_errors_total.clone()))?;
         registry.register(Box::new(self.log_slow_flushes.counter()))?;
+        registry.register(Box::new(self.unclean_restarts_total.clone()))?;
+        registry.register(Box::new(self.open_kind.clone()))?;
+        registry.register(Box::new(self.rebuild_seconds.clone()))?;
         Ok(())
+    }
+
+    /// Records how the store's open went (`kind`: an `OpenKind` label) and what the rebuild
+    /// took.
+    pub fn record_open(&self, kind: &str, rebuild_seconds: f64) {
+        for label in ["new", "clean", "unclean"] {
+            self.open_kind
+                .with_label_values(&[label])
+                .set(i64::from(label == kind));
+        }
+        if kind == "unclean" {
+            self.unclean_restarts_total.inc();
+        }
+        self.rebuild_seconds.set(rebuild_seconds);
     }
 }
 

@@ -22,7 +22,9 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
-use statestore_storage::sled::{SnapshotExport, StateTree, StateView, Store, background};
+use statestore_storage::sled::{
+    OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
+};
 
 use crate::applier::Applier;
 use crate::metrics::RaftStorageMetrics;
@@ -118,6 +120,7 @@ impl StateMachine {
         metrics: Arc<RaftStorageMetrics>,
         trigger: SnapshotTrigger,
     ) -> io::Result<Self> {
+        recover(&store, &metrics)?;
         let state = store.state().map_err(io_err)?;
         let applier = Applier::start(state.clone(), sink, metrics.clone())?;
         Ok(StateMachine {
@@ -180,6 +183,39 @@ impl StateMachine {
     pub fn incoming_snapshot_path(&self) -> PathBuf {
         self.state.incoming_snapshot_path()
     }
+}
+
+/// The consensus records a state installed or rebuilt from a snapshot of `meta` carries: its
+/// membership and last applied log id, exactly (so openraft applies every entry after it).
+fn consensus_records(meta: &SnapshotMeta) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut records = vec![(
+        consensus_key(MEMBERSHIP),
+        codec::encode(&meta.last_membership),
+    )];
+    if let Some(last) = &meta.last_log_id {
+        records.push((consensus_key(LAST_APPLIED), codec::encode(last)));
+    }
+    records
+}
+
+/// What a snapshot header says, for the store's rebuild after an unclean stop.
+fn snapshot_covers(header: &[u8]) -> statestore_storage::Result<SnapshotCovers> {
+    let meta: SnapshotMeta = codec::decode("snapshot header", header)?;
+    Ok(SnapshotCovers {
+        last_index: meta.last_log_id.as_ref().map(|id| id.index),
+        records: consensus_records(&meta),
+    })
+}
+
+/// Runs the store's rebuild after an unclean stop (see `statestore_storage::sled::Store::recover`)
+/// before anything reads the state, and records how the open went.
+fn recover(store: &Store, metrics: &RaftStorageMetrics) -> io::Result<()> {
+    let report = store.recover(&snapshot_covers).map_err(io_err)?;
+    metrics.record_open(report.kind.label(), report.took.as_secs_f64());
+    if report.kind == OpenKind::Clean {
+        tracing::info!("the last run stopped cleanly: the state database is used as it is");
+    }
+    Ok(())
 }
 
 fn snapshot_id(log_id: Option<&LogId>) -> String {
@@ -299,13 +335,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let started = Instant::now();
         let SnapshotData { path, file } = snapshot;
         drop(file);
-        let mut records = vec![(
-            consensus_key(MEMBERSHIP),
-            codec::encode(&meta.last_membership),
-        )];
-        if let Some(last) = &meta.last_log_id {
-            records.push((consensus_key(LAST_APPLIED), codec::encode(last)));
-        }
+        let records = consensus_records(meta);
         let state = self.state.clone();
         let id = snapshot_id(meta.last_log_id.as_ref());
         let file = tokio::task::spawn_blocking(move || state.install_snapshot(&path, &id, records))
