@@ -1,7 +1,10 @@
 //! Node lifecycle against a real broker: it reconnects (and takes the request subscription
-//! back) when the broker goes away, it shuts down cleanly on SIGTERM, and it exits non-zero
-//! when one of its tasks dies.
+//! back) when the broker goes away, it shuts down cleanly on SIGTERM, it exits non-zero
+//! when one of its tasks dies, and after a kill it does not trust its state database.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use statestore_tests::broker::Broker;
@@ -199,4 +202,150 @@ async fn json_logs_are_one_object_per_line() {
             "no {expected:?} event among {messages:?}"
         );
     }
+}
+
+/// Snapshot files in a node's data directory.
+fn snapshot_files(node: &StatestoreNode) -> usize {
+    std::fs::read_dir(node.data_dir.join("snapshots"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with("snapshot-") && name.ends_with(".bin")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// SIGKILL under writes, then the state database damaged (its main file cut to a third, as a
+/// power cut can leave sled's): the restart finds no clean-stop marker, sets the state database
+/// aside, rebuilds the state machine from the newest snapshot, applies the log after it (purged
+/// behind the snapshot, so the snapshot is needed), and serves every acknowledged write. The
+/// SIGTERM after that is a clean stop: the next start uses the state database as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_node_with_a_damaged_state_database_rebuilds_it_and_keeps_acknowledged_writes() {
+    let broker = Broker::start();
+    let mut node = StatestoreNode::start(
+        &broker,
+        NodeSpec {
+            extra_args: [
+                "--snapshot-after-entries",
+                "50",
+                "--entries-kept-after-snapshot",
+                "10",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..NodeSpec::default()
+        },
+    );
+    node.wait_ready(Duration::from_secs(30)).await;
+    let acked: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4u32 {
+        let mut client = RawClient::connect(broker.port, &format!("t70-crash-writer-{w}")).await;
+        let acked = acked.clone();
+        let stopped = stopped.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0u32.. {
+                if stopped.load(Ordering::Relaxed) {
+                    break;
+                }
+                let key = format!("w{w}-{i}");
+                let value = format!("value {w} {i}");
+                match client
+                    .request(&resp(&[b"SET", key.as_bytes(), value.as_bytes()]))
+                    .await
+                {
+                    Some(reply) if &reply.payload[..] == b"+OK\r\n" => {
+                        acked.lock().expect("acked").insert(key, value);
+                    }
+                    _ => break,
+                }
+            }
+        }));
+    }
+    let written = wait_for(Duration::from_secs(120), || async {
+        let count = acked.lock().expect("acked").len();
+        (count >= 3_000 && snapshot_files(&node) > 0).then_some(count)
+    })
+    .await;
+    assert!(
+        written.is_some(),
+        "3,000 writes and a snapshot; log:\n{}",
+        node.log_tail(30)
+    );
+    node.kill();
+    stopped.store(true, Ordering::Relaxed);
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let db = node.data_dir.join("state").join("db");
+    let len = std::fs::metadata(&db).expect("sled's file").len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .expect("open sled's file")
+        .set_len(len / 3)
+        .expect("truncate");
+
+    node.spawn();
+    node.wait_ready(Duration::from_secs(60)).await;
+    assert!(
+        node.log()
+            .contains("state rebuilt from the newest snapshot after an unclean stop"),
+        "log:\n{}",
+        node.log_tail(30)
+    );
+    assert_eq!(
+        node.metric("statestore_storage_unclean_restarts_total")
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(
+        node.metric("statestore_storage_open{kind=\"unclean\"}")
+            .await,
+        Some(1.0)
+    );
+    let acked = acked.lock().expect("acked").clone();
+    let mut reader = RawClient::connect(broker.port, "t70-crash-reader").await;
+    let read_all = async |reader: &mut RawClient, when: &str| {
+        for (key, value) in &acked {
+            let reply = reader
+                .request(&resp(&[b"GET", key.as_bytes()]))
+                .await
+                .expect("reply");
+            let expected = format!("${}\r\n{value}\r\n", value.len());
+            assert_eq!(
+                String::from_utf8_lossy(&reply.payload),
+                expected,
+                "acknowledged {key} {when}"
+            );
+        }
+    };
+    read_all(&mut reader, "after the rebuild").await;
+
+    let status = node
+        .terminate(Duration::from_secs(15))
+        .expect("exits within the grace period");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        node.data_dir.join("CLEAN_STOP").exists(),
+        "the clean-stop marker"
+    );
+    node.spawn();
+    node.wait_ready(Duration::from_secs(30)).await;
+    assert_eq!(
+        node.metric("statestore_storage_open{kind=\"clean\"}").await,
+        Some(1.0)
+    );
+    assert_eq!(
+        node.metric("statestore_storage_unclean_restarts_total")
+            .await,
+        Some(0.0)
+    );
+    read_all(&mut reader, "after the clean restart").await;
 }
