@@ -432,8 +432,10 @@ impl StateTree {
     /// Replaces the state with the snapshot at `received`, adds the consensus layer's records,
     /// keeps the file as the current snapshot under `id`. Blocking. The entries are loaded into
     /// a fresh tree as they are read and the checksum is checked at the end (one read of the
-    /// file): a damaged file leaves the old state as it was. Crash-safe: the switch to the new
-    /// tree is one durable record update.
+    /// file): a damaged file leaves the old state as it was. Crash-safe: the verified file is
+    /// under its final name (directory fsynced) before the switch to the new tree, which is
+    /// one durable record update; a crash between the two leaves the new snapshot as the
+    /// newest on disk, which the unclean start rebuilds from.
     pub fn install_snapshot(
         &self,
         received: &Path,
@@ -473,6 +475,15 @@ impl StateTree {
                 return Err(err);
             }
         };
+        // Verified: under its final name (durably) before the state switches to it, so a crash
+        // from here on finds it as the newest snapshot on disk, which an unclean start rebuilds
+        // from (see `recovery`); the log it covers is purged only after this call returns.
+        let final_path = self
+            .inner
+            .snapshot_dir
+            .join(format!("snapshot-{}.bin", sanitize(id)));
+        std::fs::rename(received, &final_path)?;
+        crate::dirs::sync_dir(&self.inner.snapshot_dir)?;
         // Readers of the index wait until it describes the new state.
         let devices = self.inner.devices.clone();
         let mut index = lock_index(&devices);
@@ -507,13 +518,6 @@ impl StateTree {
         self.reload_device_index(&mut index)?;
         drop(index);
         self.inner.db.drop_tree(&old_name)?;
-
-        let final_path = self
-            .inner
-            .snapshot_dir
-            .join(format!("snapshot-{}.bin", sanitize(id)));
-        std::fs::rename(received, &final_path)?;
-        crate::dirs::sync_dir(&self.inner.snapshot_dir)?;
         self.set_current_snapshot(&final_path)?;
         Ok(SnapshotFile {
             path: final_path,
