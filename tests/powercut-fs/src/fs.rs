@@ -33,6 +33,8 @@ const TTL: Duration = Duration::ZERO;
 /// `S_IFMT` and `S_IFREG` of `mknod`'s mode.
 const S_IFMT: u32 = 0o170_000;
 const S_IFREG: u32 = 0o100_000;
+/// `O_DSYNC` (also part of `O_SYNC`) among a write's file flags.
+const O_DSYNC: i32 = 0o10_000;
 /// `fallocate`'s `FALLOC_FL_KEEP_SIZE`.
 const FALLOC_FL_KEEP_SIZE: i32 = 1;
 
@@ -557,7 +559,7 @@ impl Filesystem for PowercutFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -572,15 +574,20 @@ impl Filesystem for PowercutFs {
                 Err(e) => reply.error(e),
             };
         }
-        let r = inner
-            .file_handle(fh, ino)
-            .and_then(|i| inner.state.file_mut(i));
-        match r {
-            Ok(f) => {
-                f.write(offset, data);
-                inner.touch(ino.0);
-                reply.written(data.len() as u32);
+        let r = (|| {
+            let i = inner.file_handle(fh, ino)?;
+            inner.state.file_mut(i)?.write(offset, data);
+            inner.touch(i);
+            if flags.0 & O_DSYNC != 0 {
+                // The kernel sends no fsync for O_SYNC/O_DSYNC writes under direct IO.
+                let changed = inner.state.fsync(i)?;
+                let f = inner.state.file(i)?;
+                inner.backing.write_file(i, f, &changed).map_err(io_error)?;
             }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
     }

@@ -18,7 +18,9 @@
 //!   file) stay volatile, in 4 KiB pages ([`pages`]), until `fsync` or `fdatasync` *of that
 //!   file* (FUSE `fsync`, with or without the datasync flag: both persist data and size).
 //!   `sync_file_range` never reaches a FUSE filesystem and persists nothing; `sync`/`syncfs`
-//!   persist nothing either. `O_DIRECT`, `O_SYNC` and `O_DSYNC` are not honoured as syncs.
+//!   persist nothing either. A write through an fd opened with `O_SYNC` or `O_DSYNC` is
+//!   followed by an fsync of its file (the kernel sends none for them under direct IO);
+//!   `O_DIRECT` changes nothing.
 //! - **Names** (create, mknod of regular files, mkdir, symlink, link, rename, unlink, rmdir)
 //!   are volatile until their parent directory is synced (FUSE `fsyncdir`, i.e. `fsync` of an
 //!   fd of the directory), which persists that directory's whole entry list. A file created

@@ -448,3 +448,27 @@ fn bad_commands_are_refused() {
     assert_eq!(err.raw_os_error(), Some(22), "EINVAL: {err}");
     assert_eq!(m.status()["cuts"], 0);
 }
+
+#[test]
+fn o_dsync_writes_are_durable() {
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_DSYNC: i32 = 0o10_000;
+    let m = Mounted::start();
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(O_DSYNC)
+        .open(m.path("f"))
+        .expect("open O_DSYNC");
+    m.sync_dir("");
+    f.write_all(b"dsync").expect("write");
+    assert_eq!(m.status()["pending_pages"], 0);
+    let mut plain = OpenOptions::new()
+        .append(true)
+        .open(m.path("f"))
+        .expect("open");
+    plain.write_all(b"+plain").expect("write");
+    m.cut("cut");
+    assert_eq!(fs::read(m.path("f")).expect("read"), b"dsync");
+}
