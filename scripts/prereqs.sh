@@ -7,7 +7,8 @@
 # tests restart a node with a skewed clock), npm (the dashboards' and the Helm chart's
 # checks), python3-venv (the Helm chart's checks), and Prometheus for promtool (the alert
 # rules' unit tests) and for the dashboards' live test (tests/tests/t96_dashboards.rs starts
-# its own server); its daemon is not left running.
+# its own server); its daemon is not left running; and fuse3 for fusermount3 (the power-cut
+# test filesystem, tests/powercut-fs, mounts through it).
 set -euo pipefail
 
 missing=()
@@ -28,6 +29,8 @@ command -v strace >/dev/null 2>&1 || missing+=(strace)
 [ -x /usr/sbin/nft ] || [ -x /sbin/nft ] || missing+=(nftables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 dpkg -s libfaketime >/dev/null 2>&1 || missing+=(libfaketime)
+# tests/powercut-fs mounts (and its tests unmount) with fusermount3.
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 # node/npm for scripts/check-dashboards.sh (the dashboards' schema check) and
 # scripts/check-helm.sh (helm binary, CRD schemas); tested with Node 20.
 command -v npm >/dev/null 2>&1 || missing+=(npm)

@@ -22,6 +22,12 @@ plugin=$(cargo build --locked -p statestore-mosquitto-plugin --message-format=js
     grep -o '"[^"]*libstatestore_mosquitto_plugin\.so"' | tr -d '"' | tail -n 1)
 [ -f "$plugin" ] || { echo "cargo built no libstatestore_mosquitto_plugin.so" >&2; exit 1; }
 export STATESTORE_MOSQUITTO_PLUGIN="$plugin"
+# The power-cut test filesystem (tests/powercut-fs): its own tests find it through cargo
+# (CARGO_BIN_EXE_powercut-fs); the power-cut cycles of other crates through POWERCUT_FS_BIN.
+powercut_fs_bin=$(cargo build --locked -p statestore-powercut-fs --bin powercut-fs --message-format=json-render-diagnostics |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$powercut_fs_bin" ] || { echo "cargo built no powercut-fs binary" >&2; exit 1; }
+export POWERCUT_FS_BIN="$powercut_fs_bin"
 # The Helm chart: lint, schema and manifest checks, then a rehearsal of its StatefulSet with
 # this binary and Mosquitto (tools pinned, cached in ~/.cache/statestore-helm).
 STATESTORE_BIN="$statestore_bin" ./scripts/check-helm.sh
