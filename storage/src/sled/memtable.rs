@@ -5,11 +5,14 @@
 //! BENCHMARKS.md). Applied writes now land here first, in an ordered map that later writes to
 //! the same key overwrite; once it holds [`MemtableConfig::flush_bytes`] or is
 //! [`MemtableConfig::flush_interval`] old it is frozen, and a background thread moves frozen maps
-//! into sled, oldest first, each as one atomic batch. Keys written many times (hot keys, the
-//! keyspace counters) reach sled once per interval.
+//! into sled, oldest first, key by key (never as one sled batch: see
+//! [`write_each`](crate::sled::state)). Keys written many times (hot keys, the keyspace
+//! counters) reach sled once per interval.
 //!
-//! Every batch holds the consensus records of the entries it covers, so sled always holds the
-//! state after some prefix of the log: after a crash the node replays the log from there.
+//! Every map holds the consensus records of the entries it covers, written last, so a map that
+//! reached sled whole leaves sled at the state after some prefix of the log. A map written in
+//! part (a stop in the middle of its flush) is never read back: a clean stop writes every map
+//! first, and after an unclean one the state is rebuilt from a snapshot and the Raft log.
 //! Readers see the active map, then the frozen ones newest first, then sled. If memory reaches
 //! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
 //!

@@ -24,7 +24,6 @@ use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
 const CURRENT_SNAPSHOT_RECORD: &str = "current_snapshot";
-const INSTALL_BATCH: usize = 10_000;
 
 /// Read access to the state (cheap to clone, no locks held between reads): the memtable's
 /// writes over the sled tree, and the device queues' index.
@@ -227,9 +226,36 @@ impl Drop for Inner {
     }
 }
 
-/// Moves frozen memtable layers into the active sled tree, one atomic batch each, after their
-/// reply memory entry is durable in its log. A failed write is retried (the layer stays
-/// readable and writers eventually wait): nothing is dropped.
+/// Writes `writes` into `tree` one key at a time (`None` removes the key), in the order given.
+///
+/// Never as a `sled::Batch`: sled 0.34's `apply_batch` takes a process-wide write lock
+/// (`concurrency_control::write`), and from the first batch on every `get`, `insert` and scan
+/// of every tree takes its read side, so each reader waits for the whole batch. That made
+/// apply's reads wait behind the flush of a 4 MiB memtable layer (the `waiting_on="apply"`
+/// stalls of issue 30). Without batches sled keeps its lock-free mode. Atomicity is not needed
+/// here: a layer stays readable in the memtable until all of it is written, and after an
+/// unclean stop the state is rebuilt from a snapshot and the Raft log, never read from sled.
+pub(crate) fn write_each<'a>(
+    tree: &::sled::Tree,
+    writes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+) -> ::sled::Result<()> {
+    for (key, value) in writes {
+        match value {
+            Some(value) => {
+                tree.insert(key, value)?;
+            }
+            None => {
+                tree.remove(key)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Moves frozen memtable layers into the active sled tree, key by key ([`write_each`]), after
+/// their reply memory entry is durable in its log; the layer's consensus records (the last
+/// table in key order) land last. A failed write is retried (the layer stays readable and
+/// writers eventually wait): nothing is dropped.
 fn flush_loop(
     memtable: Arc<Memtable>,
     active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>,
@@ -249,14 +275,13 @@ fn flush_loop(
         }) else {
             return;
         };
-        let mut batch = ::sled::Batch::default();
-        for (key, write) in frozen.writes.iter() {
-            match write {
-                Some(value) => batch.insert(key.as_slice(), value.as_slice()),
-                None => batch.remove(key.as_slice()),
-            }
-        }
-        let written = tree.apply_batch(batch);
+        let written = write_each(
+            &tree,
+            frozen
+                .writes
+                .iter()
+                .map(|(key, write)| (key.as_slice(), write.as_deref())),
+        );
         // Let go of the tree before telling anyone: a waiter of the last flush may drop the
         // store and open it again at once, which sled refuses while a handle is alive.
         drop(tree);
@@ -451,20 +476,13 @@ impl StateTree {
         let new_name = format!("state_{}", generation + 1);
         self.inner.db.drop_tree(&new_name)?; // leftover of an interrupted install
         let tree = self.inner.db.open_tree(&new_name)?;
-        let mut batch = ::sled::Batch::default();
-        let mut pending = 0;
         let mut resident = ResidentTables::default();
         let loaded = snapshot::read_entries(received, |(key, value)| {
             if resident::contains(&key) {
                 resident.put(key, value);
                 return Ok(());
             }
-            batch.insert(key, value);
-            pending += 1;
-            if pending >= INSTALL_BATCH {
-                tree.apply_batch(std::mem::take(&mut batch))?;
-                pending = 0;
-            }
+            tree.insert(key, value)?;
             Ok(())
         });
         let file = match loaded {
@@ -489,19 +507,22 @@ impl StateTree {
         let mut index = lock_index(&devices);
         // The snapshot replaces everything applied so far.
         let next_entry = self.inner.memtable.discard();
-        for (key, value) in consensus_records {
-            batch.insert(key, value);
-        }
+        let mut records: Vec<(Vec<u8>, Vec<u8>)> = consensus_records;
         // The new tree's reply memory starts a new file of the log; the old tree's files stay
         // until the switch below is durable.
         let mut journal = ResidentJournal::starting_at(next_entry);
         let base = journal.base(&resident);
         lock_log(&self.inner.log).append(&base)?;
-        batch.insert(
+        records.push((
             resident_journal::seq_record(),
             resident_journal::encode_seq(base.seq),
-        );
-        tree.apply_batch(batch)?;
+        ));
+        write_each(
+            &tree,
+            records
+                .iter()
+                .map(|(key, value)| (key.as_slice(), Some(value.as_slice()))),
+        )?;
         crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
         self.inner
             .records
