@@ -5,6 +5,7 @@
 //! durability) the syscalls `strace` sees them make.
 
 pub mod abuse;
+pub mod device_workload;
 pub mod devicebound;
 pub mod history;
 pub mod linearizability;
@@ -20,5 +21,6 @@ pub mod workload;
 
 // The process harness lives in its own crate (no SDK dependency, so `sdk-next` can use it too).
 pub use statestore_harness::{
-    broker, cluster, free_port, netlab, node, now_ms, pki, plugin, process_faults, wait_for,
+    broker, cluster, free_port, netlab, node, now_ms, pki, plugin, powercut, process_faults,
+    wait_for,
 };

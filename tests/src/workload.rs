@@ -50,6 +50,18 @@ impl Writer {
     /// Connects an SDK client `id` and writes until stopped, one request at a time, with
     /// `timeout` per request.
     pub async fn start(port: u16, id: &str, pattern: KeyPattern, timeout: Duration) -> Writer {
+        Writer::start_sized(port, id, pattern, timeout, 0).await
+    }
+
+    /// [`Writer::start`] with values of at least `value_bytes` bytes (the sequence number,
+    /// padded), for workloads that must move many bytes (e.g. to fill log chunks).
+    pub async fn start_sized(
+        port: u16,
+        id: &str,
+        pattern: KeyPattern,
+        timeout: Duration,
+        value_bytes: usize,
+    ) -> Writer {
         let sdk = SdkClient::connect(port, id).await;
         let stop = Arc::new(AtomicBool::new(false));
         let prefix = id.to_owned();
@@ -64,7 +76,8 @@ impl Writer {
                         KeyPattern::Unique => format!("{prefix}-{seq:08}").into_bytes(),
                         KeyPattern::Register => prefix.clone().into_bytes(),
                     };
-                    let value = format!("{seq:016}").into_bytes();
+                    let value = format!("{seq:0>value_bytes$}", value_bytes = value_bytes.max(16))
+                        .into_bytes();
                     let sent = Instant::now();
                     match sdk
                         .client

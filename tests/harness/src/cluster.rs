@@ -226,6 +226,16 @@ impl Cluster {
 
     /// Starts node `id` with `--join` (no bootstrap) and adds it through `via`'s admin API.
     pub async fn add_node(&mut self, via: usize) -> usize {
+        self.add_node_with(via, |_| {}).await
+    }
+
+    /// [`Cluster::add_node`], with `prepare` run on the started node before it is added (e.g.
+    /// to move its data onto another filesystem before the leader sends it a snapshot).
+    pub async fn add_node_with(
+        &mut self,
+        via: usize,
+        prepare: impl FnOnce(&mut StatestoreNode),
+    ) -> usize {
         let id = self.nodes.len() as u64 + 1;
         let raft_port = free_port();
         let mut args: Vec<String> = TEST_TIMING.iter().map(|s| s.to_string()).collect();
@@ -243,6 +253,7 @@ impl Cluster {
             },
         );
         node.admin = self.admin.clone();
+        prepare(&mut node);
         self.nodes.push(node);
         let body = serde_json::json!({"action": "add", "id": id, "raft": format!("127.0.0.1:{raft_port}")});
         self.admin_post(via, body).await;

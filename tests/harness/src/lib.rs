@@ -1,6 +1,6 @@
 //! The process side of the black-box tests: real Mosquitto ([`broker`]) and real `statestore`
 //! processes ([`node`], [`cluster`]) on loopback ports chosen per test, with network and
-//! process faults ([`netlab`], [`process_faults`]). It has no MQTT client of its own, so test
+//! process faults ([`netlab`], [`process_faults`]) and power cuts ([`powercut`]). It has no MQTT client of its own, so test
 //! crates bring whichever client (or SDK version) they exercise: `statestore-tests` the SDK
 //! 1.x line, `sdk-next` the newest beta.
 
@@ -10,6 +10,7 @@ pub mod netlab;
 pub mod node;
 pub mod pki;
 pub mod plugin;
+pub mod powercut;
 pub mod process_faults;
 
 use std::net::TcpListener;

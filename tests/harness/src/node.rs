@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::broker::Broker;
 use crate::free_port;
+use crate::powercut::{Cut, PowerCutFs};
 
 /// The `statestore` binary: `$STATESTORE_BIN`, or the one next to the test executable's
 /// target directory (built by `cargo build --bin statestore`).
@@ -48,6 +49,7 @@ pub struct StatestoreNode {
     args: Vec<String>,
     env: Vec<(String, String)>,
     mounts: Vec<PathBuf>,
+    powercut: Option<PowerCutFs>,
     child: Option<Child>,
     log: PathBuf,
     _dir: Option<tempfile::TempDir>,
@@ -204,6 +206,7 @@ impl StatestoreNode {
             args,
             env: Vec::new(),
             mounts: Vec::new(),
+            powercut: None,
             child: None,
             log,
             _dir: None,
@@ -276,6 +279,41 @@ impl StatestoreNode {
         assert!(copied, "copy the data directory onto the tmpfs");
         std::fs::remove_dir_all(&old).expect("remove the old data directory");
         self.spawn();
+    }
+
+    /// Kills the node, moves its data directory onto a fresh power-cut filesystem
+    /// ([`PowerCutFs`]; its durable state under a sibling `*.durable` directory) and starts it
+    /// again on it. What the node had written so far becomes durable state. Needs root and
+    /// fuse3; unmounted when the node is dropped.
+    pub fn put_data_on_powercut_fs(&mut self) {
+        self.kill();
+        let backing = self.data_dir.with_extension("durable");
+        if self.data_dir.exists() {
+            std::fs::rename(&self.data_dir, &backing).expect("move the data directory aside");
+        } else {
+            std::fs::create_dir(&backing).expect("an empty durable directory");
+        }
+        std::fs::create_dir(&self.data_dir).expect("mount point");
+        self.powercut = Some(PowerCutFs::mount(&backing, &self.data_dir));
+        self.spawn();
+    }
+
+    /// Cuts this node's power: SIGKILL, then its power-cut filesystem drops what was not
+    /// synced (see [`Cut`]). The node stays down until [`StatestoreNode::spawn`].
+    pub fn cut_power(&mut self, cut: Cut) {
+        self.kill();
+        self.powercut
+            .as_ref()
+            .expect("node data on a power-cut filesystem (put_data_on_powercut_fs)")
+            .cut(cut);
+    }
+
+    /// The status text of this node's power-cut filesystem.
+    pub fn powercut_status(&self) -> String {
+        self.powercut
+            .as_ref()
+            .map(PowerCutFs::status)
+            .unwrap_or_default()
     }
 
     /// Waits up to `timeout` for the process to exit by itself; its exit status, or `None`

@@ -1,0 +1,326 @@
+//! A device-bound workload that runs through faults: a backend SENDs numbered messages to a
+//! few devices in turn (each SEND published again with the same correlation data until it is
+//! answered, so it takes effect once), and each device completes what it receives (its
+//! settlements retried the same way). What the contract forbids is recorded as it happens: a
+//! SEND answered other than `+OK`, a message delivered again after its completion was answered
+//! `:1`, a message completed `:1` twice. [`DeviceWorkload::finish`] stops the SENDs and waits
+//! until every acknowledged message was completed, then reads each device's QUEUE.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::broker::Broker;
+use crate::devicebound::{DEVICEBOUND_TOPIC, device, lock_token, next_delivery, queue};
+use crate::raw::{RawClient, resp};
+use crate::raw_helpers::props;
+
+/// How long one attempt of a SEND or settlement waits for its reply before it is published
+/// again.
+const ATTEMPT_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a SEND or settlement may go unanswered (every node may be down meanwhile).
+const ANSWER_WITHIN: Duration = Duration::from_secs(90);
+
+/// What the workload saw, and what it found wrong.
+#[derive(Debug, Default)]
+pub struct DeviceReport {
+    /// Messages whose SEND was answered `+OK`, by device.
+    pub sent: BTreeMap<String, BTreeSet<String>>,
+    /// Messages whose completion was answered `:1`, by device.
+    pub completed: BTreeMap<String, BTreeSet<String>>,
+    /// Deliveries seen (redeliveries included).
+    pub deliveries: usize,
+    /// SENDs and settlements that needed more than one attempt.
+    pub retried: usize,
+    /// Each device's QUEUE at the end: (enqueued, invisible, dead-lettered).
+    pub queues: BTreeMap<String, (i64, i64, i64)>,
+    /// Contract violations.
+    pub violations: Vec<String>,
+}
+
+impl DeviceReport {
+    /// Messages acknowledged to their sender in all.
+    pub fn sent_count(&self) -> usize {
+        self.sent.values().map(BTreeSet::len).sum()
+    }
+
+    /// Messages completed in all.
+    pub fn completed_count(&self) -> usize {
+        self.completed.values().map(BTreeSet::len).sum()
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    report: DeviceReport,
+}
+
+/// The running workload.
+pub struct DeviceWorkload {
+    stop: watch::Sender<bool>,
+    shared: Arc<Mutex<Shared>>,
+    sender: JoinHandle<RawClient>,
+    devices: Vec<JoinHandle<()>>,
+    ids: Vec<String>,
+}
+
+impl DeviceWorkload {
+    /// Starts `devices` devices named `<prefix>-dev-<n>` and a backend that sends one message
+    /// every `pace` to them in turn.
+    pub async fn start(broker: &Broker, prefix: &str, devices: usize, pace: Duration) -> Self {
+        let (stop, stopped) = watch::channel(false);
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let ids: Vec<String> = (0..devices).map(|d| format!("{prefix}-dev-{d}")).collect();
+        let mut tasks = Vec::new();
+        for id in &ids {
+            let client = device(broker, id).await;
+            tasks.push(tokio::spawn(run_device(
+                client,
+                shared.clone(),
+                stopped.clone(),
+            )));
+        }
+        let backend = RawClient::connect(broker.port, &format!("{prefix}-backend")).await;
+        let sender = tokio::spawn(run_sender(
+            backend,
+            ids.clone(),
+            pace,
+            shared.clone(),
+            stopped,
+        ));
+        DeviceWorkload {
+            stop,
+            shared,
+            sender,
+            devices: tasks,
+            ids,
+        }
+    }
+
+    /// Messages acknowledged so far.
+    pub fn sent_so_far(&self) -> usize {
+        self.lock().report.sent_count()
+    }
+
+    /// Stops sending, waits up to `within` until every acknowledged message was completed,
+    /// reads every device's QUEUE and returns the report.
+    pub async fn finish(self, within: Duration) -> DeviceReport {
+        let _ = self.stop.send(true);
+        let mut backend = match self.sender.await {
+            Ok(backend) => backend,
+            Err(err) => panic!("device workload sender failed: {err}"),
+        };
+        let deadline = Instant::now() + within;
+        for task in self.devices {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, task).await.is_err() {
+                self.shared
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .report
+                    .violations
+                    .push(format!(
+                        "not every acknowledged message was completed within {within:?}"
+                    ));
+                break;
+            }
+        }
+        for id in &self.ids {
+            let (enqueued, invisible, dead, _) = queue(&mut backend, id).await;
+            self.shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .report
+                .queues
+                .insert(id.clone(), (enqueued, invisible, dead));
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut shared.report)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Publishes `payload` on `topic` until a reply comes (same correlation data each time);
+/// `None` after [`ANSWER_WITHIN`]. Returns the reply payload and the attempts it took.
+async fn call_until_answered(
+    client: &mut RawClient,
+    topic: &str,
+    payload: &[u8],
+) -> Option<(Vec<u8>, usize)> {
+    let p = props(client);
+    let deadline = Instant::now() + ANSWER_WITHIN;
+    let mut attempts = 0;
+    while Instant::now() < deadline {
+        attempts += 1;
+        if let Some(reply) = client
+            .request_on(topic, payload, p.clone(), ATTEMPT_WAIT)
+            .await
+        {
+            return Some((reply.payload.to_vec(), attempts));
+        }
+    }
+    None
+}
+
+async fn run_sender(
+    mut backend: RawClient,
+    ids: Vec<String>,
+    pace: Duration,
+    shared: Arc<Mutex<Shared>>,
+    stopped: watch::Receiver<bool>,
+) -> RawClient {
+    let mut n = 0usize;
+    while !*stopped.borrow() {
+        let device = &ids[n % ids.len()];
+        let message = format!("m{n}");
+        let body = format!("body-{n}");
+        let payload = resp(&[
+            b"SEND",
+            device.as_bytes(),
+            message.as_bytes(),
+            body.as_bytes(),
+        ]);
+        let answer = call_until_answered(&mut backend, DEVICEBOUND_TOPIC, &payload).await;
+        if !record_send(&shared, device, message, answer) {
+            return backend;
+        }
+        n += 1;
+        tokio::time::sleep(pace).await;
+    }
+    backend
+}
+
+/// Records the answer to a SEND; false when it never came (the sender stops).
+fn record_send(
+    shared: &Mutex<Shared>,
+    device: &str,
+    message: String,
+    answer: Option<(Vec<u8>, usize)>,
+) -> bool {
+    let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+    match answer {
+        Some((reply, attempts)) if reply == b"+OK\r\n" => {
+            shared.report.retried += usize::from(attempts > 1);
+            shared
+                .report
+                .sent
+                .entry(device.to_owned())
+                .or_default()
+                .insert(message);
+        }
+        Some((reply, _)) => shared.report.violations.push(format!(
+            "SEND {message} to {device} answered {:?}",
+            String::from_utf8_lossy(&reply)
+        )),
+        None => {
+            shared.report.violations.push(format!(
+                "SEND {message} to {device} unanswered for {ANSWER_WITHIN:?}"
+            ));
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `device` has completed everything acknowledged to it, once sending stopped.
+fn device_done(shared: &Shared, device: &str, stopped: bool) -> bool {
+    let report = &shared.report;
+    stopped
+        && report.sent.get(device).is_none_or(|sent| {
+            report
+                .completed
+                .get(device)
+                .is_some_and(|done| sent.is_subset(done))
+        })
+}
+
+async fn run_device(
+    mut client: RawClient,
+    shared: Arc<Mutex<Shared>>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let id = client.id.clone();
+    loop {
+        let done = {
+            let shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            device_done(&shared, &id, *stopped.borrow())
+        };
+        if done {
+            return;
+        }
+        let delivery = tokio::select! {
+            delivery = next_delivery(&mut client, Duration::from_millis(500)) => delivery,
+            changed = stopped.changed() => {
+                if changed.is_err() {
+                    return; // the workload is gone
+                }
+                continue;
+            }
+        };
+        let Some(delivery) = delivery else {
+            continue;
+        };
+        let Some(message) = delivery.user_property("$.mid").map(str::to_owned) else {
+            shared
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .report
+                .violations
+                .push(format!("{id}: a delivery without $.mid: {delivery:?}"));
+            continue;
+        };
+        let token = lock_token(&delivery);
+        {
+            let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            shared.report.deliveries += 1;
+            if shared
+                .report
+                .completed
+                .get(&id)
+                .is_some_and(|done| done.contains(&message))
+            {
+                shared.report.violations.push(format!(
+                    "{id}: {message} delivered again (token {token}) after its completion \
+                     was answered :1"
+                ));
+            }
+        }
+        let topic = format!("devices/{id}/messages/settle/complete/{token}");
+        let answer = call_until_answered(&mut client, &topic, b"").await;
+        let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Some((reply, attempts)) if reply == b":1\r\n" => {
+                shared.report.retried += usize::from(attempts > 1);
+                let first = shared
+                    .report
+                    .completed
+                    .entry(id.clone())
+                    .or_default()
+                    .insert(message.clone());
+                if !first {
+                    shared
+                        .report
+                        .violations
+                        .push(format!("{id}: {message} completed :1 twice"));
+                }
+            }
+            // The lock ran out first (a node was down): the message comes again.
+            Some((reply, _)) if reply == b":0\r\n" => {}
+            Some((reply, _)) => shared.report.violations.push(format!(
+                "{id}: completion of {message} answered {:?}",
+                String::from_utf8_lossy(&reply)
+            )),
+            None => shared.report.violations.push(format!(
+                "{id}: completion of {message} unanswered for {ANSWER_WITHIN:?}"
+            )),
+        }
+    }
+}
