@@ -17,8 +17,10 @@
 //!   is the whole quorum), cut at a random moment, while a snapshot file is being written, or
 //!   right as the log starts a new chunk.
 //! - [`cuts_during_snapshot_install_and_membership_change`]: a new node joins on its own mount
-//!   and is cut while it receives and installs its snapshot; a follower is removed, the
-//!   leader cut, and the follower added back.
+//!   and is cut while it receives and installs its snapshot; once restarted, the broker is
+//!   frozen (SIGSTOP, so the workloads' requests wait) until every replica, the joiner's
+//!   rebuilt state included, hashes alike at one index; then a follower is removed, the leader
+//!   cut, and the follower added back.
 //!
 //! CI runs `STATESTORE_POWERCUT_CYCLES` (default 3) cycles of each; the long profile is
 //! `STATESTORE_POWERCUT_CYCLES=100 cargo test -p statestore-tests --test t93_power_cut --
@@ -366,7 +368,15 @@ async fn cuts_during_snapshot_install_and_membership_change() {
         cluster.nodes[joiner].cut_power(cut);
         cluster.nodes[joiner].spawn();
         probe_write(port, &format!("pcm-install-probe-{cycle}")).await;
-        cluster.wait_converged(Duration::from_secs(90)).await;
+        // The workloads keep writing: with the broker frozen no new request reaches the
+        // leader, the entries in flight are applied, and the joiner's state (rebuilt after the
+        // cut, then caught up) must hash like every other replica's at the same index.
+        cluster.broker.pause();
+        let converged = cluster.try_converged(Duration::from_secs(90)).await;
+        cluster.broker.resume();
+        if let Err(seen) = converged {
+            panic!("cycle {cycle}: replicas did not converge after the joiner's cut: {seen}");
+        }
         println!("cycle {cycle}: joiner cut {cut:?} (receiving a snapshot: {receiving})");
         let leader = cluster.wait_serving_leader(Duration::from_secs(60)).await;
         cluster.remove_node(joiner, leader).await;

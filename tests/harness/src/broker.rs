@@ -82,6 +82,18 @@ impl Broker {
         let _ = self.child.wait();
     }
 
+    /// SIGSTOP: the broker freezes with its sockets open, so no request reaches a node and no
+    /// reply leaves one; Raft traffic (node to node, not through the broker) goes on. Lets a
+    /// test compare replicas while its workloads keep running.
+    pub fn pause(&self) {
+        crate::node::send_signal(self.child.id() as i32, "STOP");
+    }
+
+    /// SIGCONT after [`Broker::pause`].
+    pub fn resume(&self) {
+        crate::node::send_signal(self.child.id() as i32, "CONT");
+    }
+
     /// Starts it again on the same port after a SIGKILL: sessions and queued messages are
     /// gone.
     pub fn restart(&mut self) {

@@ -191,9 +191,21 @@ impl Cluster {
         false
     }
 
-    /// Waits until every running node reports the same applied index and digest; returns the
-    /// digest JSON of each.
+    /// Waits until every running node reports the same digest at the same applied index;
+    /// panics with what each node reported after `timeout`.
     pub async fn wait_converged(&mut self, timeout: Duration) -> Vec<serde_json::Value> {
+        match self.try_converged(timeout).await {
+            Ok(digests) => digests,
+            Err(seen) => panic!("digests did not converge within {timeout:?}: {seen}"),
+        }
+    }
+
+    /// [`Cluster::wait_converged`], returning what each node last reported (its digest, or
+    /// its status when the digest endpoint did not answer) instead of panicking.
+    pub async fn try_converged(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<serde_json::Value>, String> {
         let running: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].is_running())
             .collect();
@@ -213,13 +225,19 @@ impl Cluster {
         })
         .await;
         match result {
-            Some(digests) => digests,
+            Some(digests) => Ok(digests),
             None => {
                 let mut seen = Vec::new();
                 for i in &running {
-                    seen.push(nodes[*i].digest().await);
+                    let report = match nodes[*i].digest().await {
+                        Some(digest) => digest,
+                        None => {
+                            serde_json::json!({ "no digest; status": nodes[*i].status().await })
+                        }
+                    };
+                    seen.push(report);
                 }
-                panic!("digests did not converge within {timeout:?}: {seen:?}");
+                Err(format!("{seen:?}"))
             }
         }
     }

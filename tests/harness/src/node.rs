@@ -453,7 +453,10 @@ impl StatestoreNode {
 
     /// `/admin/digest` as JSON.
     pub async fn digest(&self) -> Option<serde_json::Value> {
-        let (code, body) = self.get("/admin/digest").await?;
+        // Hashing reads every record: tens of MB take a while in a debug build.
+        let (code, body) = self
+            .request("GET", "/admin/digest", None, Duration::from_secs(20))
+            .await?;
         (code == 200)
             .then(|| serde_json::from_str(&body).ok())
             .flatten()
