@@ -412,3 +412,35 @@ async fn an_empty_successor_chunk_is_an_interrupted_rotation() {
     let (held, _) = indexes(&mut log).await;
     assert_eq!(held, (1..=ENTRIES).collect::<Vec<_>>());
 }
+
+#[tokio::test]
+async fn a_sector_of_zeros_inside_the_last_writes_is_trimmed_there_though_records_follow() {
+    // Pages of the last writes reached the disk out of order before a crash: an aligned sector
+    // that starts inside an Append near the end reads as zeros, the records after it survived.
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_log(dir.path()).await;
+    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
+    let mut bytes = std::fs::read(&last).expect("read");
+    let appends = count(&bytes, RecordType::Append);
+    let (torn, sector) = (appends.saturating_sub(4)..appends - 1)
+        .map(|n| nth_record(&bytes, RecordType::Append, n))
+        .find_map(|record| {
+            let sector = record.range.start.div_ceil(512) * 512;
+            (sector < record.range.end && sector + 512 < bytes.len()).then_some((record, sector))
+        })
+        .expect("an aligned sector starts inside one of the last Appends");
+    bytes[sector..sector + 512].fill(0);
+    std::fs::write(&last, &bytes).expect("tear");
+
+    let mut log = open(dir.path()).expect("a torn write with a hole is trimmed");
+    let (held, last_index) = indexes(&mut log).await;
+    let kept = last_index.expect("entries before the tear");
+    assert!(
+        kept < ENTRIES - 1,
+        "the torn Append and those after it are gone"
+    );
+    assert_eq!(held, (1..=kept).collect::<Vec<_>>());
+    drop(log);
+    let trimmed = std::fs::read(&last).expect("read").len();
+    assert_eq!(trimmed, torn.range.start, "cut where the torn Append began");
+}

@@ -37,6 +37,15 @@ pub struct DeviceReport {
     pub deliveries: usize,
     /// SENDs and settlements that needed more than one attempt.
     pub retried: usize,
+    /// SENDs refused with `-ERR device queue is full` (not acknowledged, so not owed): a
+    /// delivery published by a leader that was cut right after locking it is not seen by the
+    /// device, the lock is honoured across the leader change (devicebound.md §6) and the
+    /// message comes again only when it expires (`lock_duration_ms`, 60 s), while the SENDs
+    /// go on filling the queue (`max_queue_depth`, 50).
+    pub refused_full: usize,
+    /// The longest time between two deliveries to one device (a lost delivery shows as about
+    /// `lock_duration_ms`).
+    pub longest_delivery_gap: Duration,
     /// Each device's QUEUE at the end: (enqueued, invisible, dead-lettered).
     pub queues: BTreeMap<String, (i64, i64, i64)>,
     /// Contract violations.
@@ -189,24 +198,43 @@ async fn run_sender(
             body.as_bytes(),
         ]);
         let answer = call_until_answered(&mut backend, DEVICEBOUND_TOPIC, &payload).await;
-        if !record_send(&shared, device, message, answer) {
-            return backend;
+        match record_send(&shared, device, message, answer) {
+            Sent::Done => tokio::time::sleep(pace).await,
+            // The device drains its queue again once a lost delivery's lock expires.
+            Sent::QueueFull => tokio::time::sleep(QUEUE_FULL_PAUSE).await,
+            Sent::Unanswered => return backend,
         }
         n += 1;
-        tokio::time::sleep(pace).await;
     }
     backend
 }
 
-/// Records the answer to a SEND; false when it never came (the sender stops).
+/// How long the sender pauses after a SEND was refused for a full queue.
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(500);
+
+/// What became of a SEND.
+enum Sent {
+    /// Answered (`+OK`, or recorded as a violation).
+    Done,
+    /// Refused with `-ERR device queue is full`.
+    QueueFull,
+    /// Never answered: the sender stops.
+    Unanswered,
+}
+
+/// Records the answer to a SEND.
 fn record_send(
     shared: &Mutex<Shared>,
     device: &str,
     message: String,
     answer: Option<(Vec<u8>, usize)>,
-) -> bool {
+) -> Sent {
     let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
     match answer {
+        Some((reply, _)) if reply == b"-ERR device queue is full\r\n" => {
+            shared.report.refused_full += 1;
+            return Sent::QueueFull;
+        }
         Some((reply, attempts)) if reply == b"+OK\r\n" => {
             shared.report.retried += usize::from(attempts > 1);
             shared
@@ -224,10 +252,10 @@ fn record_send(
             shared.report.violations.push(format!(
                 "SEND {message} to {device} unanswered for {ANSWER_WITHIN:?}"
             ));
-            return false;
+            return Sent::Unanswered;
         }
     }
-    true
+    Sent::Done
 }
 
 /// Whether `device` has completed everything acknowledged to it, once sending stopped.
@@ -248,6 +276,7 @@ async fn run_device(
     mut stopped: watch::Receiver<bool>,
 ) {
     let id = client.id.clone();
+    let mut last_delivery = Instant::now();
     loop {
         let done = {
             let shared = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -281,6 +310,9 @@ async fn run_device(
         {
             let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
             shared.report.deliveries += 1;
+            let gap = last_delivery.elapsed();
+            last_delivery = Instant::now();
+            shared.report.longest_delivery_gap = shared.report.longest_delivery_gap.max(gap);
             if shared
                 .report
                 .completed

@@ -50,17 +50,19 @@ impl Writer {
     /// Connects an SDK client `id` and writes until stopped, one request at a time, with
     /// `timeout` per request.
     pub async fn start(port: u16, id: &str, pattern: KeyPattern, timeout: Duration) -> Writer {
-        Writer::start_sized(port, id, pattern, timeout, 0).await
+        Writer::start_sized(port, id, pattern, timeout, 0, u64::MAX).await
     }
 
     /// [`Writer::start`] with values of at least `value_bytes` bytes (the sequence number,
-    /// padded), for workloads that must move many bytes (e.g. to fill log chunks).
+    /// padded), for workloads that must move many bytes (e.g. to fill log chunks); it stops
+    /// on its own after `max_writes` requests (so a long run's state stays bounded).
     pub async fn start_sized(
         port: u16,
         id: &str,
         pattern: KeyPattern,
         timeout: Duration,
         value_bytes: usize,
+        max_writes: u64,
     ) -> Writer {
         let sdk = SdkClient::connect(port, id).await;
         let stop = Arc::new(AtomicBool::new(false));
@@ -70,7 +72,7 @@ impl Writer {
             async move {
                 let mut report = WriterReport::default();
                 let mut seq: u64 = 0;
-                while !stop.load(Ordering::SeqCst) {
+                while !stop.load(Ordering::SeqCst) && seq < max_writes {
                     seq += 1;
                     let key = match pattern {
                         KeyPattern::Unique => format!("{prefix}-{seq:08}").into_bytes(),

@@ -35,6 +35,7 @@ use statestore_tests::device_workload::{DeviceReport, DeviceWorkload};
 use statestore_tests::history::{Recorder, RecorderConfig, check_recorded};
 use statestore_tests::powercut::Cut;
 use statestore_tests::sdk::SdkClient;
+use statestore_tests::wait_for;
 use statestore_tests::workload::{
     KeyPattern, Writer, WriterReport, finish_writers, set_until_acknowledged, start_writers,
     verify_acked,
@@ -47,6 +48,22 @@ const SNAPSHOT_FLAGS: [&str; 4] = [
     "--entries-kept-after-snapshot",
     "20",
 ];
+
+/// Snapshots as often, but 1,000 entries kept behind each: a joiner that installed a snapshot
+/// finds the entries after it still in the leader's log. With 20 kept, once the state had
+/// grown to 85 MB (30 cycles) the leader had purged past each snapshot before the joiner had
+/// installed it, sent the next one, and so on: the joiner never caught up (the defaults, a
+/// snapshot every 50,000 entries and 1,000 kept, leave a transfer 50,000 entries of room).
+const MEMBERSHIP_FLAGS: [&str; 4] = [
+    "--snapshot-after-entries",
+    "60",
+    "--entries-kept-after-snapshot",
+    "1000",
+];
+
+/// The bulk writer of the membership cycles stops after this many 16 KiB values (≈ 24 MiB),
+/// so snapshot transfers take a while but do not grow with the number of cycles.
+const MEMBERSHIP_BULK_WRITES: u64 = 1_500;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -99,7 +116,9 @@ struct Workloads {
 }
 
 impl Workloads {
-    async fn start(cluster: &Cluster, prefix: &str, value_bytes: usize) -> Workloads {
+    /// `bulk`: a fourth writer's value size and how many writes it makes (none for 0 bytes).
+    async fn start(cluster: &Cluster, prefix: &str, bulk: (usize, u64)) -> Workloads {
+        let (value_bytes, bulk_writes) = bulk;
         let port = cluster.broker.port;
         let mut writers =
             start_writers(port, &format!("{prefix}-writer"), 3, Duration::from_secs(3)).await;
@@ -111,6 +130,7 @@ impl Workloads {
                     KeyPattern::Unique,
                     Duration::from_secs(3),
                     value_bytes,
+                    bulk_writes,
                 )
                 .await,
             );
@@ -155,10 +175,13 @@ impl Workloads {
         }
         format!(
             "{acked} acknowledged writes read back; {} SENDs acknowledged and completed once \
-             ({} deliveries, {} retried requests); history {recording}",
+             ({} deliveries, {} retried requests, {} SENDs refused for a full queue, longest gap between \
+             deliveries to a device {:?}); history {recording}",
             devices.sent_count(),
             devices.deliveries,
-            devices.retried
+            devices.retried,
+            devices.refused_full,
+            devices.longest_delivery_gap
         )
     }
 }
@@ -197,7 +220,7 @@ async fn cuts_of_all_nodes_the_leader_or_a_follower_lose_nothing() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let workloads = Workloads::start(&cluster, "pc3", 0).await;
+    let workloads = Workloads::start(&cluster, "pc3", (0, 0)).await;
 
     let kinds = [Victims::All, Victims::Leader, Victims::Follower];
     let mut recoveries = Vec::new();
@@ -286,7 +309,7 @@ async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
     // 48 KiB values: the 16 MiB log chunks fill within seconds, snapshots take a while.
-    let workloads = Workloads::start(&cluster, "pc1", 48 << 10).await;
+    let workloads = Workloads::start(&cluster, "pc1", (48 << 10, u64::MAX)).await;
 
     let moments = [Moment::Random, Moment::SnapshotWrite, Moment::ChunkStart];
     let mut met = [0usize; 3];
@@ -339,18 +362,27 @@ async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
 async fn cuts_during_snapshot_install_and_membership_change() {
     let cycles = cycles();
     let mut state = env_u64("STATESTORE_POWERCUT_SEED", 0x9c07_0003);
-    let mut cluster = Cluster::start(3, &SNAPSHOT_FLAGS);
-    cluster.join_args = SNAPSHOT_FLAGS.iter().map(|s| s.to_string()).collect();
+    let mut cluster = Cluster::start(3, &MEMBERSHIP_FLAGS);
+    cluster.join_args = MEMBERSHIP_FLAGS.iter().map(|s| s.to_string()).collect();
     for node in cluster.nodes.iter_mut() {
         node.put_data_on_powercut_fs();
     }
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let workloads = Workloads::start(&cluster, "pcm", 16 << 10).await;
-    // Some state first, so that a joiner is sent a snapshot, and the transfer takes a while.
+    let workloads = Workloads::start(&cluster, "pcm", (16 << 10, MEMBERSHIP_BULK_WRITES)).await;
+    // Some state first, so that a joiner is sent a snapshot (the leader's log is purged past
+    // its start), and the transfer takes a while.
     probe_write(port, "pcm-warm-up").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = cluster.wait_serving_leader(Duration::from_secs(60)).await;
+    let purged = wait_for(Duration::from_secs(120), || async {
+        cluster.nodes[leader].status().await?["purged_index"].as_u64()
+    })
+    .await;
+    assert!(
+        purged.is_some(),
+        "the leader purged no log within 120 s of writes"
+    );
 
     let mut installs_cut = 0;
     for cycle in 0..cycles {

@@ -12,7 +12,8 @@
 //! - every chunk before the tail was closed whole: any damaged record in it is corruption, and
 //!   its records must end exactly where the next chunk starts;
 //! - in the tail, the first damaged record is judged by [`judge_tail`]: a torn last write is
-//!   trimmed (by raft-log), anything else is corruption.
+//!   trimmed (by raft-log, or by the check itself when the tear left a hole that raft-log
+//!   would refuse), anything else is corruption.
 
 use super::record::Defect;
 use super::walk::{
@@ -45,6 +46,9 @@ pub struct Trim {
     pub bytes: usize,
     /// Those bytes are all zero.
     pub zero_filled: bool,
+    /// The torn record has a hole (see [`TailVerdict::TornWithHole`]): raft-log would refuse
+    /// it, so the check truncates the chunk at `at` before raft-log opens the log.
+    pub truncate_first: bool,
 }
 
 /// A log that may be opened.
@@ -123,6 +127,16 @@ pub fn check_chunks<S: ChunkSource, C: FrameCodec>(
                         at,
                         bytes: len.saturating_sub(at),
                         zero_filled,
+                        truncate_first: false,
+                    });
+                }
+                TailVerdict::TornWithHole { at, .. } => {
+                    accepted.trim = Some(Trim {
+                        chunk: t,
+                        at,
+                        bytes: len.saturating_sub(at),
+                        zero_filled: false,
+                        truncate_first: true,
                     });
                 }
                 TailVerdict::Corrupt(corruption) => {

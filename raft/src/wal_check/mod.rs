@@ -134,7 +134,21 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
     let mut files = ChunkFiles::list(dir)?;
     match check_chunks(&mut files, &LogFrames) {
         Ok(accepted) => {
-            if let Some(trim) = &accepted.trim {
+            if let Some(trim) = accepted.trim.as_ref().filter(|t| t.truncate_first) {
+                let path = &files.files[trim.chunk].1;
+                truncate_durably(path, trim.at as u64).map_err(|source| Error::ReadWal {
+                    path: path.clone(),
+                    source,
+                })?;
+                tracing::warn!(
+                    file = %path.display(),
+                    offset = trim.at,
+                    bytes = trim.bytes,
+                    "the raft log's last write was torn with a hole (a sector of zeros inside \
+                     its first damaged record: pages reached the disk out of order before the \
+                     crash); the chunk is truncated there"
+                );
+            } else if let Some(trim) = &accepted.trim {
                 tracing::warn!(
                     file = %files.files[trim.chunk].1.display(),
                     offset = trim.at,
@@ -161,6 +175,13 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
             })))
         }
     }
+}
+
+/// Cuts `path` to `len` bytes and syncs the file (its size is metadata: `sync_all`).
+fn truncate_durably(path: &Path, len: u64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.set_len(len)?;
+    file.sync_all()
 }
 
 #[cfg(test)]

@@ -19,6 +19,18 @@
 //!   makes it whole with a matching checksum (a flipped type or option tag in a small last
 //!   record, a vote or a truncation, reads past the end like a torn write).
 //!
+//! Without a prefix order: page writeback before the sync (ext4 `delalloc` writes back pages of
+//! one file in any order, and a disk without a flush persists any subset of the sectors of a
+//! write) can leave a later page of the last write on disk and an earlier one not, so the
+//! first damaged record holds a *hole*: an aligned [`SECTOR_BYTES`] sector that reads all
+//! zeros, with written bytes after it. A damaged record of the last chunk that overlaps such a
+//! sector is a torn write too ([`TailVerdict::TornWithHole`]), however the bytes after it look
+//! (everything after a record that was not synced was not synced either); etcd's WAL makes the
+//! same call (`isTornEntry`). The cost: a synced record that holds 512 aligned zero bytes *and*
+//! is damaged elsewhere is taken for a torn one, so its entries are trimmed instead of refused.
+//! The bit-flip and damaged-length rules are tried first, so damage they can name is still
+//! refused.
+//!
 //! The last rule does not accept *any* checksum-valid record after the damage: a torn record's
 //! own payload holds client data, which may embed bytes that form a valid record, and a crash
 //! tearing such a value must not stop the node. A record found there counts only when its log
@@ -27,8 +39,13 @@
 use std::fmt;
 
 use super::record::{
-    Damage, Defect, Field, FrameKind, MAX_ID_FRAME_BYTES, Record, RecordType, parse, parse_with,
+    CHECKSUM_BYTES, Damage, Defect, Field, FrameKind, MAX_ID_FRAME_BYTES, Record, RecordType,
+    parse, parse_with,
 };
+
+/// The sector of the hole rule: the smallest unit a disk writes whole (and a divisor of the page
+/// size, so a page that did not reach the disk is a run of such sectors).
+pub const SECTOR_BYTES: usize = 512;
 
 /// A damaged record with at most this many bytes from its start to the end of the chunk is
 /// also tried with each single bit flipped: a flipped type or option tag in a small last record
@@ -234,6 +251,15 @@ pub enum TailVerdict {
         /// The bytes from `at` are all zero.
         zero_filled: bool,
     },
+    /// A torn last write with a hole: the first damaged record overlaps an all-zero sector, and
+    /// bytes that are not zero follow. chunked-wal trims only a record cut by the end of the
+    /// file or zeros to the end, so the check truncates the chunk at `at` itself.
+    TornWithHole {
+        /// Where the torn record starts.
+        at: usize,
+        /// Offset of the first all-zero sector it overlaps.
+        hole_at: usize,
+    },
     /// Damage to written records: the node must not trim it.
     Corrupt(Corruption),
 }
@@ -249,6 +275,10 @@ pub fn judge_tail<C: FrameCodec>(
     let start = damage.record_at;
     let zero_filled = chunk.get(start..).unwrap_or(&[]).iter().all(|b| *b == 0);
     let corrupt = |at, problem| TailVerdict::Corrupt(Corruption { at, problem });
+    let with_hole = |extent_end: usize| {
+        zero_sector(chunk, start, extent_end)
+            .map(|hole_at| TailVerdict::TornWithHole { at: start, hole_at })
+    };
     match &damage.defect {
         Defect::FrameTooLong { .. } => corrupt(damage.at, Problem::Damaged(damage.defect.clone())),
         Defect::Incomplete => {
@@ -257,6 +287,9 @@ pub fn judge_tail<C: FrameCodec>(
             }
             if let Some(found) = recover_bit_flip(chunk, start) {
                 return TailVerdict::Corrupt(found);
+            }
+            if !zero_filled && let Some(torn) = with_hole(chunk.len()) {
+                return torn;
             }
             if let Some(found) = record_after(chunk, start, last, codec) {
                 return TailVerdict::Corrupt(found);
@@ -270,8 +303,29 @@ pub fn judge_tail<C: FrameCodec>(
             at: start,
             zero_filled,
         },
-        defect => corrupt(damage.at, Problem::Damaged(defect.clone())),
+        // The record ends at its checksum (or, for a bad type or tag, at least past the byte
+        // that failed).
+        defect => {
+            let extent_end = match defect {
+                Defect::ChecksumMismatch { .. } => damage.at.saturating_add(CHECKSUM_BYTES),
+                _ => damage.at.saturating_add(1),
+            };
+            with_hole(extent_end)
+                .unwrap_or_else(|| corrupt(damage.at, Problem::Damaged(defect.clone())))
+        }
     }
+}
+
+/// The first sector (aligned to [`SECTOR_BYTES`] in the chunk file) that overlaps
+/// `[start, end)`, lies wholly inside the chunk, and reads all zeros.
+fn zero_sector(chunk: &[u8], start: usize, end: usize) -> Option<usize> {
+    let end = end.min(chunk.len());
+    let first = start - start % SECTOR_BYTES;
+    (first..end).step_by(SECTOR_BYTES).find(|&at| {
+        chunk
+            .get(at..at + SECTOR_BYTES)
+            .is_some_and(|sector| sector.iter().all(|b| *b == 0))
+    })
 }
 
 /// The record at `start` parsed with every frame length taken from the value it frames: whole,

@@ -68,7 +68,8 @@ fn a_torn_write_at_the_end_is_trimmed_and_nowhere_else() {
             chunk: 2,
             at: last_record.start,
             bytes: last_record.len() - 3,
-            zero_filled: false
+            zero_filled: false,
+            truncate_first: false
         })
     );
     assert_eq!(accepted.records, 3 * 7 - 1);

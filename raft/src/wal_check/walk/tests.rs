@@ -242,3 +242,65 @@ fn every_flipped_bit_of_a_small_last_record_is_refused() {
         }
     }
 }
+
+/// A chunk whose last write (everything from the returned offset) is three large Appends and
+/// their Commits, after records written and synced before it.
+fn chunk_with_large_last_write() -> (Vec<u8>, usize) {
+    let mut bytes = chunk(1..4);
+    let last_write = bytes.len();
+    for index in 4..7 {
+        let value: Vec<u8> = (0..3000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        bytes.extend(append(index, &value));
+        bytes.extend(commit(index));
+    }
+    (bytes, last_write)
+}
+
+#[test]
+fn a_sector_of_the_last_write_that_never_reached_the_disk_is_a_torn_tail_whatever_follows() {
+    let (whole, last_write) = chunk_with_large_last_write();
+    let offsets = records(&whole);
+    let first_sector = last_write.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+    let mut holes = 0;
+    for sector in (first_sector..whole.len()).step_by(SECTOR_BYTES) {
+        if sector + SECTOR_BYTES > whole.len() {
+            break; // a partial last sector: zeros to the end, the older rule
+        }
+        let mut bytes = whole.clone();
+        bytes[sector..sector + SECTOR_BYTES].fill(0);
+        // the first record that overlaps the zeroed sector is where the damage is found
+        let expected_at = offsets
+            .iter()
+            .find(|range| range.end > sector)
+            .map(|range| range.start)
+            .expect("a record");
+        match verdict(&bytes) {
+            Some(TailVerdict::TornWithHole { at, hole_at }) => {
+                assert_eq!((at, hole_at), (expected_at, sector), "sector at {sector}");
+                holes += 1;
+            }
+            // the zeros end the file's last record exactly: zeros to its end or a short record
+            Some(TailVerdict::Torn { at, .. }) => assert_eq!(at, expected_at, "sector {sector}"),
+            other => panic!("sector at {sector}: {other:?}"),
+        }
+    }
+    assert!(holes >= 15, "only {holes} sectors were judged holes");
+}
+
+#[test]
+fn a_flipped_bit_before_a_sector_of_zeros_in_later_records_is_still_refused() {
+    // a later record holds 1,024 zero bytes (client data may): the damaged record does not
+    // overlap them, so they do not make its damage a tear
+    let mut whole = chunk(1..3);
+    let damaged = records(&whole)[3].clone(); // Append 2
+    whole.extend(append(3, &[0u8; 1024]));
+    whole.extend(commit(3));
+    for at in damaged.clone() {
+        let mut bytes = whole.clone();
+        bytes[at] ^= 0x10;
+        match verdict(&bytes) {
+            Some(TailVerdict::Corrupt(_)) => {}
+            other => panic!("flip at {at} (record {damaged:?}): {other:?}"),
+        }
+    }
+}
