@@ -154,6 +154,11 @@ impl Workloads {
         let acked: usize = reports.iter().map(|r| r.acks.len()).sum();
         assert!(acked > 0, "no write was acknowledged at all");
         assert_eq!(verify_acked(port, &reports).await, acked);
+        // The history before the device-bound checks, so a broken queue contract does not hide
+        // what the keyspace did.
+        if let Err(failure) = check_recorded(&history, &recording) {
+            panic!("{failure}");
+        }
         assert!(
             devices.violations.is_empty(),
             "device-bound contract broken: {:#?}",
@@ -169,9 +174,6 @@ impl Workloads {
         }
         for node in &cluster.nodes {
             assert_reply_memory_on_disk(&node.data_dir);
-        }
-        if let Err(failure) = check_recorded(&history, &recording) {
-            panic!("{failure}");
         }
         format!(
             "{acked} acknowledged writes read back; {} SENDs acknowledged and completed once \
