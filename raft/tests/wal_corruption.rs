@@ -89,6 +89,15 @@ async fn write_log(dir: &Path) {
     }
 }
 
+/// A fresh log written by [`write_log`], its last chunk file and that file's bytes.
+async fn written_log() -> (tempfile::TempDir, PathBuf, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_log(dir.path()).await;
+    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
+    let bytes = std::fs::read(&last).expect("read");
+    (dir, last, bytes)
+}
+
 /// The chunk files, in log order.
 fn chunk_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -261,10 +270,7 @@ async fn a_flipped_length_bit_in_the_last_chunk_is_refused_with_file_and_offset(
 
 #[tokio::test]
 async fn a_cut_last_record_is_trimmed_and_every_whole_entry_stays() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_log(dir.path()).await;
-    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
-    let whole = std::fs::read(&last).expect("read");
+    let (dir, last, whole) = written_log().await;
     let record = nth_record(
         &whole,
         RecordType::Append,
@@ -304,10 +310,7 @@ fn count(chunk: &[u8], record_type: RecordType) -> usize {
 
 #[tokio::test]
 async fn a_length_beyond_the_maximum_is_refused_even_in_the_last_record() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_log(dir.path()).await;
-    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
-    let mut bytes = std::fs::read(&last).expect("read");
+    let (dir, last, mut bytes) = written_log().await;
     let record = nth_record(
         &bytes,
         RecordType::Append,
@@ -341,10 +344,7 @@ async fn a_record_past_the_end_of_a_closed_chunk_is_refused() {
 
 #[tokio::test]
 async fn zeros_after_the_last_record_are_trimmed() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_log(dir.path()).await;
-    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
-    let whole = std::fs::read(&last).expect("read");
+    let (dir, last, whole) = written_log().await;
     let mut bytes = whole.clone();
     bytes.resize(whole.len() + 8192, 0);
     std::fs::write(&last, &bytes).expect("extend");
@@ -364,10 +364,7 @@ async fn zeros_after_the_last_record_are_trimmed() {
 
 #[tokio::test]
 async fn a_damaged_first_record_of_the_last_chunk_is_refused_not_removed() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_log(dir.path()).await;
-    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
-    let mut bytes = std::fs::read(&last).expect("read");
+    let (dir, last, mut bytes) = written_log().await;
     let checkpoint = parse(&bytes, 0).expect("checkpoint");
     assert_eq!(checkpoint.record_type, RecordType::Checkpoint);
     let frame = checkpoint.frame(Field::LastLogId).expect("last log id");
@@ -417,10 +414,7 @@ async fn an_empty_successor_chunk_is_an_interrupted_rotation() {
 async fn a_sector_of_zeros_inside_the_last_writes_is_trimmed_there_though_records_follow() {
     // Pages of the last writes reached the disk out of order before a crash: an aligned sector
     // that starts inside an Append near the end reads as zeros, the records after it survived.
-    let dir = tempfile::tempdir().expect("temp dir");
-    write_log(dir.path()).await;
-    let last = chunk_files(dir.path()).last().expect("a chunk").clone();
-    let mut bytes = std::fs::read(&last).expect("read");
+    let (dir, last, mut bytes) = written_log().await;
     let appends = count(&bytes, RecordType::Append);
     let (torn, sector) = (appends.saturating_sub(4)..appends - 1)
         .map(|n| nth_record(&bytes, RecordType::Append, n))

@@ -276,7 +276,7 @@ async fn run_device(
     mut stopped: watch::Receiver<bool>,
 ) {
     let id = client.id.clone();
-    let mut last_delivery = Instant::now();
+    let mut last_delivery: Option<Instant> = None;
     loop {
         let done = {
             let shared = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -310,9 +310,10 @@ async fn run_device(
         {
             let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
             shared.report.deliveries += 1;
-            let gap = last_delivery.elapsed();
-            last_delivery = Instant::now();
-            shared.report.longest_delivery_gap = shared.report.longest_delivery_gap.max(gap);
+            if let Some(gap) = last_delivery.map(|at| at.elapsed()) {
+                shared.report.longest_delivery_gap = shared.report.longest_delivery_gap.max(gap);
+            }
+            last_delivery = Some(Instant::now());
             if shared
                 .report
                 .completed

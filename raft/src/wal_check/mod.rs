@@ -136,9 +136,14 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
         Ok(accepted) => {
             if let Some(trim) = accepted.trim.as_ref().filter(|t| t.truncate_first) {
                 let path = &files.files[trim.chunk].1;
-                truncate_durably(path, trim.at as u64).map_err(|source| Error::ReadWal {
-                    path: path.clone(),
-                    source,
+                truncate_durably(path, trim.at as u64).map_err(|source| {
+                    Error::Io(std::io::Error::new(
+                        source.kind(),
+                        format!(
+                            "trimming the torn raft log chunk {}: {source}",
+                            path.display()
+                        ),
+                    ))
                 })?;
                 tracing::warn!(
                     file = %path.display(),

@@ -31,6 +31,20 @@ pub struct Cluster {
     pub join_args: Vec<String>,
 }
 
+/// Replicas that did not report one digest at one applied index in time: what each running
+/// node last reported (its digest, or its status when the digest endpoint did not answer).
+#[derive(Debug)]
+pub struct NotConverged {
+    /// One report per running node, in node order.
+    pub seen: Vec<serde_json::Value>,
+}
+
+impl std::fmt::Display for NotConverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.seen)
+    }
+}
+
 impl Cluster {
     /// Starts `size` nodes that bootstrap together; `extra` flags go to every node.
     pub fn start(size: usize, extra: &[&str]) -> Cluster {
@@ -196,7 +210,7 @@ impl Cluster {
     pub async fn wait_converged(&mut self, timeout: Duration) -> Vec<serde_json::Value> {
         match self.try_converged(timeout).await {
             Ok(digests) => digests,
-            Err(seen) => panic!("digests did not converge within {timeout:?}: {seen}"),
+            Err(not) => panic!("digests did not converge within {timeout:?}: {not}"),
         }
     }
 
@@ -205,7 +219,7 @@ impl Cluster {
     pub async fn try_converged(
         &mut self,
         timeout: Duration,
-    ) -> Result<Vec<serde_json::Value>, String> {
+    ) -> Result<Vec<serde_json::Value>, NotConverged> {
         let running: Vec<usize> = (0..self.nodes.len())
             .filter(|i| self.nodes[*i].is_running())
             .collect();
@@ -237,7 +251,7 @@ impl Cluster {
                     };
                     seen.push(report);
                 }
-                Err(format!("{seen:?}"))
+                Err(NotConverged { seen })
             }
         }
     }
