@@ -72,6 +72,8 @@ struct Shared {
 /// The running workload.
 pub struct DeviceWorkload {
     stop: watch::Sender<bool>,
+    /// Set once the sender has stopped, so a device judges "done" against every SEND.
+    drained: watch::Sender<bool>,
     shared: Arc<Mutex<Shared>>,
     sender: JoinHandle<RawClient>,
     devices: Vec<JoinHandle<()>>,
@@ -83,6 +85,7 @@ impl DeviceWorkload {
     /// every `pace` to them in turn.
     pub async fn start(broker: &Broker, prefix: &str, devices: usize, pace: Duration) -> Self {
         let (stop, stopped) = watch::channel(false);
+        let (drained, drained_rx) = watch::channel(false);
         let shared = Arc::new(Mutex::new(Shared::default()));
         let ids: Vec<String> = (0..devices).map(|d| format!("{prefix}-dev-{d}")).collect();
         let mut tasks = Vec::new();
@@ -91,7 +94,7 @@ impl DeviceWorkload {
             tasks.push(tokio::spawn(run_device(
                 client,
                 shared.clone(),
-                stopped.clone(),
+                drained_rx.clone(),
             )));
         }
         let backend = RawClient::connect(broker.port, &format!("{prefix}-backend")).await;
@@ -104,6 +107,7 @@ impl DeviceWorkload {
         ));
         DeviceWorkload {
             stop,
+            drained,
             shared,
             sender,
             devices: tasks,
@@ -124,6 +128,9 @@ impl DeviceWorkload {
             Ok(backend) => backend,
             Err(err) => panic!("device workload sender failed: {err}"),
         };
+        // Only now is every SEND recorded: a device that judged itself done while the last
+        // SEND was still in flight would stop before its message came.
+        let _ = self.drained.send(true);
         let deadline = Instant::now() + within;
         for task in self.devices {
             let left = deadline.saturating_duration_since(Instant::now());
