@@ -26,6 +26,16 @@ const ATTEMPT_WAIT: Duration = Duration::from_secs(1);
 /// How long a SEND or settlement may go unanswered (every node may be down meanwhile).
 const ANSWER_WITHIN: Duration = Duration::from_secs(90);
 
+/// The Message Expiry of every SEND and settlement, seconds. The store remembers a reply only
+/// until its request's Message Expiry has passed (protocol.md §6; 10 s when absent): a retry
+/// after that is a new request, so a SEND whose reply was lost to a cut and that was answered
+/// only after 10 s of retries would enqueue its message a second time (two copies of one
+/// message id, each delivered and completed: what 100 membership cycles once reported as
+/// "delivered again after its completion" and "completed :1 twice"). Every retry must fall
+/// inside the window.
+const REQUEST_EXPIRY_SECS: u32 = 120;
+const _: () = assert!(ANSWER_WITHIN.as_secs() < REQUEST_EXPIRY_SECS as u64);
+
 /// What the workload saw, and what it found wrong.
 #[derive(Debug, Default)]
 pub struct DeviceReport {
@@ -43,6 +53,9 @@ pub struct DeviceReport {
     /// message comes again only when it expires (`lock_duration_ms`, 60 s), while the SENDs
     /// go on filling the queue (`max_queue_depth`, 50).
     pub refused_full: usize,
+    /// The longest a SEND or settlement waited for its answer, retries included (past 10 s,
+    /// the default Message Expiry, a retry would have run again: [`REQUEST_EXPIRY_SECS`]).
+    pub longest_answer_wait: Duration,
     /// The longest time between two deliveries to one device (a lost delivery shows as about
     /// `lock_duration_ms`).
     pub longest_delivery_gap: Duration,
@@ -165,14 +178,18 @@ impl DeviceWorkload {
 }
 
 /// Publishes `payload` on `topic` until a reply comes (same correlation data each time);
-/// `None` after [`ANSWER_WITHIN`]. Returns the reply payload and the attempts it took.
+/// `None` after [`ANSWER_WITHIN`]. Returns the reply payload and the attempts it took, and
+/// records the wait in [`DeviceReport::longest_answer_wait`].
 async fn call_until_answered(
     client: &mut RawClient,
     topic: &str,
     payload: &[u8],
+    shared: &Mutex<Shared>,
 ) -> Option<(Vec<u8>, usize)> {
-    let p = props(client);
-    let deadline = Instant::now() + ANSWER_WITHIN;
+    let mut p = props(client);
+    p.message_expiry_interval = Some(REQUEST_EXPIRY_SECS);
+    let started = Instant::now();
+    let deadline = started + ANSWER_WITHIN;
     let mut attempts = 0;
     while Instant::now() < deadline {
         attempts += 1;
@@ -180,6 +197,9 @@ async fn call_until_answered(
             .request_on(topic, payload, p.clone(), ATTEMPT_WAIT)
             .await
         {
+            let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let waited = started.elapsed();
+            shared.report.longest_answer_wait = shared.report.longest_answer_wait.max(waited);
             return Some((reply.payload.to_vec(), attempts));
         }
     }
@@ -204,7 +224,7 @@ async fn run_sender(
             message.as_bytes(),
             body.as_bytes(),
         ]);
-        let answer = call_until_answered(&mut backend, DEVICEBOUND_TOPIC, &payload).await;
+        let answer = call_until_answered(&mut backend, DEVICEBOUND_TOPIC, &payload, &shared).await;
         match record_send(&shared, device, message, answer) {
             Sent::Done => tokio::time::sleep(pace).await,
             // The device drains its queue again once a lost delivery's lock expires.
@@ -334,7 +354,7 @@ async fn run_device(
             }
         }
         let topic = format!("devices/{id}/messages/settle/complete/{token}");
-        let answer = call_until_answered(&mut client, &topic, b"").await;
+        let answer = call_until_answered(&mut client, &topic, b"", &shared).await;
         let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Some((reply, attempts)) if reply == b":1\r\n" => {

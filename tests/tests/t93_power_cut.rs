@@ -177,11 +177,12 @@ impl Workloads {
         }
         format!(
             "{acked} acknowledged writes read back; {} SENDs acknowledged and completed once \
-             ({} deliveries, {} retried requests, {} SENDs refused for a full queue, longest gap between \
-             deliveries to a device {:?}); history {recording}",
+             ({} deliveries, {} retried requests, longest wait for an answer {:?}, {} SENDs refused for a \
+             full queue, longest gap between deliveries to a device {:?}); history {recording}",
             devices.sent_count(),
             devices.deliveries,
             devices.retried,
+            devices.longest_answer_wait,
             devices.refused_full,
             devices.longest_delivery_gap
         )
