@@ -92,6 +92,9 @@ pub struct Stalls {
     pub process: u64,
     /// Per `waiting_on` label: the stalls and their seconds in all.
     pub by_cause: BTreeMap<String, CauseStalls>,
+    /// Starts of snapshot builds (`statestore_disk_snapshot_duration_seconds{op="begin"}`:
+    /// the memory layers are held, apply waits), their number and seconds in all.
+    pub snapshot_begins: CauseStalls,
 }
 
 /// The stalls of apply with one `waiting_on` label.
@@ -166,8 +169,17 @@ impl Stalls {
             }
         }
         by_cause.retain(|_, stalls| stalls.count > 0);
+        let begin = |name: &str| {
+            grew.get(&format!("{name}{{op=\"begin\"}}"))
+                .copied()
+                .unwrap_or(0.0)
+        };
         Stalls {
             by_cause,
+            snapshot_begins: CauseStalls {
+                count: begin("statestore_disk_snapshot_duration_seconds_count") as u64,
+                seconds: begin("statestore_disk_snapshot_duration_seconds_sum"),
+            },
             apply_over_50ms: total,
             apply_over_100ms: total.saturating_sub(under("0.1")),
             longest_under_secs,
@@ -182,6 +194,8 @@ const STALL_SERIES: &[&str] = &[
     "statestore_apply_stall_seconds_count",
     "statestore_apply_stall_seconds_sum",
     "statestore_process_stalls_total",
+    "statestore_disk_snapshot_duration_seconds_count",
+    "statestore_disk_snapshot_duration_seconds_sum",
 ];
 
 impl ScaleReport {
@@ -298,6 +312,13 @@ impl ScaleReport {
                     .collect::<Vec<_>>()
                     .join(", ")
             },
+        );
+        row(
+            "snapshot builds started while loading (count, seconds holding the memory layers)",
+            format!(
+                "{} / {:.3} s",
+                st.snapshot_begins.count, st.snapshot_begins.seconds
+            ),
         );
         row("stop (SIGTERM → exit), s", format!("{:.2}", self.stop_secs));
         row(
@@ -651,6 +672,12 @@ mod tests {
         let apply = &stalls.by_cause["apply"];
         assert_eq!(apply.count, 3);
         assert!((apply.seconds - 0.5).abs() < 1e-9, "{}", apply.seconds);
+        assert_eq!(stalls.snapshot_begins.count, 2, "two snapshot builds began");
+        assert!(
+            (stalls.snapshot_begins.seconds - 0.03).abs() < 1e-9,
+            "{}",
+            stalls.snapshot_begins.seconds
+        );
         let none = Stalls::between(&after, &after);
         assert_eq!((none.apply_over_50ms, none.longest_under_secs), (0, None));
     }

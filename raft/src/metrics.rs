@@ -38,7 +38,8 @@ pub struct RaftStorageMetrics {
     pub log_written_bytes_total: IntCounter,
     /// `statestore_disk_apply_commit_duration_seconds`
     pub apply_commit_seconds: Histogram,
-    /// `statestore_disk_snapshot_duration_seconds{op=build|install}`
+    /// `statestore_disk_snapshot_duration_seconds{op=begin|build|install}` (`begin`: the part
+    /// of a build that holds the memory layers, which apply waits for)
     pub snapshot_seconds: HistogramVec,
     /// `statestore_apply_stall_seconds{waiting_on}`: the apply thread, with work, made no
     /// progress for at least [`crate::applier::STALL`] (see `applier::Progress`).
@@ -82,7 +83,7 @@ impl Default for RaftStorageMetrics {
             snapshot_seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "statestore_disk_snapshot_duration_seconds",
-                    "Time to build or install a snapshot.",
+                    "Time to build or install a snapshot; op=\"begin\" is the start of a build, which holds the state machine's memory layers (apply and reads wait meanwhile).",
                 )
                 .buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap_or_default()),
                 &["op"],

@@ -161,6 +161,10 @@ impl StateMachine {
         let started = Instant::now();
         let state = self.state.clone();
         let export = blocking(move || state.begin_export());
+        self.metrics
+            .snapshot_seconds
+            .with_label_values(&["begin"])
+            .observe(started.elapsed().as_secs_f64());
         let meta = (|| {
             let last_log_id: Option<LogId> = Self::consensus_record(export.view(), LAST_APPLIED)?;
             let last_membership: StoredMembership =
