@@ -65,6 +65,21 @@ pub enum Error {
         /// How long the leader waited for its acknowledgement.
         within: Duration,
     },
+    /// A node to add as a voter acknowledged replication but not the entry that added it in
+    /// time (it kept needing newer snapshots, or it is far too slow), so it was not added.
+    #[error(
+        "membership change: node {id} at {addr} answered but did not catch up with the entry that added it within \
+         {within:?}, so it was not added (is its disk or link much slower than the others', or are snapshots \
+         taken more often than one can be sent? see snapshot_after_entries)"
+    )]
+    LearnerBehind {
+        /// The node.
+        id: NodeId,
+        /// Its Raft address.
+        addr: String,
+        /// How long the leader waited.
+        within: Duration,
+    },
     /// A membership change forwarded to the leader failed on the way there or was refused by
     /// it.
     #[error("membership change: leader at {leader_addr}: {source}")]

@@ -17,11 +17,16 @@ use crate::types::{LogId, NodeId, Raft, TypeConfig};
 
 /// How long a forwarded change may take (adding a voter waits for it to catch up).
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a new learner has, once openraft calls it caught up, to acknowledge the entry that
-/// added it. openraft counts a learner within its lag threshold (5,000 entries) as caught up,
-/// so on a short log a node the leader cannot reach at all would pass; it must not become a
-/// voter (a voter nobody reaches lowers the fault tolerance: 3 of 4 then make a quorum).
+/// How long a new learner has, once openraft calls it caught up, to acknowledge anything at
+/// all. openraft counts a learner within its lag threshold (5,000 entries) as caught up, so on
+/// a short log a node the leader cannot reach at all would pass; it must not become a voter (a
+/// voter nobody reaches lowers the fault tolerance: 3 of 4 then make a quorum).
 const LEARNER_ACK_WAIT: Duration = Duration::from_secs(10);
+/// How long a learner that has acknowledged replication has to acknowledge the entry that
+/// added it. It may need more than one snapshot first: under heavy writes the leader purges
+/// the entries after the snapshot it is sending before the transfer ends, and sends a newer
+/// one (seen with a 28 MB snapshot at 2 s snapshot intervals: 17 s, then 12 s more).
+const LEARNER_CATCH_UP_WAIT: Duration = Duration::from_secs(90);
 /// A requested membership change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MembershipChange {
@@ -59,15 +64,26 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                 .add_learner(*id, BasicNode::new(addr.clone()), true)
                 .await
                 .map_err(write_error)?;
-            let acknowledged = raft
+            let matched = |m: &openraft::RaftMetrics<TypeConfig>| {
+                learner_matched(m.replication.as_ref(), *id)
+            };
+            let reached = match raft
                 .wait(Some(LEARNER_ACK_WAIT))
-                .metrics(
-                    |m| learner_matched(m.replication.as_ref(), *id) >= Some(added.log_id.index),
-                    "the new learner acknowledges the entry that added it",
-                )
+                .metrics(|m| matched(m).is_some(), "the new learner acknowledges replication")
                 .await
-                .is_ok();
-            if !acknowledged {
+            {
+                Err(_) => Err(LEARNER_ACK_WAIT),
+                Ok(_) => raft
+                    .wait(Some(LEARNER_CATCH_UP_WAIT))
+                    .metrics(
+                        |m| matched(m) >= Some(added.log_id.index),
+                        "the new learner acknowledges the entry that added it",
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(|_| LEARNER_CATCH_UP_WAIT),
+            };
+            if let Err(within) = reached {
                 // Not left behind as a learner either: the leader would keep dialling it.
                 let removed = raft
                     .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([*id])), false)
@@ -77,12 +93,21 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                     id,
                     addr,
                     ?removed,
-                    "a node to add never acknowledged replication: not added"
+                    within_ms = within.as_millis() as u64,
+                    "a node to add did not acknowledge replication in time: not added"
                 );
-                return Err(Error::LearnerSilent {
-                    id: *id,
-                    addr: addr.clone(),
-                    within: LEARNER_ACK_WAIT,
+                return Err(if within == LEARNER_ACK_WAIT {
+                    Error::LearnerSilent {
+                        id: *id,
+                        addr: addr.clone(),
+                        within,
+                    }
+                } else {
+                    Error::LearnerBehind {
+                        id: *id,
+                        addr: addr.clone(),
+                        within,
+                    }
                 });
             }
             raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([*id])), false)

@@ -169,6 +169,7 @@ impl RemoteError {
             Error::Overloaded
             | Error::Membership(_)
             | Error::LearnerSilent { .. }
+            | Error::LearnerBehind { .. }
             | Error::Config(_)
             | Error::PeerTls(_)
             | Error::Metrics(_)

@@ -3,7 +3,7 @@
 //! a bearer token: [`AdminAccess`]). A node's log is printed when a test panics while the node
 //! is alive, so CI failures explain themselves.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -491,6 +491,29 @@ impl StatestoreNode {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// For a failed test: prints every panic the node's log holds (a backtrace pushes the
+    /// message itself out of the tail), and copies the whole log into
+    /// `STATESTORE_TEST_LOG_DIR` when that is set (the temporary directory goes with the test).
+    fn report_panics_and_keep_log(&self) {
+        let text = self.log();
+        let lines: Vec<&str> = text.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            if line.contains("panicked at") {
+                let message = lines[at..lines.len().min(at + 3)].join("\n");
+                eprintln!("---- node {} panicked ----\n{message}\n----", self.id);
+            }
+        }
+        if let Some(dir) = std::env::var_os("STATESTORE_TEST_LOG_DIR") {
+            let dir = Path::new(&dir);
+            let kept = dir.join(format!("node-{}-pid-{}.log", self.id, std::process::id()));
+            let copied = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&kept, &text));
+            match copied {
+                Ok(()) => eprintln!("---- node {} log kept in {} ----", self.id, kept.display()),
+                Err(e) => eprintln!("---- node {} log not kept in {}: {e} ----", self.id, dir.display()),
+            }
+        }
+    }
 }
 
 /// Sends `signal` (e.g. `TERM`, `STOP`) with kill(1).
@@ -511,6 +534,7 @@ impl Drop for StatestoreNode {
                 self.id,
                 self.log_tail(80)
             );
+            self.report_panics_and_keep_log();
         }
         if let Some(child) = &self.child {
             send_signal(child.id() as i32, "CONT");
