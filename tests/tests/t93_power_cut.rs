@@ -446,18 +446,5 @@ async fn readd(cluster: &mut Cluster, index: usize, via: usize) {
         "id": node.id,
         "raft": format!("127.0.0.1:{}", node.raft_port)
     });
-    let (status, text) = cluster.nodes[via]
-        .request(
-            "POST",
-            "/admin/members",
-            Some(&body),
-            Duration::from_secs(120),
-        )
-        .await
-        .expect("admin request answered");
-    assert!(
-        (200..300).contains(&status),
-        "adding node {} back failed: {status} {text}",
-        node.id
-    );
+    cluster.admin_post(via, body).await;
 }

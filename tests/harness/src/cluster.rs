@@ -298,19 +298,33 @@ impl Cluster {
         self.admin_post(via, body).await;
     }
 
-    async fn admin_post(&self, via: usize, body: serde_json::Value) {
-        let (status, text) = self.nodes[via]
-            .request(
-                "POST",
-                "/admin/members",
-                Some(&body),
-                Duration::from_secs(120),
-            )
-            .await
-            .expect("admin request answered");
-        assert!(
-            (200..300).contains(&status),
-            "membership change {body} failed: {status} {text}"
-        );
+    /// Posts `body` to `via`'s `/admin/members` and asserts it succeeded. A change refused
+    /// because no node leads at that moment (an election after a cut, a leader handing over)
+    /// was not made: it is sent again through the next serving leader, for up to a minute.
+    pub async fn admin_post(&mut self, via: usize, body: serde_json::Value) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut via = via;
+        loop {
+            let (status, text) = self.nodes[via]
+                .request(
+                    "POST",
+                    "/admin/members",
+                    Some(&body),
+                    Duration::from_secs(120),
+                )
+                .await
+                .expect("admin request answered");
+            if (200..300).contains(&status) {
+                return;
+            }
+            let no_leader = status == 409 && text.contains("not the leader");
+            assert!(
+                no_leader && Instant::now() < deadline,
+                "membership change {body} failed: {status} {text}"
+            );
+            via = self
+                .wait_serving_leader(deadline.saturating_duration_since(Instant::now()))
+                .await;
+        }
     }
 }
