@@ -69,7 +69,10 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
             };
             let reached = match raft
                 .wait(Some(LEARNER_ACK_WAIT))
-                .metrics(|m| matched(m).is_some(), "the new learner acknowledges replication")
+                .metrics(
+                    |m| matched(m).is_some(),
+                    "the new learner acknowledges replication",
+                )
                 .await
             {
                 Err(_) => Err(LEARNER_ACK_WAIT),

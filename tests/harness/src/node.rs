@@ -510,7 +510,11 @@ impl StatestoreNode {
             let copied = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&kept, &text));
             match copied {
                 Ok(()) => eprintln!("---- node {} log kept in {} ----", self.id, kept.display()),
-                Err(e) => eprintln!("---- node {} log not kept in {}: {e} ----", self.id, dir.display()),
+                Err(e) => eprintln!(
+                    "---- node {} log not kept in {}: {e} ----",
+                    self.id,
+                    dir.display()
+                ),
             }
         }
     }
