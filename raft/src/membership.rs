@@ -67,6 +67,16 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
             let matched = |m: &openraft::RaftMetrics<TypeConfig>| {
                 learner_matched(m.replication.as_ref(), *id)
             };
+            let silent = || Error::LearnerSilent {
+                id: *id,
+                addr: addr.clone(),
+                within: LEARNER_ACK_WAIT,
+            };
+            let behind = || Error::LearnerBehind {
+                id: *id,
+                addr: addr.clone(),
+                within: LEARNER_CATCH_UP_WAIT,
+            };
             let reached = match raft
                 .wait(Some(LEARNER_ACK_WAIT))
                 .metrics(
@@ -75,7 +85,7 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                 )
                 .await
             {
-                Err(_) => Err(LEARNER_ACK_WAIT),
+                Err(_) => Err(silent()),
                 Ok(_) => raft
                     .wait(Some(LEARNER_CATCH_UP_WAIT))
                     .metrics(
@@ -84,9 +94,9 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                     )
                     .await
                     .map(drop)
-                    .map_err(|_| LEARNER_CATCH_UP_WAIT),
+                    .map_err(|_| behind()),
             };
-            if let Err(within) = reached {
+            if let Err(not_added) = reached {
                 // Not left behind as a learner either: the leader would keep dialling it.
                 let removed = raft
                     .change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([*id])), false)
@@ -96,22 +106,10 @@ pub async fn apply_locally(raft: &Raft, change: &MembershipChange) -> Result<()>
                     id,
                     addr,
                     ?removed,
-                    within_ms = within.as_millis() as u64,
+                    reason = %not_added,
                     "a node to add did not acknowledge replication in time: not added"
                 );
-                return Err(if within == LEARNER_ACK_WAIT {
-                    Error::LearnerSilent {
-                        id: *id,
-                        addr: addr.clone(),
-                        within,
-                    }
-                } else {
-                    Error::LearnerBehind {
-                        id: *id,
-                        addr: addr.clone(),
-                        within,
-                    }
-                });
+                return Err(not_added);
             }
             raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([*id])), false)
                 .await

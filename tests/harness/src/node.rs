@@ -492,12 +492,15 @@ impl StatestoreNode {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// For a failed test: prints every panic the node's log holds (a backtrace pushes the
-    /// message itself out of the tail), and copies the whole log into
-    /// `STATESTORE_TEST_LOG_DIR` when that is set (the temporary directory goes with the test).
-    fn report_panics_and_keep_log(&self) {
+    /// For a failed test: prints the log's tail and every panic the log holds (a backtrace
+    /// pushes the message itself out of the tail), and copies the whole log into
+    /// `STATESTORE_TEST_LOG_DIR` when that is set (the temporary directory goes with the test),
+    /// named after the test and the node.
+    fn report_failure(&self) {
         let text = self.log();
         let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+        eprintln!("---- node {} log (tail) ----\n{tail}\n----", self.id);
         for (at, line) in lines.iter().enumerate() {
             if line.contains("panicked at") {
                 let message = lines[at..lines.len().min(at + 3)].join("\n");
@@ -506,7 +509,11 @@ impl StatestoreNode {
         }
         if let Some(dir) = std::env::var_os("STATESTORE_TEST_LOG_DIR") {
             let dir = Path::new(&dir);
-            let kept = dir.join(format!("node-{}-pid-{}.log", self.id, std::process::id()));
+            let test = std::thread::current()
+                .name()
+                .unwrap_or("test")
+                .replace("::", "-");
+            let kept = dir.join(format!("{test}-node-{}.log", self.id));
             let copied = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&kept, &text));
             match copied {
                 Ok(()) => eprintln!("---- node {} log kept in {} ----", self.id, kept.display()),
@@ -533,12 +540,7 @@ pub fn send_signal(pid: i32, signal: &str) -> bool {
 impl Drop for StatestoreNode {
     fn drop(&mut self) {
         if std::thread::panicking() && self.child.is_some() {
-            eprintln!(
-                "---- node {} log (tail) ----\n{}\n----",
-                self.id,
-                self.log_tail(80)
-            );
-            self.report_panics_and_keep_log();
+            self.report_failure();
         }
         if let Some(child) = &self.child {
             send_signal(child.id() as i32, "CONT");
