@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
-use crate::devicebound::{DEVICEBOUND_TOPIC, device, lock_token, next_delivery, queue};
+use crate::devicebound::{DEVICEBOUND_TOPIC, device, lock_token, next_delivery, parse_queue_reply};
 use crate::raw::{RawClient, resp};
 use crate::raw_helpers::props;
 
@@ -148,33 +148,44 @@ impl DeviceWorkload {
         for task in self.devices {
             let left = deadline.saturating_duration_since(Instant::now());
             if tokio::time::timeout(left, task).await.is_err() {
-                self.shared
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .report
-                    .violations
-                    .push(format!(
-                        "not every acknowledged message was completed within {within:?}"
-                    ));
+                lock(&self.shared).report.violations.push(format!(
+                    "not every acknowledged message was completed within {within:?}"
+                ));
                 break;
             }
         }
         for id in &self.ids {
-            let (enqueued, invisible, dead, _) = queue(&mut backend, id).await;
-            self.shared
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+            // Retried with the same correlation data like every other call of the workload:
+            // one lost reply is the client's to recover from (QUEUE only reads).
+            let request = resp(&[b"QUEUE", id.as_bytes()]);
+            let Some((payload, attempts)) =
+                call_until_answered(&mut backend, DEVICEBOUND_TOPIC, &request, &self.shared).await
+            else {
+                lock(&self.shared).report.violations.push(format!(
+                    "{id}: closing QUEUE read unanswered for {ANSWER_WITHIN:?}"
+                ));
+                continue;
+            };
+            let (enqueued, invisible, dead, _) = parse_queue_reply(&payload);
+            let mut shared = lock(&self.shared);
+            shared.report.retried += usize::from(attempts > 1);
+            shared
                 .report
                 .queues
                 .insert(id.clone(), (enqueued, invisible, dead));
         }
-        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shared = lock(&self.shared);
         std::mem::take(&mut shared.report)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared)
     }
+}
+
+/// The shared state, also after a task panicked while holding it.
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Publishes `payload` on `topic` until a reply comes (same correlation data each time);
@@ -197,7 +208,7 @@ async fn call_until_answered(
             .request_on(topic, payload, p.clone(), ATTEMPT_WAIT)
             .await
         {
-            let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shared = lock(shared);
             let waited = started.elapsed();
             shared.report.longest_answer_wait = shared.report.longest_answer_wait.max(waited);
             return Some((reply.payload.to_vec(), attempts));
@@ -256,7 +267,7 @@ fn record_send(
     message: String,
     answer: Option<(Vec<u8>, usize)>,
 ) -> Sent {
-    let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+    let mut shared = lock(shared);
     match answer {
         Some((reply, _)) if reply == b"-ERR device queue is full\r\n" => {
             shared.report.refused_full += 1;
@@ -306,7 +317,7 @@ async fn run_device(
     let mut last_delivery: Option<Instant> = None;
     loop {
         let done = {
-            let shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let shared = lock(&shared);
             device_done(&shared, &id, *stopped.borrow())
         };
         if done {
@@ -325,9 +336,7 @@ async fn run_device(
             continue;
         };
         let Some(message) = delivery.user_property("$.mid").map(str::to_owned) else {
-            shared
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+            lock(&shared)
                 .report
                 .violations
                 .push(format!("{id}: a delivery without $.mid: {delivery:?}"));
@@ -335,7 +344,7 @@ async fn run_device(
         };
         let token = lock_token(&delivery);
         {
-            let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shared = lock(&shared);
             shared.report.deliveries += 1;
             if let Some(gap) = last_delivery.map(|at| at.elapsed()) {
                 shared.report.longest_delivery_gap = shared.report.longest_delivery_gap.max(gap);
@@ -355,7 +364,7 @@ async fn run_device(
         }
         let topic = format!("devices/{id}/messages/settle/complete/{token}");
         let answer = call_until_answered(&mut client, &topic, b"", &shared).await;
-        let mut shared = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut shared = lock(&shared);
         match answer {
             Some((reply, attempts)) if reply == b":1\r\n" => {
                 shared.report.retried += usize::from(attempts > 1);

@@ -57,8 +57,13 @@ pub async fn dcall(client: &mut RawClient, what: &str, parts: &[&[u8]]) -> Vec<u
 
 /// The QUEUE reply of `device`: (enqueued, invisible, dead-lettered, oldest or -1).
 pub async fn queue(client: &mut RawClient, device: &str) -> (i64, i64, i64, i64) {
-    let payload = dcall(client, "QUEUE", &[b"QUEUE", device.as_bytes()]).await;
-    let text = String::from_utf8(payload).expect("QUEUE reply is text");
+    parse_queue_reply(&dcall(client, "QUEUE", &[b"QUEUE", device.as_bytes()]).await)
+}
+
+/// Parses a QUEUE reply payload into (enqueued, invisible, dead-lettered, oldest or -1);
+/// panics on any other shape.
+pub fn parse_queue_reply(payload: &[u8]) -> (i64, i64, i64, i64) {
+    let text = String::from_utf8(payload.to_vec()).expect("QUEUE reply is text");
     let numbers: Vec<i64> = text
         .strip_prefix("*4\r\n")
         .unwrap_or_else(|| panic!("QUEUE reply shape: {text:?}"))

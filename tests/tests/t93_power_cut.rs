@@ -65,6 +65,9 @@ const MEMBERSHIP_FLAGS: [&str; 4] = [
 /// so snapshot transfers take a while but do not grow with the number of cycles.
 const MEMBERSHIP_BULK_WRITES: u64 = 1_500;
 
+/// The single-node bulk writer's ring of keys (× 48 KiB values ≈ 24 MiB of state).
+const SINGLE_NODE_BULK_KEYS: u64 = 512;
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -116,9 +119,10 @@ struct Workloads {
 }
 
 impl Workloads {
-    /// `bulk`: a fourth writer's value size and how many writes it makes (none for 0 bytes).
-    async fn start(cluster: &Cluster, prefix: &str, bulk: (usize, u64)) -> Workloads {
-        let (value_bytes, bulk_writes) = bulk;
+    /// `bulk`: a fourth writer's value size, keys and how many writes it makes (none for 0
+    /// bytes).
+    async fn start(cluster: &Cluster, prefix: &str, bulk: (usize, KeyPattern, u64)) -> Workloads {
+        let (value_bytes, bulk_keys, bulk_writes) = bulk;
         let port = cluster.broker.port;
         let mut writers =
             start_writers(port, &format!("{prefix}-writer"), 3, Duration::from_secs(3)).await;
@@ -127,7 +131,7 @@ impl Workloads {
                 Writer::start_sized(
                     port,
                     &format!("{prefix}-bulk"),
-                    KeyPattern::Unique,
+                    bulk_keys,
                     Duration::from_secs(3),
                     value_bytes,
                     bulk_writes,
@@ -223,7 +227,7 @@ async fn cuts_of_all_nodes_the_leader_or_a_follower_lose_nothing() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let workloads = Workloads::start(&cluster, "pc3", (0, 0)).await;
+    let workloads = Workloads::start(&cluster, "pc3", (0, KeyPattern::Unique, 0)).await;
 
     let kinds = [Victims::All, Victims::Leader, Victims::Follower];
     let mut recoveries = Vec::new();
@@ -311,8 +315,16 @@ async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    // 48 KiB values: the 16 MiB log chunks fill within seconds, snapshots take a while.
-    let workloads = Workloads::start(&cluster, "pc1", (48 << 10, u64::MAX)).await;
+    // 48 KiB values: the 16 MiB log chunks fill within seconds, snapshots take a while. Over a
+    // ring of keys, so the state stays ≈ 24 MiB: with unique keys it grew every cycle until
+    // no snapshot finished between two cuts and each restart replayed a longer log (100
+    // cycles: restart -> serving took 59 s at cycle 53; see the README's durability section).
+    let workloads = Workloads::start(
+        &cluster,
+        "pc1",
+        (48 << 10, KeyPattern::Ring(SINGLE_NODE_BULK_KEYS), u64::MAX),
+    )
+    .await;
 
     let moments = [Moment::Random, Moment::SnapshotWrite, Moment::ChunkStart];
     let mut met = [0usize; 3];
@@ -373,7 +385,12 @@ async fn cuts_during_snapshot_install_and_membership_change() {
     cluster.wait_ready(Duration::from_secs(60)).await;
     cluster.wait_serving_leader(Duration::from_secs(30)).await;
     let port = cluster.broker.port;
-    let workloads = Workloads::start(&cluster, "pcm", (16 << 10, MEMBERSHIP_BULK_WRITES)).await;
+    let workloads = Workloads::start(
+        &cluster,
+        "pcm",
+        (16 << 10, KeyPattern::Unique, MEMBERSHIP_BULK_WRITES),
+    )
+    .await;
     // Some state first, so that a joiner is sent a snapshot (the leader's log is purged past
     // its start), and the transfer takes a while.
     probe_write(port, "pcm-warm-up").await;
