@@ -438,3 +438,36 @@ async fn a_sector_of_zeros_inside_the_last_writes_is_trimmed_there_though_record
     let trimmed = std::fs::read(&last).expect("read").len();
     assert_eq!(trimmed, torn.range.start, "cut where the torn Append began");
 }
+
+#[tokio::test]
+async fn the_unsynced_rest_of_the_sector_where_the_last_sync_ended_is_trimmed_there() {
+    // The last sync ended inside a sector, at the start of an Append near the end; that sector
+    // did not reach the disk again (it reads as synced: zeros after the sync's end) while the
+    // next sectors of the same write did. 100 single-node power cuts met this at cycle 92 and
+    // the node refused to start (a checksum mismatch: the zeros parse as an empty vote).
+    let (dir, last, mut bytes) = written_log().await;
+    let appends = count(&bytes, RecordType::Append);
+    let torn = (appends.saturating_sub(4)..appends - 1)
+        .map(|n| nth_record(&bytes, RecordType::Append, n))
+        .find(|record| {
+            let rest = record.range.start.next_multiple_of(512) - record.range.start;
+            rest >= statestore_raft::wal_check::walk::SYNC_END_HOLE_MIN_ZEROS
+                && record.range.start + rest < record.range.end
+        })
+        .expect("one of the last Appends starts 9 or more bytes before a sector's end");
+    let sector_end = torn.range.start.next_multiple_of(512);
+    bytes[torn.range.start..sector_end].fill(0);
+    std::fs::write(&last, &bytes).expect("tear");
+
+    let mut log = open(dir.path()).expect("the lost end of a sync is trimmed");
+    let (held, last_index) = indexes(&mut log).await;
+    let kept = last_index.expect("entries before the tear");
+    assert!(
+        kept < ENTRIES,
+        "the torn Append and those after it are gone"
+    );
+    assert_eq!(held, (1..=kept).collect::<Vec<_>>());
+    drop(log);
+    let trimmed = std::fs::read(&last).expect("read").len();
+    assert_eq!(trimmed, torn.range.start, "cut where the torn Append began");
+}

@@ -28,6 +28,16 @@
 //! (everything after a record that was not synced was not synced either); etcd's WAL makes the
 //! same call (`isTornEntry`). The cost: a synced record that holds 512 aligned zero bytes *and*
 //! is damaged elsewhere is taken for a torn one, so its entries are trimmed instead of refused.
+//!
+//! The sector that holds the end of the last sync is a hole too when it did not reach the disk:
+//! it reads as it was synced, the last synced record and then zeros to the sector's end. So a
+//! damaged record that *starts* with zeros running to the end of its sector is a torn write
+//! when that run holds at least [`SYNC_END_HOLE_MIN_ZEROS`] bytes, which no record written
+//! whole, nor one with a single flipped bit, starts with (100 single-node power cuts, cycle 92: 23 zero bytes from the record's start to its
+//! sector's end, then the rest of the lost page, then pages of the same write that did reach
+//! the disk, parsed as an empty vote with a zero checksum and were refused as a checksum
+//! mismatch: the node did not start). A shorter run is still refused: it cannot be told from a
+//! vote record's type and length with a flipped bit.
 //! The bit-flip and damaged-length rules are tried first, so damage they can name is still
 //! refused.
 //!
@@ -46,6 +56,13 @@ use super::record::{
 /// The sector of the hole rule: the smallest unit a disk writes whole (and a divisor of the page
 /// size, so a page that did not reach the disk is a run of such sectors).
 pub const SECTOR_BYTES: usize = 512;
+
+/// Zeros from a damaged record's start to the end of its sector that make it the lost end of a
+/// sync. A record written whole starts with at most 7 zero bytes: a vote record's type (u32 0)
+/// and the three high bytes of its vote frame's length, then the length's low byte (a vote
+/// encodes in under 256 bytes, never in none) and the value's format version (1); every other
+/// record type is non-zero in its fourth byte. One flipped bit makes at most 8.
+pub const SYNC_END_HOLE_MIN_ZEROS: usize = 9;
 
 /// A damaged record with at most this many bytes from its start to the end of the chunk is
 /// also tried with each single bit flipped: a flipped type or option tag in a small last record
@@ -251,13 +268,15 @@ pub enum TailVerdict {
         /// The bytes from `at` are all zero.
         zero_filled: bool,
     },
-    /// A torn last write with a hole: the first damaged record overlaps an all-zero sector, and
-    /// bytes that are not zero follow. chunked-wal trims only a record cut by the end of the
+    /// A torn last write with a hole: the first damaged record overlaps an all-zero sector, or
+    /// starts with [`SYNC_END_HOLE_MIN_ZEROS`] or more zero bytes running to the end of its sector,
+    /// and bytes that are not zero follow. chunked-wal trims only a record cut by the end of the
     /// file or zeros to the end, so the check truncates the chunk at `at` itself.
     TornWithHole {
         /// Where the torn record starts.
         at: usize,
-        /// Offset of the first all-zero sector it overlaps.
+        /// Offset of the hole: the record's start (zeros to the end of its sector) or the first
+        /// all-zero sector it overlaps.
         hole_at: usize,
     },
     /// Damage to written records: the node must not trim it.
@@ -276,7 +295,8 @@ pub fn judge_tail<C: FrameCodec>(
     let zero_filled = chunk.get(start..).unwrap_or(&[]).iter().all(|b| *b == 0);
     let corrupt = |at, problem| TailVerdict::Corrupt(Corruption { at, problem });
     let with_hole = |extent_end: usize| {
-        zero_sector(chunk, start, extent_end)
+        zero_sector_rest(chunk, start)
+            .or_else(|| zero_sector(chunk, start, extent_end))
             .map(|hole_at| TailVerdict::TornWithHole { at: start, hole_at })
     };
     match &damage.defect {
@@ -314,6 +334,17 @@ pub fn judge_tail<C: FrameCodec>(
                 .unwrap_or_else(|| corrupt(damage.at, Problem::Damaged(defect.clone())))
         }
     }
+}
+
+/// `start` when the bytes from it to the end of its sector (wholly inside the chunk, and
+/// `start` not the sector's first byte) are at least [`SYNC_END_HOLE_MIN_ZEROS`] zeros.
+fn zero_sector_rest(chunk: &[u8], start: usize) -> Option<usize> {
+    let sector_end = start.next_multiple_of(SECTOR_BYTES);
+    (sector_end - start >= SYNC_END_HOLE_MIN_ZEROS)
+        .then(|| chunk.get(start..sector_end))
+        .flatten()
+        .filter(|rest| rest.iter().all(|b| *b == 0))
+        .map(|_| start)
 }
 
 /// The first sector (aligned to [`SECTOR_BYTES`] in the chunk file) that overlaps

@@ -304,3 +304,77 @@ fn a_flipped_bit_before_a_sector_of_zeros_in_later_records_is_still_refused() {
         }
     }
 }
+
+#[test]
+fn the_rest_of_the_sector_after_the_last_sync_that_never_reached_the_disk_is_a_torn_tail() {
+    // The last sync ended mid-sector; the sector (and in the power-cut filesystem, the rest of
+    // its page) holding that end did not reach the disk: it reads as synced, zeros after the
+    // last synced record, while later pages of the same write did. A padding record moves the
+    // end of the sync through every offset of a sector.
+    let mut checked = 0;
+    for padding in 0..SECTOR_BYTES {
+        let mut synced = chunk(1..4);
+        synced.extend(append(4, &vec![b'p'; padding]));
+        let last_write = synced.len();
+        let mut whole = synced;
+        for index in 5..8 {
+            let value: Vec<u8> = (0..3000u32).map(|i| b'a' + (i % 26) as u8).collect();
+            whole.extend(append(index, &value));
+            whole.extend(commit(index));
+        }
+        let sector_end = last_write.next_multiple_of(SECTOR_BYTES);
+        let page_end = last_write.next_multiple_of(4096);
+        for lost_to in [sector_end, page_end] {
+            let mut bytes = whole.clone();
+            bytes[last_write..lost_to].fill(0);
+            let rest = sector_end - last_write;
+            match verdict(&bytes) {
+                Some(TailVerdict::TornWithHole { at, hole_at })
+                    if rest >= SYNC_END_HOLE_MIN_ZEROS =>
+                {
+                    assert_eq!((at, hole_at), (last_write, last_write), "lost to {lost_to}");
+                    checked += 1;
+                }
+                // Aligned: the lost page is whole sectors (the older rule finds them).
+                Some(TailVerdict::TornWithHole { at, .. }) if rest == 0 => {
+                    assert_eq!(at, last_write);
+                }
+                // As few zeros as a vote record (with a flipped bit) starts with, then written
+                // bytes: refused unless the lost page's whole sectors overlap what they parse as.
+                Some(TailVerdict::Corrupt(_)) | Some(TailVerdict::TornWithHole { .. })
+                    if rest < SYNC_END_HOLE_MIN_ZEROS => {}
+                // The zeroed bytes were the next record's zero high bytes of its type.
+                None if bytes == whole => {}
+                other => panic!("sync ended at {last_write}, lost to {lost_to}: {other:?}"),
+            }
+        }
+    }
+    assert!(
+        checked >= 2 * (SECTOR_BYTES - 2 * SYNC_END_HOLE_MIN_ZEROS),
+        "{checked}"
+    );
+}
+
+#[test]
+fn a_damaged_record_that_starts_with_only_a_votes_zeros_is_still_refused() {
+    // A record whose first bytes up to the end of its sector read zero (it parses as a vote),
+    // with written bytes after: one fewer than SYNC_END_HOLE_MIN_ZEROS, as many as a vote with
+    // a flipped bit starts with, so not taken for the lost end of a sync.
+    let zeros = SYNC_END_HOLE_MIN_ZEROS - 1;
+    let mut before = chunk(1..3);
+    before.extend(append(3, b""));
+    let padding =
+        (SECTOR_BYTES - zeros + SECTOR_BYTES - before.len() % SECTOR_BYTES) % SECTOR_BYTES;
+    let mut bytes = chunk(1..3);
+    bytes.extend(append(3, &vec![b'p'; padding]));
+    let at = bytes.len();
+    assert_eq!(at.next_multiple_of(SECTOR_BYTES) - at, zeros);
+    bytes.extend(append(4, b"value-4"));
+    bytes.extend(commit(4));
+    bytes[at..at + zeros].fill(0);
+    let verdict = verdict(&bytes);
+    assert!(
+        matches!(verdict, Some(TailVerdict::Corrupt(_))),
+        "{verdict:?}"
+    );
+}
