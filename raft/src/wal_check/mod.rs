@@ -149,9 +149,9 @@ pub fn check_dir(dir: &Path) -> Result<Accepted, Error> {
                     file = %path.display(),
                     offset = trim.at,
                     bytes = trim.bytes,
-                    "the raft log's last write was torn with a hole (a sector of zeros inside \
-                     its first damaged record: pages reached the disk out of order before the \
-                     crash); the chunk is truncated there"
+                    "the raft log's last write was torn with a hole (zeros where a sector of \
+                     its first damaged record should be: pages reached the disk out of order \
+                     before the crash); the chunk is truncated there"
                 );
             } else if let Some(trim) = &accepted.trim {
                 tracing::warn!(
