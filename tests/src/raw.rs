@@ -1,6 +1,12 @@
 //! A raw MQTT 5 client (rumqttc, Nagle off) that sends hand-built requests and sees every
 //! byte and property of what comes back: what the SDK hides.
+//!
+//! rumqttc reconnects with a clean start and does not subscribe again; a client that the
+//! broker dropped (a fault test that pauses the broker for longer than the keep-alive) would
+//! then send requests and never see a reply. So the client restores its subscriptions after
+//! every connection that came back without a session.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -45,6 +51,8 @@ pub struct RawClient {
     /// Messages received while waiting for a reply, kept for [`RawClient::next`].
     pending: std::collections::VecDeque<Received>,
     next_correlation: u64,
+    /// Every filter subscribed so far, subscribed again after a reconnect without a session.
+    filters: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -69,32 +77,52 @@ impl RawClient {
         let (tx, incoming) = mpsc::unbounded_channel();
         let (ready_tx, ready) = tokio::sync::oneshot::channel();
         let mut ready_tx = Some(ready_tx);
-        let task = tokio::spawn(async move {
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let received = Received {
-                            topic: String::from_utf8_lossy(&p.topic).into_owned(),
-                            payload: p.payload.clone(),
-                            properties: p.properties.clone().unwrap_or_default(),
-                            qos: p.qos,
-                        };
-                        if tx.send(received).is_err() {
-                            return;
+        let own = format!("clients/{id}/#");
+        let filters = Arc::new(Mutex::new(vec![own.clone()]));
+        let task = tokio::spawn({
+            let (client, filters, id) = (client.clone(), filters.clone(), id.to_owned());
+            async move {
+                let mut connected_before = false;
+                loop {
+                    match eventloop.poll().await {
+                        Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                            if connected_before && !ack.session_present {
+                                let filters =
+                                    filters.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                                eprintln!(
+                                    "raw client {id}: reconnected without its session; subscribing again to {filters:?}"
+                                );
+                                for filter in filters {
+                                    // Not awaited: the event loop is what drains the request queue.
+                                    let _ = client.try_subscribe(filter, QoS::AtLeastOnce);
+                                }
+                            }
+                            connected_before = true;
                         }
-                    }
-                    Ok(Event::Incoming(Packet::SubAck(_))) => {
-                        if let Some(ready) = ready_tx.take() {
-                            let _ = ready.send(());
+                        Ok(Event::Incoming(Packet::Publish(p))) => {
+                            let received = Received {
+                                topic: String::from_utf8_lossy(&p.topic).into_owned(),
+                                payload: p.payload.clone(),
+                                properties: p.properties.clone().unwrap_or_default(),
+                                qos: p.qos,
+                            };
+                            if tx.send(received).is_err() {
+                                return;
+                            }
                         }
+                        Ok(Event::Incoming(Packet::SubAck(_))) => {
+                            if let Some(ready) = ready_tx.take() {
+                                let _ = ready.send(());
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                 }
             }
         });
         client
-            .subscribe(format!("clients/{id}/#"), QoS::AtLeastOnce)
+            .subscribe(own, QoS::AtLeastOnce)
             .await
             .expect("subscribe");
         tokio::time::timeout(Duration::from_secs(10), ready)
@@ -107,12 +135,17 @@ impl RawClient {
             incoming,
             pending: Default::default(),
             next_correlation: 1,
+            filters,
             task,
         }
     }
 
     /// Subscribes to one more filter (waits a moment for the SUBACK).
     pub async fn subscribe(&self, filter: &str) {
+        self.filters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(filter.to_owned());
         self.client
             .subscribe(filter, QoS::AtLeastOnce)
             .await

@@ -745,3 +745,37 @@ async fn aio_persistence_and_unknown_user_properties_are_ignored() {
         assert_payload(what, &get, &bulk(b"kept"));
     }
 }
+
+/// The test tooling's own client, after the broker dropped it and its session (a restart; the
+/// fault tests pause the broker for longer than the keep-alive, which drops it the same way),
+/// subscribes again: before, it went on publishing requests and never saw a reply or a
+/// delivery again (100 membership power cuts: the closing QUEUE reads went unanswered while
+/// the leader answered every one).
+#[tokio::test]
+async fn a_raw_client_subscribes_again_after_the_broker_dropped_its_session() {
+    let mut broker = statestore_tests::broker::Broker::start();
+    let mut listener = RawClient::connect(broker.port, "resubscriber").await;
+    listener.subscribe("probe/#").await;
+    broker.restart();
+    let publisher = RawClient::connect(broker.port, "probe-publisher").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        publisher
+            .publish(
+                "probe/after-restart",
+                QoS::AtLeastOnce,
+                bytes::Bytes::from_static(b"seen"),
+                Default::default(),
+            )
+            .await;
+        if let Some(message) = listener.next(Duration::from_millis(500)).await {
+            assert_eq!(message.topic, "probe/after-restart");
+            assert_eq!(&message.payload[..], b"seen");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the listener saw nothing published after the broker's restart within 30 s"
+        );
+    }
+}
