@@ -3,7 +3,7 @@
 //! record's data does not turn a tear into a refusal unless it carries the next log index.
 
 use super::*;
-use crate::wal_check::tests::support::{Plain, append, chunk, commit, records};
+use crate::wal_check::tests::support::{Plain, append, chunk, commit, frame, record, records};
 
 /// The verdict on `bytes` as the last chunk, `None` when it is whole.
 fn verdict(bytes: &[u8]) -> Option<TailVerdict> {
@@ -377,4 +377,35 @@ fn a_damaged_record_that_starts_with_only_a_votes_zeros_is_still_refused() {
         matches!(verdict, Some(TailVerdict::Corrupt(_))),
         "{verdict:?}"
     );
+}
+
+#[test]
+fn every_flipped_bit_of_a_vote_record_at_every_sector_offset_is_refused() {
+    // A vote record starts with the most zeros a record written whole has (7); one flipped bit
+    // makes 8, still short of SYNC_END_HOLE_MIN_ZEROS wherever the record lies in its sector.
+    let vote = record(0, &frame(&[1, 0, 0, 0, 0, 0, 0, 5]));
+    for padding in 0..SECTOR_BYTES {
+        let mut whole = chunk(1..3);
+        whole.extend(append(3, &vec![b'p'; padding]));
+        let at = whole.len();
+        // Only a record within its own length of the sector's end can meet the rule.
+        let to_sector_end = at.next_multiple_of(SECTOR_BYTES) - at;
+        if to_sector_end > 2 * vote.len() {
+            continue;
+        }
+        whole.extend(&vote);
+        whole.extend(append(4, b"value-4"));
+        whole.extend(commit(4));
+        for offset in at..at + vote.len() {
+            for bit in 0..8 {
+                let mut bytes = whole.clone();
+                bytes[offset] ^= 1 << bit;
+                let verdict = verdict(&bytes);
+                assert!(
+                    matches!(verdict, Some(TailVerdict::Corrupt(_))),
+                    "vote at {at}, bit {bit} of byte {offset}: {verdict:?}"
+                );
+            }
+        }
+    }
 }
