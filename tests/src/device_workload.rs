@@ -130,7 +130,7 @@ impl DeviceWorkload {
 
     /// Messages acknowledged so far.
     pub fn sent_so_far(&self) -> usize {
-        self.lock().report.sent_count()
+        lock(&self.shared).report.sent_count()
     }
 
     /// Stops sending, waits up to `within` until every acknowledged message was completed,
@@ -176,10 +176,6 @@ impl DeviceWorkload {
         }
         let mut shared = lock(&self.shared);
         std::mem::take(&mut shared.report)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        lock(&self.shared)
     }
 }
 

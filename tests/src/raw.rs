@@ -42,6 +42,16 @@ impl Received {
     }
 }
 
+/// Subscribes `client` (named `id`) to every filter in `filters` again, after a reconnect that
+/// found no session. Not awaited: the event loop calling this is what drains the request queue.
+fn subscribe_again(client: &AsyncClient, filters: &Mutex<Vec<String>>, id: &str) {
+    let filters = filters.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    eprintln!("raw client {id}: reconnected without its session; subscribing again to {filters:?}");
+    for filter in filters {
+        let _ = client.try_subscribe(filter, QoS::AtLeastOnce);
+    }
+}
+
 /// A connected raw client that receives on `clients/<id>/#` and anything else it subscribes to.
 pub struct RawClient {
     client: AsyncClient,
@@ -87,15 +97,7 @@ impl RawClient {
                     match eventloop.poll().await {
                         Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                             if connected_before && !ack.session_present {
-                                let filters =
-                                    filters.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                                eprintln!(
-                                    "raw client {id}: reconnected without its session; subscribing again to {filters:?}"
-                                );
-                                for filter in filters {
-                                    // Not awaited: the event loop is what drains the request queue.
-                                    let _ = client.try_subscribe(filter, QoS::AtLeastOnce);
-                                }
+                                subscribe_again(&client, &filters, &id);
                             }
                             connected_before = true;
                         }

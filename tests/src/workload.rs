@@ -28,9 +28,8 @@ pub struct Ack {
 pub struct WriterReport {
     /// Acknowledged writes, in order.
     pub acks: Vec<Ack>,
-    /// Requests that failed or timed out (their effect is unknown).
-    pub failures: Vec<Instant>,
-    /// The same requests as (key, value, sent): a later read may find any of them applied.
+    /// Requests that failed or timed out, as (key, value, sent): their effect is unknown, and a
+    /// later read may find any of them applied.
     pub unknown_outcome: Vec<(Vec<u8>, Vec<u8>, Instant)>,
 }
 
@@ -110,7 +109,6 @@ impl Writer {
                             });
                         }
                         _ => {
-                            report.failures.push(sent);
                             report.unknown_outcome.push((key, value, sent));
                             // A short pause so a dead broker route does not become a busy loop.
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -279,7 +277,6 @@ mod tests {
                 ack("k1", "2", at(2), at(3)),
                 ack("k0", "3", at(4), at(5)),
             ],
-            failures: vec![at(1), at(6), at(8)],
             unknown_outcome: vec![
                 // Sent before k0's last acknowledgement, but it may still take effect.
                 (b"k0".to_vec(), b"0".to_vec(), at(1)),

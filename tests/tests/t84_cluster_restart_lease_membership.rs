@@ -312,7 +312,7 @@ async fn grow_to_four_and_shrink_back_while_serving() {
         report.acks.len() > 10,
         "writes continued: {} acks, {} failures",
         report.acks.len(),
-        report.failures.len()
+        report.unknown_outcome.len()
     );
 
     let reader = SdkClient::connect(cluster.broker.port, "membership-reader").await;
