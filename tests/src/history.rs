@@ -302,6 +302,10 @@ enum Control {
 /// A running recorder; [`Recorder::finish`] stops it and hands back the history.
 pub struct Recorder {
     control: watch::Sender<Control>,
+    keys: watch::Sender<Arc<[Vec<u8>]>>,
+    key_prefix: String,
+    key_count: usize,
+    generation: u64,
     epoch: Instant,
     tasks: Vec<tokio::task::JoinHandle<ClientLog>>,
 }
@@ -320,26 +324,46 @@ impl Recorder {
     pub async fn start(port: u16, config: RecorderConfig) -> Recorder {
         let epoch = Instant::now();
         let (control, _) = watch::channel(Control::Run);
-        let keys: Arc<[Vec<u8>]> = (0..config.keys.max(1))
-            .map(|k| format!("{}-{k}", config.key_prefix).into_bytes())
-            .collect();
+        let key_count = config.keys.max(1);
+        let first_keys = key_names(&config.key_prefix, key_count, 0);
+        let (keys, _) = watch::channel(first_keys.clone());
         let mut tasks = Vec::with_capacity(config.clients);
         for i in 0..config.clients {
             let client = i as u64;
             let sdk =
                 SdkClient::connect(port, &format!("{}-recorder-{i}", config.key_prefix)).await;
-            let planner = Planner::new(client, keys.clone(), config.seed);
+            let planner = Planner::new(client, first_keys.clone(), config.seed);
             let control = control.subscribe();
             let timeout = config.timeout;
             tasks.push(tokio::spawn(run_client(
-                sdk, planner, epoch, timeout, control,
+                sdk,
+                planner,
+                epoch,
+                timeout,
+                control,
+                keys.subscribe(),
             )));
         }
         Recorder {
             control,
+            keys,
+            key_prefix: config.key_prefix,
+            key_count,
+            generation: 0,
             epoch,
             tasks,
         }
+    }
+
+    /// Moves the clients to a fresh set of keys (`<key_prefix>-g<n>-0` ..): each client takes
+    /// them before its next request; requests in flight finish on the old keys. The checker
+    /// decides each key on its own, and its search grows with the operations and unknown
+    /// outcomes of one key, so a long fault run that moves on every cycle keeps every key's
+    /// history small enough to decide.
+    pub fn move_to_fresh_keys(&mut self) {
+        self.generation += 1;
+        self.keys
+            .send_replace(key_names(&self.key_prefix, self.key_count, self.generation));
     }
 
     /// Makes the clients issue no new request until [`Recorder::resume`] (requests in flight
@@ -402,6 +426,16 @@ impl Recorder {
     }
 }
 
+/// The keys of one generation: `<prefix>-<k>` for the first, `<prefix>-g<generation>-<k>` after.
+fn key_names(prefix: &str, count: usize, generation: u64) -> Arc<[Vec<u8>]> {
+    (0..count)
+        .map(|k| match generation {
+            0 => format!("{prefix}-{k}").into_bytes(),
+            g => format!("{prefix}-g{g}-{k}").into_bytes(),
+        })
+        .collect()
+}
+
 fn nanos_since(epoch: Instant) -> u64 {
     u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
@@ -413,6 +447,7 @@ async fn run_client(
     epoch: Instant,
     timeout: Duration,
     mut control: watch::Receiver<Control>,
+    mut keys: watch::Receiver<Arc<[Vec<u8>]>>,
 ) -> ClientLog {
     let mut log = ClientLog::default();
     loop {
@@ -420,6 +455,10 @@ async fn run_client(
         match control.wait_for(|c| *c != Control::Pause).await.map(|c| *c) {
             Ok(Control::Run) => {}
             _ => break,
+        }
+        if keys.has_changed().unwrap_or(false) {
+            let fresh = keys.borrow_and_update().clone();
+            planner.move_to(fresh);
         }
         let (k, input) = planner.next();
         let key = planner.key(k).to_vec();
@@ -575,6 +614,12 @@ impl Planner {
             keys,
             recent,
         }
+    }
+
+    /// Plans on `keys` from now on, forgetting the values seen on the old ones.
+    fn move_to(&mut self, keys: Arc<[Vec<u8>]>) {
+        self.recent = vec![VecDeque::new(); keys.len()];
+        self.keys = keys;
     }
 
     fn key(&self, k: usize) -> &[u8] {
@@ -929,5 +974,39 @@ mod tests {
                 .to_string()
                 .starts_with("5 operations, 1 unknown: SET 1 ok")
         );
+    }
+
+    /// After moving to fresh keys the planner names only the new keys and never reuses a value
+    /// it saw on the old ones (NEX and VDEL would otherwise compare against another key's
+    /// history); the generations' names never clash.
+    #[test]
+    fn planner_on_fresh_keys_forgets_the_old_ones() {
+        let first = key_names("p", 3, 0);
+        let second = key_names("p", 3, 1);
+        assert_eq!(first[0], b"p-0".to_vec());
+        assert_eq!(second[2], b"p-g1-2".to_vec());
+        assert!(first.iter().all(|k| !second.contains(k)));
+
+        let mut planner = Planner::new(1, first, 11);
+        let mut old_values = HashSet::new();
+        for _ in 0..500 {
+            let (k, input) = planner.next();
+            planner.observe(k, &input, None);
+            if let Input::Set { value, .. } = &input {
+                old_values.insert(value.clone());
+            }
+        }
+        planner.move_to(second.clone());
+        for _ in 0..2000 {
+            let (k, input) = planner.next();
+            assert!(second.iter().any(|name| name.as_slice() == planner.key(k)));
+            match &input {
+                Input::Set { value, .. } | Input::VDel { value } => {
+                    assert!(!old_values.contains(value), "reused an old key's value")
+                }
+                _ => {}
+            }
+            planner.observe(k, &input, None);
+        }
     }
 }

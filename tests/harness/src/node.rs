@@ -298,6 +298,15 @@ impl StatestoreNode {
         self.spawn();
     }
 
+    /// Kills the node for good and unmounts its power-cut filesystem (its FUSE daemon exits):
+    /// for a node removed from the cluster that will not run again, so a long run does not keep
+    /// a daemon per removed node. The durable state stays in the `*.durable` directory; the
+    /// data directory is left an empty mount point.
+    pub fn retire_powercut_fs(&mut self) {
+        self.kill();
+        self.powercut = None;
+    }
+
     /// Cuts this node's power: SIGKILL, then its power-cut filesystem drops what was not
     /// synced (see [`Cut`]). The node stays down until [`StatestoreNode::spawn`].
     pub fn cut_power(&mut self, cut: Cut) {
