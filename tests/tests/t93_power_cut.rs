@@ -140,7 +140,17 @@ impl Workloads {
                 .await,
             );
         }
-        let recorder = Recorder::start(port, RecorderConfig::new(prefix)).await;
+        // 16 keys, not the default 5: a cut's outage leaves each client with a timed-out
+        // request a second, and the search grows exponentially with the unknown outcomes on one
+        // key (a 14 s outage left 20 on one of 5 keys: 27 s of search on its own).
+        let recorder = Recorder::start(
+            port,
+            RecorderConfig {
+                keys: 16,
+                ..RecorderConfig::new(prefix)
+            },
+        )
+        .await;
         let devices =
             DeviceWorkload::start(&cluster.broker, prefix, 4, Duration::from_millis(40)).await;
         Workloads {
