@@ -13,6 +13,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use statestore_tests::linearizability::history::partition_by_key;
 use statestore_tests::linearizability::{Budget, Operation, Verdict, check, parse_history};
 
 fn main() -> ExitCode {
@@ -40,19 +41,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut by_key: std::collections::BTreeMap<Vec<u8>, Vec<Operation>> = Default::default();
-    for op in history {
-        by_key.entry(op.key.clone()).or_default().push(op);
-    }
     let (mut linearizable, mut undecided, mut violations) = (0, 0, 0);
-    for (key, ops) in &by_key {
+    for (key, indices) in partition_by_key(&history) {
         let name = String::from_utf8_lossy(key);
+        let ops: Vec<Operation> = indices.iter().map(|&i| history[i].clone()).collect();
         if only_key.as_deref().is_some_and(|only| only != name) {
             continue;
         }
         let unknowns = ops.iter().filter(|op| op.ret().is_none()).count();
         let started = Instant::now();
-        match check(ops, Budget::time(per_key)) {
+        match check(&ops, Budget::time(per_key)) {
             Ok(Verdict::Ok) => {
                 linearizable += 1;
                 if started.elapsed() > Duration::from_secs(1) {
@@ -65,7 +63,7 @@ fn main() -> ExitCode {
             }
             Ok(verdict @ Verdict::Violation { .. }) => {
                 violations += 1;
-                println!("{name}: NOT LINEARIZABLE\n{}", verdict.explain(ops));
+                println!("{name}: NOT LINEARIZABLE\n{}", verdict.explain(&ops));
             }
             Ok(Verdict::Unknown { .. }) => {
                 undecided += 1;
