@@ -18,4 +18,13 @@ impl SnapshotData {
         let file = tokio::fs::File::open(&path).await?;
         Ok(SnapshotData { path, file })
     }
+
+    /// The snapshot the store opened (see `statestore_storage::sled::OpenSnapshot`): its handle
+    /// stays readable even if a newer snapshot replaces the file meanwhile.
+    pub fn from_open(open: statestore_storage::sled::OpenSnapshot) -> SnapshotData {
+        SnapshotData {
+            path: open.file.path,
+            file: tokio::fs::File::from_std(open.handle),
+        }
+    }
 }

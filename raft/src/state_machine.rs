@@ -23,7 +23,7 @@ use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
 use statestore_storage::sled::{
-    OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
+    Offered, OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
 };
 
 use crate::applier::Applier;
@@ -251,11 +251,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .unwrap_or_else(|| Err(io::Error::other("snapshot already built")))?;
         let id = snapshot_id(meta.last_log_id.as_ref());
         let header = codec::encode(&meta);
+        let last_index = meta.last_log_id.as_ref().map(|id| id.index);
         let (done, written) = tokio::sync::oneshot::channel();
         background::spawn("snapshot-export", move || {
-            let _ = done.send(export.write(&id, &header));
+            let _ = done.send(export.write(&id, &header, last_index));
         })?;
-        let file = written
+        let offered = written
             .await
             .map_err(|_| io::Error::other("snapshot export thread ended"))?
             .map_err(io_err)?;
@@ -265,11 +266,26 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .snapshot_seconds
             .with_label_values(&["build"])
             .observe(self.started.elapsed().as_secs_f64());
-        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot built");
-        Ok(Snapshot {
-            meta,
-            snapshot: SnapshotData::open(file.path).await?,
-        })
+        match offered {
+            Offered::Current(open) => {
+                tracing::info!(entries = open.file.entries, bytes = open.file.size, last_log_id = ?meta.last_log_id, "snapshot built");
+                Ok(Snapshot {
+                    meta,
+                    snapshot: SnapshotData::from_open(open),
+                })
+            }
+            // An install of a newer snapshot finished while this one was written: that one is
+            // the current snapshot (and the state), so it is what the build hands back.
+            Offered::Superseded(current) => {
+                let current_meta: SnapshotMeta =
+                    codec::decode("snapshot header", &current.file.header).map_err(io_err)?;
+                tracing::info!(built = ?meta.last_log_id, current = ?current_meta.last_log_id, "snapshot built after a newer one was installed; keeping the installed one");
+                Ok(Snapshot {
+                    meta: current_meta,
+                    snapshot: SnapshotData::from_open(current),
+                })
+            }
+        }
     }
 }
 
@@ -342,13 +358,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let records = consensus_records(meta);
         let state = self.state.clone();
         let id = snapshot_id(meta.last_log_id.as_ref());
-        let file = tokio::task::spawn_blocking(move || state.install_snapshot(&path, &id, records))
-            .await
-            .map_err(io_err)?
-            .map_err(|e| {
-                self.metrics.disk_errors_total.inc();
-                io_err(e)
-            })?;
+        let last_index = meta.last_log_id.as_ref().map(|id| id.index);
+        let file = tokio::task::spawn_blocking(move || {
+            state.install_snapshot(&path, &id, last_index, records)
+        })
+        .await
+        .map_err(io_err)?
+        .map_err(|e| {
+            self.metrics.disk_errors_total.inc();
+            io_err(e)
+        })?;
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
         self.applier.reset();
@@ -361,13 +380,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
-        let Some(file) = self.state.current_snapshot().map_err(io_err)? else {
+        let state = self.state.clone();
+        let Some(open) = blocking(move || state.current_snapshot()).map_err(io_err)? else {
             return Ok(None);
         };
-        let meta: SnapshotMeta = codec::decode("snapshot header", &file.header).map_err(io_err)?;
+        let meta: SnapshotMeta =
+            codec::decode("snapshot header", &open.file.header).map_err(io_err)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: SnapshotData::open(file.path).await?,
+            snapshot: SnapshotData::from_open(open),
         }))
     }
 }

@@ -177,7 +177,7 @@ impl Store {
             for (path, covered) in recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
             {
                 let id = recovery::snapshot_id(&path);
-                match state.install_snapshot(&path, &id, covered.records) {
+                match state.install_snapshot(&path, &id, covered.last_index, covered.records) {
                     Ok(file) => {
                         report.rebuilt_from = Some(file.path);
                         report.entries = file.entries;

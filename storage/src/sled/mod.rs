@@ -11,6 +11,7 @@
 //! not enough).
 
 pub mod background;
+mod current_snapshot;
 mod db;
 mod memtable;
 mod recovery;
@@ -20,6 +21,7 @@ mod resident_log;
 mod snapshot;
 mod state;
 
+pub use current_snapshot::{Offered, OpenSnapshot};
 pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
 pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};

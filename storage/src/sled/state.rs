@@ -15,6 +15,7 @@ use crate::devicebound::DeviceIndex;
 use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
 use crate::error::{Result, StorageError};
 use crate::layout::Table;
+use crate::sled::current_snapshot::{CurrentSnapshot, Offered, OpenSnapshot, Rule};
 use crate::sled::memtable::ResidentState;
 use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
 use crate::sled::resident::{self, ResidentTables};
@@ -23,7 +24,6 @@ use crate::sled::resident_log::ResidentLog;
 use crate::sled::snapshot::{self, SnapshotFile, SnapshotWriter};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
-const CURRENT_SNAPSHOT_RECORD: &str = "current_snapshot";
 
 /// Read access to the state (cheap to clone, no locks held between reads): the memtable's
 /// writes over the sled tree, and the device queues' index.
@@ -186,6 +186,8 @@ struct Inner {
     active: Arc<RwLock<(String, ::sled::Tree)>>,
     memtable: Arc<Memtable>,
     snapshot_dir: PathBuf,
+    /// Which snapshot file is current (made current in log order).
+    current_snapshot: CurrentSnapshot,
     /// The device queues' index of the committed state (see [`StateTree::device_index`]).
     devices: Arc<Mutex<DeviceIndex>>,
     /// The reply memory's log (the flush thread appends, syncs prune).
@@ -330,6 +332,7 @@ impl StateTree {
                 flush_loop(memtable, active, log)
             })?
         };
+        let current_snapshot = CurrentSnapshot::new(db, db_path, &records, snapshot_dir);
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
@@ -339,6 +342,7 @@ impl StateTree {
                 active,
                 memtable,
                 snapshot_dir: snapshot_dir.to_owned(),
+                current_snapshot,
                 devices,
                 log,
                 log_bytes,
@@ -421,10 +425,19 @@ impl StateTree {
     }
 
     /// Writes a snapshot of the whole state (without the consensus records) named `id`,
-    /// makes it the current snapshot and deletes older ones. Blocking; callers hold off
-    /// applies while it runs so the dump is consistent.
-    pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
-        self.begin_export().write(id, header)
+    /// covering the log up to `last_index`, offers it as the current snapshot (see
+    /// [`SnapshotExport::write`]) and returns the current one. Blocking.
+    pub fn export_snapshot(
+        &self,
+        id: &str,
+        header: &[u8],
+        last_index: Option<u64>,
+    ) -> Result<SnapshotFile> {
+        Ok(self
+            .begin_export()
+            .write(id, header, last_index)?
+            .into_current()
+            .file)
     }
 
     /// Starts a snapshot export of the state as it is now, without stopping apply: the export
@@ -455,7 +468,8 @@ impl StateTree {
     }
 
     /// Replaces the state with the snapshot at `received`, adds the consensus layer's records,
-    /// keeps the file as the current snapshot under `id`. Blocking. The entries are loaded into
+    /// keeps the file as the current snapshot under `id` (it covers the log up to
+    /// `last_index`). Blocking. The entries are loaded into
     /// a fresh tree as they are read and the checksum is checked at the end (one read of the
     /// file): a damaged file leaves the old state as it was. Crash-safe: the verified file is
     /// under its final name (directory fsynced) before the switch to the new tree, which is
@@ -465,6 +479,7 @@ impl StateTree {
         &self,
         received: &Path,
         id: &str,
+        last_index: Option<u64>,
         consensus_records: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<SnapshotFile> {
         std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
@@ -500,6 +515,7 @@ impl StateTree {
             .inner
             .snapshot_dir
             .join(format!("snapshot-{}.bin", sanitize(id)));
+        let reservation = self.inner.current_snapshot.reserve(&final_path);
         std::fs::rename(received, &final_path)?;
         crate::dirs::sync_dir(&self.inner.snapshot_dir)?;
         // Readers of the index wait until it describes the new state.
@@ -539,11 +555,12 @@ impl StateTree {
         self.reload_device_index(&mut index)?;
         drop(index);
         self.inner.db.drop_tree(&old_name)?;
-        self.set_current_snapshot(&final_path)?;
-        Ok(SnapshotFile {
+        let file = SnapshotFile {
             path: final_path,
             ..file
-        })
+        };
+        reservation.offer(file.clone(), last_index, Rule::Always)?;
+        Ok(file)
     }
 
     /// Makes every write so far durable (memtable included).
@@ -558,40 +575,10 @@ impl StateTree {
         Ok(())
     }
 
-    /// The current snapshot, if one was built or installed.
-    pub fn current_snapshot(&self) -> Result<Option<SnapshotFile>> {
-        let Some(name) = self.inner.records.get(CURRENT_SNAPSHOT_RECORD)? else {
-            return Ok(None);
-        };
-        let path = self
-            .inner
-            .snapshot_dir
-            .join(String::from_utf8_lossy(&name).as_ref());
-        if !path.exists() {
-            return Ok(None);
-        }
-        snapshot::read_header(&path).map(Some)
-    }
-
-    fn set_current_snapshot(&self, path: &Path) -> Result<()> {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        self.inner
-            .records
-            .insert(CURRENT_SNAPSHOT_RECORD, name.as_bytes())?;
-        crate::sled::db::sync(&self.inner.db, &self.inner.db_path)?;
-        for entry in std::fs::read_dir(&self.inner.snapshot_dir)? {
-            let entry = entry?;
-            let file_name = entry.file_name().to_string_lossy().into_owned();
-            let stale_snapshot = file_name.starts_with("snapshot-") && file_name != name;
-            let stale_temp = file_name.ends_with(".tmp") && !file_name.starts_with("incoming-");
-            if stale_snapshot || stale_temp {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        Ok(())
+    /// The current snapshot, if one was built or installed, opened: the handle stays
+    /// readable whatever is made current later.
+    pub fn current_snapshot(&self) -> Result<Option<OpenSnapshot>> {
+        self.inner.current_snapshot.open()
     }
 }
 
@@ -607,9 +594,11 @@ impl SnapshotExport {
         &self.view
     }
 
-    /// Writes the snapshot named `id` with `header`, makes it the current snapshot and deletes
-    /// older ones. Blocking.
-    pub fn write(self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
+    /// Writes the snapshot named `id` with `header`, covering the log up to `last_index`, and
+    /// offers it as the current snapshot: it becomes current (older files deleted) unless a
+    /// snapshot further in the log became current while it was written (an install), which
+    /// is then kept and returned instead. Blocking.
+    pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
         let dir = &self.state.inner.snapshot_dir;
         let tmp = dir.join(format!("{}.tmp", sanitize(id)));
         let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
@@ -620,11 +609,11 @@ impl SnapshotExport {
             let (key, value) = entry?;
             writer.push(&key, &value)?;
         }
-        let file = writer.finish(&final_path, header)?;
         let state = self.state.clone();
+        let reservation = state.inner.current_snapshot.reserve(&final_path);
+        let file = writer.finish(&final_path, header)?;
         drop(self); // the export is on disk: newer maps may reach sled again
-        state.set_current_snapshot(&file.path)?;
-        Ok(file)
+        reservation.offer(file, last_index, Rule::IfNotOlder)
     }
 }
 

@@ -81,7 +81,7 @@ fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
     let mut model = Map::new();
     write(&state, &mut model, "before", 400);
     state
-        .export_snapshot(&format!("1-{index}-1"), &header(index))
+        .export_snapshot(&format!("1-{index}-1"), &header(index), Some(index))
         .expect("export");
     let at_snapshot = model.clone();
     write(&state, &mut model, "after", 600);
@@ -112,7 +112,9 @@ fn a_clean_stop_reopens_with_its_state_and_no_rebuild() {
         assert_eq!(store.open_kind(), OpenKind::New, "a first start");
         let state = store.state().expect("state");
         write(&state, &mut model, "before", 300);
-        state.export_snapshot("1-3-1", &header(3)).expect("export");
+        state
+            .export_snapshot("1-3-1", &header(3), Some(3))
+            .expect("export");
         write(&state, &mut model, "after", 300);
         store.close_clean().expect("clean stop");
         assert!(dir.path().join(CLEAN_STOP_FILE).exists());
@@ -164,7 +166,10 @@ fn an_unclean_stop_with_a_truncated_state_database_rebuilds_from_the_snapshot() 
         "the snapshot's consensus records: the log is applied from after it"
     );
     assert_eq!(
-        state.current_snapshot().expect("current").map(|f| f.header),
+        state
+            .current_snapshot()
+            .expect("current")
+            .map(|f| f.file.header),
         Some(header(7))
     );
     // The reply memory went with the snapshot and its journal starts afresh: a clean reopen
@@ -286,7 +291,9 @@ fn the_marker_is_removed_at_open_so_a_later_crash_rebuilds_again() {
         let state = store.state().expect("state");
         let mut model = Map::new();
         write(&state, &mut model, "before", 300);
-        state.export_snapshot("1-4-1", &header(4)).expect("export");
+        state
+            .export_snapshot("1-4-1", &header(4), Some(4))
+            .expect("export");
         store.close_clean().expect("clean stop");
         model
     };

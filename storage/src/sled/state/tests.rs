@@ -199,7 +199,11 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
         export.view().get(b"flushed").expect("read"),
         Some(b"old".to_vec())
     );
-    let file = export.write("test", b"header").expect("written");
+    let file = export
+        .write("test", b"header", Some(1))
+        .expect("written")
+        .into_current()
+        .file;
     let mut rows = Vec::new();
     snapshot::read_entries(&file.path, |row| {
         rows.push(row);
@@ -335,7 +339,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
     txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
     source_state.commit(txn).expect("commit");
     let file = source_state
-        .export_snapshot("one", b"header")
+        .export_snapshot("one", b"header", Some(1))
         .expect("export");
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -353,7 +357,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
         let received = state.incoming_snapshot_path();
         std::fs::copy(&file.path, &received).expect("copy");
         state
-            .install_snapshot(&received, "one", Vec::new())
+            .install_snapshot(&received, "one", Some(1), Vec::new())
             .expect("install");
         let after = log_files(dir.path());
         assert_eq!(after.len(), 1, "{after:?}");
@@ -386,7 +390,7 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     }
     source_state.commit(txn).expect("commit");
     let file = source_state
-        .export_snapshot("s", b"header")
+        .export_snapshot("s", b"header", Some(1))
         .expect("export");
     let mut bytes = std::fs::read(&file.path).expect("read");
     let last_value = bytes.len() - 30;
@@ -401,7 +405,7 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     let received = state.incoming_snapshot_path();
     std::fs::write(&received, &bytes).expect("write");
     assert!(matches!(
-        state.install_snapshot(&received, "s", Vec::new()),
+        state.install_snapshot(&received, "s", Some(1), Vec::new()),
         Err(StorageError::Corrupt { .. })
     ));
     assert_eq!(
