@@ -730,6 +730,16 @@ impl SplitMix64 {
 /// How far a reply's version may run ahead of the wall clock (protocol §1: 60 s).
 const MAX_VERSION_LEAD_MS: u64 = 60_000;
 
+/// Search steps the recorded-history check may spend on one key: about 20 s in a debug build
+/// (about a million steps a second).
+/// Each key has its own budget, so a hard key is decided however many keys came before it (the
+/// 2026-12-03 power-cut hour ran a shared 5M-step budget out on key 436 of 505, a key that
+/// needed 9-27 s alone, by `examples/check_history`).
+const CHECK_STEPS_PER_KEY: u64 = 20_000_000;
+
+/// Wall-clock limit on the whole recorded-history check (a run never hangs in the search).
+const CHECK_TIME: Duration = Duration::from_secs(15 * 60);
+
 /// Checks a recorded history for linearizability, audits its write versions (see
 /// [`version_audit`]) and prints what was found (operations, unknown outcomes, search effort,
 /// verdict, per-kind detail). `Err` explains a violation, an undecided search, a version that
@@ -739,7 +749,7 @@ pub fn check_recorded(history: &[Operation], recording: &Report) -> Result<(), S
     let started = Instant::now();
     let (verdict, stats) = crate::linearizability::check_with_stats(
         history,
-        crate::linearizability::Budget::default(),
+        crate::linearizability::Budget::per_key(CHECK_STEPS_PER_KEY, CHECK_TIME),
     )
     .map_err(|e| format!("malformed recorded history: {e:?}"))?;
     println!(

@@ -23,6 +23,9 @@ use super::model::{self, State};
 pub struct Budget {
     /// Search steps (list entries visited) over all keys; `None`: no limit.
     pub max_steps: Option<u64>,
+    /// Search steps on any one key; `None`: no limit. With it the verdict on a key does not
+    /// depend on how many keys came before it.
+    pub max_steps_per_key: Option<u64>,
     /// Wall-clock instant after which the search stops; `None`: no limit.
     pub deadline: Option<Instant>,
 }
@@ -37,6 +40,7 @@ impl Budget {
     pub fn unlimited() -> Budget {
         Budget {
             max_steps: None,
+            max_steps_per_key: None,
             deadline: None,
         }
     }
@@ -45,6 +49,7 @@ impl Budget {
     pub fn steps(max_steps: u64) -> Budget {
         Budget {
             max_steps: Some(max_steps),
+            max_steps_per_key: None,
             deadline: None,
         }
     }
@@ -53,6 +58,16 @@ impl Budget {
     pub fn time(time: Duration) -> Budget {
         Budget {
             max_steps: None,
+            max_steps_per_key: None,
+            deadline: Some(Instant::now() + time),
+        }
+    }
+
+    /// At most `per_key` search steps on each key, and no search past `time` from now in all.
+    pub fn per_key(per_key: u64, time: Duration) -> Budget {
+        Budget {
+            max_steps: None,
+            max_steps_per_key: Some(per_key),
             deadline: Some(Instant::now() + time),
         }
     }
@@ -171,11 +186,16 @@ pub fn check_with_stats(
     budget: Budget,
 ) -> Result<(Verdict, Stats), HistoryError> {
     history::validate(history)?;
-    let mut meter = Meter { budget, steps: 0 };
+    let mut meter = Meter {
+        budget,
+        steps: 0,
+        key_steps: 0,
+    };
     let mut stats = Stats::default();
     for (key, indices) in history::partition_by_key(history) {
         stats.keys += 1;
         stats.operations += indices.len();
+        meter.key_steps = 0;
         let result = check_key(history, &indices, &mut meter, &mut stats);
         stats.steps = meter.steps;
         match result {
@@ -206,13 +226,20 @@ pub fn check_with_stats(
 struct Meter {
     budget: Budget,
     steps: u64,
+    /// Steps on the key being checked.
+    key_steps: u64,
 }
 
 impl Meter {
     /// Counts one step; false (without counting) once the budget is spent. The clock is read
     /// at the first step and every 1024 steps after it.
     fn tick(&mut self) -> bool {
-        if self.budget.max_steps.is_some_and(|max| self.steps >= max) {
+        if self.budget.max_steps.is_some_and(|max| self.steps >= max)
+            || self
+                .budget
+                .max_steps_per_key
+                .is_some_and(|max| self.key_steps >= max)
+        {
             return false;
         }
         if let Some(deadline) = self.budget.deadline
@@ -222,6 +249,7 @@ impl Meter {
             return false;
         }
         self.steps += 1;
+        self.key_steps += 1;
         true
     }
 }
@@ -613,5 +641,43 @@ mod tests {
         );
         let verdict = check(&history, Budget::time(Duration::ZERO)).expect("valid history");
         assert!(matches!(verdict, Verdict::Unknown { .. }), "{verdict:?}");
+    }
+
+    /// Three keys that each need the same search: a per-key budget of exactly that decides
+    /// all three, one step less decides none, and a shared budget of twice that runs out on
+    /// the third key.
+    #[test]
+    fn a_per_key_budget_does_not_depend_on_the_keys_before() {
+        let one_key: Vec<Operation> = (0..6).map(|i| set(i, 0, 100, "a")).collect();
+        let (_, stats) = check_with_stats(&one_key, Budget::unlimited()).expect("valid history");
+        let needed = stats.steps;
+        let history: Vec<Operation> = ["a", "b", "c"]
+            .iter()
+            .flat_map(|key| {
+                one_key.iter().cloned().map(move |mut op| {
+                    op.key = key.as_bytes().to_vec();
+                    op
+                })
+            })
+            .collect();
+        let long = Duration::from_secs(3600);
+        assert_eq!(
+            check(&history, Budget::per_key(needed, long)),
+            Ok(Verdict::Ok)
+        );
+        assert_eq!(
+            check(&history, Budget::per_key(needed - 1, long)),
+            Ok(Verdict::Unknown {
+                key: b"a".to_vec(),
+                steps: needed - 1
+            })
+        );
+        assert_eq!(
+            check(&history, Budget::steps(2 * needed)),
+            Ok(Verdict::Unknown {
+                key: b"c".to_vec(),
+                steps: 2 * needed
+            })
+        );
     }
 }
