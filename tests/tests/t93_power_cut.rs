@@ -142,8 +142,9 @@ impl Workloads {
         }
         // 16 keys, not the default 5: a cut's outage leaves each client with a timed-out
         // request a second, and the search grows exponentially with the unknown outcomes on one
-        // key (a 14 s outage left 20 on one of 5 keys, past the shared budget; see
-        // `examples/check_history.rs` to check such a dump key by key).
+        // key (a 14 s outage left 20 on one of 5 keys, which took 9-27 s to decide alone;
+        // the check gives each key its own budget, and `examples/check_history.rs` checks a
+        // dumped history again key by key).
         let recorder = Recorder::start(
             port,
             RecorderConfig {
