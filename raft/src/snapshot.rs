@@ -6,7 +6,9 @@ use std::path::PathBuf;
 /// An open snapshot file.
 #[derive(Debug)]
 pub struct SnapshotData {
-    /// Where the file is (the state machine renames a received one into place).
+    /// Where the file is (the state machine renames a received one into place). For a
+    /// snapshot the store handed out the name may be gone already, replaced by a newer
+    /// snapshot: read through `file`.
     pub path: PathBuf,
     /// The open file, positioned at its start.
     pub file: tokio::fs::File,

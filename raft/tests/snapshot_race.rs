@@ -1,9 +1,9 @@
 //! A snapshot the state machine builds itself racing an install of a newer one from the leader.
 //!
-//! Invariant: whichever of the two finishes first, the build returns a readable snapshot, the
-//! node keeps working, and the current snapshot afterwards is the installed (newer) one, alone
-//! on disk. (Seen in CI before the fix: the install made its file current and deleted the
-//! build's, whose open then failed with "No such file or directory" and stopped Raft.)
+//! Invariant: the build returns a readable snapshot, the node keeps working, and the current
+//! snapshot afterwards is the installed (newer) one, alone on disk. (Seen in CI before the
+//! fix: the install made its file current and deleted the build's, whose open then failed with
+//! "No such file or directory" and stopped Raft.)
 
 use std::sync::Arc;
 
@@ -68,50 +68,75 @@ fn snapshot_files(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// A build begun before an install of a newer snapshot, both finishing concurrently (the
-/// install waits for the build's export to release the state, then the two make their files
-/// current in either order): the build's result reads, the installed snapshot stays current.
-/// Run on several fresh nodes. Here the build usually makes its file current first and the
-/// install then deletes it, so the build's snapshot must read from the handle it holds (before
-/// the fix it opened the file afresh, after the deletion); the other order (the build
-/// superseded by a finished install) is pinned by the storage unit tests of
-/// `current_snapshot`, which need no timing.
+/// True once `dir`'s snapshot directory holds a `snapshot-*` file whose name contains `part`.
+fn has_snapshot_file(dir: &std::path::Path, part: &str) -> bool {
+    snapshot_files(dir).iter().any(|name| name.contains(part))
+}
+
+/// The install renames the leader's file into place, then waits for the build's export to
+/// release the state; the build then finishes and makes its own (older) file current while the
+/// install's file waits for its turn. The install's file must survive that (before the fix the
+/// build deleted it, and the install recorded a file that was gone), the build's result must
+/// read, and afterwards the installed snapshot is current, alone on disk. (The other order, a
+/// build finishing after the install, is pinned by the storage unit tests of
+/// `current_snapshot`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_build_racing_a_newer_install_leaves_the_installed_snapshot_current() {
+async fn a_build_finishing_while_a_newer_install_waits_leaves_the_installed_snapshot_current() {
     let leader_dir = tempfile::tempdir().expect("tempdir");
     let (meta, leader_file) = leader_snapshot(leader_dir.path(), 629);
     let leader_bytes = std::fs::read(&leader_file).expect("read");
-    for round in 0..8 {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut sm = state_machine(dir.path());
-        let mut builder = sm.get_snapshot_builder().await;
-        let received = dir.path().join(format!("received-{round}.bin"));
-        std::fs::copy(&leader_file, &received).expect("copy");
-        let data = SnapshotData::open(received).await.expect("open");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sm = state_machine(dir.path());
+    let mut builder = sm.get_snapshot_builder().await;
+    let received = dir.path().join("received.bin");
+    std::fs::copy(&leader_file, &received).expect("copy");
+    let data = SnapshotData::open(received).await.expect("open");
 
-        let (built, installed) =
-            tokio::join!(builder.build_snapshot(), sm.install_snapshot(&meta, data));
-
-        installed.expect("the install succeeds");
-        let mut built = built.expect("the build returns a snapshot");
+    let install_meta = meta.clone();
+    let install = tokio::spawn(async move {
+        let result = sm.install_snapshot(&install_meta, data).await;
+        (sm, result)
+    });
+    // The install's file is in place (and the install waits for the export) before the build
+    // is let go.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !has_snapshot_file(dir.path(), "-629-") {
         assert!(
-            built.meta.last_log_id.is_none() || built.meta == meta,
-            "round {round}: the build returned neither its own state nor the installed one: {:?}",
-            built.meta
+            tokio::time::Instant::now() < deadline,
+            "the install never put its file in place"
         );
-        assert!(
-            !read_all(&mut built.snapshot).await.is_empty(),
-            "round {round}: the built snapshot does not read"
-        );
-        let mut current = sm
-            .get_current_snapshot()
-            .await
-            .expect("current snapshot")
-            .expect("there is one");
-        assert_eq!(current.meta, meta, "round {round}");
-        assert_eq!(read_all(&mut current.snapshot).await, leader_bytes);
-        assert_eq!(snapshot_files(dir.path()).len(), 1, "round {round}");
-        let (applied, _) = sm.applied_state().await.expect("applied state");
-        assert_eq!(applied, meta.last_log_id, "round {round}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
+    assert!(
+        !install.is_finished(),
+        "the install did not wait for the export"
+    );
+
+    let mut built = builder
+        .build_snapshot()
+        .await
+        .expect("the build returns a snapshot");
+    assert_eq!(built.meta.last_log_id, None, "the build's own, empty state");
+    assert!(
+        !read_all(&mut built.snapshot).await.is_empty(),
+        "the built snapshot does not read"
+    );
+    let (mut sm, installed) = install.await.expect("install task");
+    installed.expect("the install succeeds");
+
+    let mut current = sm
+        .get_current_snapshot()
+        .await
+        .expect("current snapshot")
+        .expect("there is one");
+    assert_eq!(current.meta, meta);
+    assert_eq!(read_all(&mut current.snapshot).await, leader_bytes);
+    assert_eq!(
+        snapshot_files(dir.path()).len(),
+        1,
+        "{:?}",
+        snapshot_files(dir.path())
+    );
+    let (applied, _) = sm.applied_state().await.expect("applied state");
+    assert_eq!(applied, meta.last_log_id);
 }

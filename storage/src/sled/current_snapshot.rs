@@ -182,8 +182,9 @@ impl CurrentSnapshot {
         }
         self.records
             .insert(CURRENT_SNAPSHOT_RECORD, name.as_bytes())?;
-        crate::sled::db::sync(&self.db, &self.db_path)?;
+        // The record names the new file from here on, even if the sync below fails.
         order.position = Position::Covers(last_index);
+        crate::sled::db::sync(&self.db, &self.db_path)?;
         for entry in std::fs::read_dir(&self.snapshot_dir)? {
             let entry = entry?;
             let file_name = entry.file_name().to_string_lossy().into_owned();

@@ -594,24 +594,40 @@ impl SnapshotExport {
         &self.view
     }
 
-    /// Writes the snapshot named `id` with `header`, covering the log up to `last_index`, and
-    /// offers it as the current snapshot: it becomes current (older files deleted) unless a
-    /// snapshot further in the log became current while it was written (an install), which
-    /// is then kept and returned instead. Blocking.
-    pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
-        let dir = &self.state.inner.snapshot_dir;
-        let tmp = dir.join(format!("{}.tmp", sanitize(id)));
-        let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
-        let mut writer = SnapshotWriter::create(&tmp, header)?;
+    /// Writes the view to `tmp`, then durably to `final_path`.
+    fn write_file(&self, tmp: &Path, final_path: &Path, header: &[u8]) -> Result<SnapshotFile> {
+        let mut writer = SnapshotWriter::create(tmp, header)?;
         let start = [0u8];
         let end = [Table::ConsensusState.prefix()];
         for entry in self.view.range(&start, &end) {
             let (key, value) = entry?;
             writer.push(&key, &value)?;
         }
+        writer.finish(final_path, header)
+    }
+
+    /// Writes the snapshot named `id` with `header`, covering the log up to `last_index`, and
+    /// offers it as the current snapshot: it becomes current (older files deleted) unless this
+    /// process already made a snapshot further in the log current (an install that finished
+    /// while this one was written), which is then kept and returned instead. A failed write
+    /// removes its unfinished file. Blocking.
+    pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
+        let dir = &self.state.inner.snapshot_dir;
+        let tmp = dir.join(format!("{}.tmp", sanitize(id)));
+        let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
         let state = self.state.clone();
         let reservation = state.inner.current_snapshot.reserve(&final_path);
-        let file = writer.finish(&final_path, header)?;
+        let file = match self.write_file(&tmp, &final_path, header) {
+            Ok(file) => file,
+            Err(err) => {
+                if let Err(removing) = std::fs::remove_file(&tmp)
+                    && removing.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(path = %tmp.display(), error = %removing, "could not remove a failed snapshot export");
+                }
+                return Err(err);
+            }
+        };
         drop(self); // the export is on disk: newer maps may reach sled again
         reservation.offer(file, last_index, Rule::IfNotOlder)
     }

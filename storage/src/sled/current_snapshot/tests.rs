@@ -166,7 +166,10 @@ fn a_reserved_file_survives_another_snapshot_made_current() {
         installed.path.exists(),
         "the reserved install's file was deleted"
     );
-    assert!(!leftover.path.exists(), "an unreserved older file is kept");
+    assert!(
+        !leftover.path.exists(),
+        "an unreserved older file was not deleted"
+    );
 
     let made = installing
         .offer(installed, Some(629), Rule::Always)
