@@ -211,6 +211,10 @@ pub struct StoreMetrics {
     pub memtable_bytes: IntGauge,
     /// `statestore_disk_memtable_stalls_total`
     pub memtable_stalls_total: IntCounter,
+    /// `statestore_disk_snapshot_preimage_bytes`
+    pub snapshot_preimage_bytes: IntGauge,
+    /// `statestore_disk_snapshot_preimage_waits_total`
+    pub snapshot_preimage_waits_total: IntCounter,
     /// `statestore_reply_memory_resident_entries`
     pub remembered_replies: IntGauge,
     /// `statestore_reply_memory_resident_bytes`
@@ -307,6 +311,14 @@ impl StoreMetrics {
             memtable_stalls_total: metric!(IntCounter::new(
                 "statestore_disk_memtable_stalls_total",
                 "Times apply waited because the memtable was full while a flush ran."
+            )),
+            snapshot_preimage_bytes: metric!(IntGauge::new(
+                "statestore_disk_snapshot_preimage_bytes",
+                "Pre-images kept for a snapshot export in progress: rows sled held at its start that the flush thread has overwritten since."
+            )),
+            snapshot_preimage_waits_total: metric!(IntCounter::new(
+                "statestore_disk_snapshot_preimage_waits_total",
+                "Times the memtable flush waited because a snapshot export's pre-images were at their cap."
             )),
             remembered_replies: metric!(IntGauge::new(
                 "statestore_reply_memory_resident_entries",
@@ -655,6 +667,8 @@ impl NodeMetrics {
         register(&registry, &store.log_size_bytes)?;
         register(&registry, &store.memtable_bytes)?;
         register(&registry, &store.memtable_stalls_total)?;
+        register(&registry, &store.snapshot_preimage_bytes)?;
+        register(&registry, &store.snapshot_preimage_waits_total)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
         register(&registry, &store.reply_log_bytes)?;

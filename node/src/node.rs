@@ -463,6 +463,14 @@ async fn sample_gauges(
             gauges
                 .memtable_stalls_total
                 .inc_by(stalls.saturating_sub(seen));
+            gauges
+                .snapshot_preimage_bytes
+                .set(i64::try_from(state.preimage_bytes()).unwrap_or(i64::MAX));
+            let waits = state.preimage_waits();
+            let seen = gauges.snapshot_preimage_waits_total.get();
+            gauges
+                .snapshot_preimage_waits_total
+                .inc_by(waits.saturating_sub(seen));
         }
     }
 }

@@ -166,6 +166,11 @@ impl<'m> Progress<'m> {
         let now = Instant::now();
         let took = now.saturating_duration_since(self.since);
         if took >= STALL {
+            tracing::debug!(
+                waiting_on = self.phase.label(),
+                ms = took.as_millis() as u64,
+                "apply stalled"
+            );
             self.metrics
                 .apply_stall_seconds
                 .with_label_values(&[self.phase.label()])

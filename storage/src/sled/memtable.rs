@@ -17,8 +17,10 @@
 //! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
 //!
 //! A snapshot export ([`Memtable::begin_export`]) freezes the active map and takes the frozen
-//! maps; until it ends, the flush thread writes only those, so the export reads exactly the
-//! state at its start (sled under the maps it took) while apply goes on.
+//! maps; the flush thread goes on writing newer maps into sled, keeping the
+//! [`preimage`](crate::sled::preimage)s of the rows the export has not read yet, so the export
+//! reads exactly the state at its start (sled as it was, under the maps it took) while apply
+//! and flushes go on.
 //!
 //! The [`resident`](crate::sled::resident) tables bypass the layers: their rows stay in memory
 //! and every frozen map carries what changed in them as an entry of the
@@ -40,8 +42,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::engine::{TxnWrite, TxnWrites};
+use crate::sled::preimage::Preimages;
 use crate::sled::resident::{self, ResidentTables};
-use crate::sled::resident_journal::{self, JournalEntry, ResidentJournal};
+use crate::sled::resident_journal::{self, PendingEntry, ResidentJournal};
 
 /// Buffered writes: `None` removes the key.
 pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -49,9 +52,9 @@ pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// One buffered write: the key and its new value (`None`: removed).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
-/// While an export holds newer maps back from sled, they may hold this many times
-/// [`MemtableConfig::max_bytes`] before writers wait.
-pub const EXPORT_ROOM_FACTOR: usize = 4;
+/// The pre-images an export keeps may hold this many times [`MemtableConfig::max_bytes`]
+/// (at most four times in all while an export runs, as when newer maps were held back).
+pub const PREIMAGE_ROOM_FACTOR: usize = 3;
 
 /// Bytes a write is accounted at beyond its key and value (map node, vectors).
 const ENTRY_OVERHEAD: usize = 64;
@@ -98,10 +101,12 @@ pub struct ResidentState {
 
 /// A frozen map for the flush thread: its writes, and the journal entry to log before them.
 pub struct ToWrite {
+    /// Its place in the sequence of maps.
+    pub seq: u64,
     /// The writes, in key order.
     pub writes: Arc<Writes>,
-    /// The resident tables' journal entry of this layer, if they changed.
-    pub entry: Option<Arc<JournalEntry>>,
+    /// The resident tables' journal entry of this layer, if they changed (to encode).
+    pub entry: Option<Arc<PendingEntry>>,
 }
 
 /// A frozen map and its place in the sequence of maps.
@@ -109,7 +114,7 @@ struct Frozen {
     seq: u64,
     writes: Arc<Writes>,
     /// The resident tables' journal entry of this layer, if they changed.
-    entry: Option<Arc<JournalEntry>>,
+    entry: Option<Arc<PendingEntry>>,
     bytes: usize,
 }
 
@@ -131,8 +136,8 @@ struct Layers {
     frozen: VecDeque<Frozen>,
     frozen_bytes: usize,
     next_seq: u64,
-    /// While an export runs: the newest map the flush thread may write.
-    fence: Option<u64>,
+    /// True while an export runs.
+    exporting: bool,
     stopped: bool,
     /// Writers currently waiting for room.
     waiting: usize,
@@ -169,6 +174,8 @@ pub struct Memtable {
     /// Signalled when there is a frozen map to write, or on stop.
     to_write: Condvar,
     config: MemtableConfig,
+    /// What sled held at the start of the export in progress, for the rows written since.
+    preimages: Preimages,
 }
 
 /// What a reader found in the maps.
@@ -202,7 +209,14 @@ impl Memtable {
             changed: Condvar::new(),
             to_write: Condvar::new(),
             config,
+            preimages: Preimages::new(config.max_bytes.saturating_mul(PREIMAGE_ROOM_FACTOR)),
         }
+    }
+
+    /// The pre-images of the export in progress (the flush thread keeps them, the export reads
+    /// them).
+    pub fn preimages(&self) -> &Preimages {
+        &self.preimages
     }
 
     fn lock(&self) -> MutexGuard<'_, Layers> {
@@ -219,27 +233,29 @@ impl Memtable {
         self.full(&self.lock())
     }
 
-    /// True if a commit must wait: the maps hold their limit and flushes are pending. While an
-    /// export holds newer maps back from sled, the limit is [`EXPORT_ROOM_FACTOR`] times
-    /// higher, so a follower's snapshot stream does not stall apply.
+    /// True if a commit must wait: the maps hold their limit and flushes are pending.
     fn full(&self, layers: &Layers) -> bool {
-        let limit = if layers.fence.is_some() {
-            self.config.max_bytes.saturating_mul(EXPORT_ROOM_FACTOR)
-        } else {
-            self.config.max_bytes
-        };
-        layers.bytes() >= limit && !layers.frozen.is_empty()
+        layers.bytes() >= self.config.max_bytes && !layers.frozen.is_empty()
     }
 
     /// Waits while memory is full and flushes are pending (counted as a stall).
     fn room<'a>(&self, mut layers: MutexGuard<'a, Layers>) -> MutexGuard<'a, Layers> {
         if self.full(&layers) {
+            let started = Instant::now();
+            let (bytes, exporting) = (layers.bytes(), layers.exporting);
             layers.stalls += 1;
             layers.waiting += 1;
             while self.full(&layers) {
                 layers = self.wait_changed(layers);
             }
             layers.waiting -= 1;
+            tracing::debug!(
+                waited_ms = started.elapsed().as_millis() as u64,
+                bytes,
+                exporting,
+                frozen = layers.frozen.len(),
+                "memtable full: the writer waited for the flush thread"
+            );
         }
         layers
     }
@@ -324,8 +340,8 @@ impl Memtable {
         let Layers {
             resident, journal, ..
         } = &mut *layers;
-        let entry = journal.layer_entry(resident).map(|entry| {
-            bytes += entry.rows.len();
+        let entry = journal.take_layer(resident).map(|entry| {
+            bytes += entry.estimated_bytes;
             writes.insert(
                 resident_journal::seq_record(),
                 Some(resident_journal::encode_seq(entry.seq)),
@@ -353,7 +369,7 @@ impl Memtable {
     pub fn get(&self, key: &[u8]) -> Lookup {
         let layers = self.lock();
         if resident::contains(key) {
-            return Lookup::Found(layers.resident.get(key).cloned());
+            return Lookup::Found(layers.resident.get(key).map(<[u8]>::to_vec));
         }
         if let Some(write) = layers.active.get(key) {
             return Lookup::Found(write.value.clone());
@@ -414,15 +430,10 @@ impl Memtable {
         self.lock().waiting
     }
 
-    /// Frozen maps the flush thread may write now.
+    /// Frozen maps waiting for the flush thread.
     #[cfg(test)]
     fn writable(&self) -> usize {
-        let layers = self.lock();
-        layers
-            .frozen
-            .iter()
-            .filter(|f| layers.fence.is_none_or(|fence| f.seq <= fence))
-            .count()
+        self.lock().frozen.len()
     }
 
     /// Freezes the active map now.
@@ -437,10 +448,9 @@ impl Memtable {
     pub fn next_to_write(&self) -> Option<ToWrite> {
         let mut layers = self.lock();
         loop {
-            if let Some(oldest) = layers.frozen.front()
-                && layers.fence.is_none_or(|fence| oldest.seq <= fence)
-            {
+            if let Some(oldest) = layers.frozen.front() {
                 return Some(ToWrite {
+                    seq: oldest.seq,
                     writes: oldest.writes.clone(),
                     entry: oldest.entry.clone(),
                 });
@@ -448,7 +458,7 @@ impl Memtable {
             if layers.stopped {
                 return None;
             }
-            if layers.fence.is_none() && self.due(&layers) {
+            if self.due(&layers) {
                 self.freeze(&mut layers);
                 continue;
             }
@@ -497,29 +507,49 @@ impl Memtable {
         }
     }
 
-    /// Starts a snapshot export: freezes the active map and hands out the frozen maps; the
-    /// flush thread writes nothing newer until [`Memtable::end_export`]. One export at a time:
-    /// a second one waits for the first to end.
+    /// Starts a snapshot export: freezes the active map and hands out the frozen maps; from
+    /// now until [`Memtable::end_export`] the flush thread keeps the pre-images of the rows it
+    /// writes from newer maps ([`Memtable::preimages`]). One export at a time: a second one
+    /// waits for the first to end.
     pub fn begin_export(&self) -> ExportLayers {
         let mut layers = self.lock();
-        while layers.fence.is_some() {
+        while layers.exporting {
             layers = self.wait_changed(layers);
         }
+        let locked = Instant::now();
         if !layers.active.is_empty() {
             self.freeze(&mut layers);
         }
-        layers.fence = Some(layers.next_seq.saturating_sub(1));
-        ExportLayers {
+        layers.exporting = true;
+        // Before any newer map can be frozen (this lock is held): the flush thread keeps the
+        // pre-images of the rows of every map numbered from here on.
+        self.preimages.begin(layers.next_seq);
+        let export = ExportLayers {
             layers: layers.frozen.iter().map(|f| f.writes.clone()).collect(),
             resident: layers.resident.clone(),
-        }
+        };
+        tracing::debug!(
+            held_us = locked.elapsed().as_micros() as u64,
+            bytes = layers.bytes(),
+            frozen = layers.frozen.len(),
+            "snapshot export begun"
+        );
+        export
     }
 
-    /// Ends the export begun last: the flush thread may write newer maps again.
+    /// Ends the export begun last: its pre-images are dropped.
     pub fn end_export(&self) {
-        self.lock().fence = None;
+        let mut layers = self.lock();
+        tracing::debug!(
+            bytes = layers.bytes(),
+            frozen = layers.frozen.len(),
+            preimage_bytes = self.preimages.bytes(),
+            "snapshot export ended"
+        );
+        layers.exporting = false;
+        self.preimages.end();
+        drop(layers);
         self.changed.notify_all();
-        self.to_write.notify_all();
     }
 
     /// Drops everything in memory (a snapshot replaces the state), after pending flushes; the
@@ -527,7 +557,7 @@ impl Memtable {
     /// journal's next entry number.
     pub fn discard(&self) -> u64 {
         let mut layers = self.lock();
-        while !layers.frozen.is_empty() || layers.fence.is_some() {
+        while !layers.frozen.is_empty() || layers.exporting {
             layers = self.wait_changed(layers);
         }
         layers.active.clear();

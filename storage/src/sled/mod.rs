@@ -14,6 +14,7 @@ pub mod background;
 mod current_snapshot;
 mod db;
 mod memtable;
+mod preimage;
 mod recovery;
 mod resident;
 mod resident_journal;

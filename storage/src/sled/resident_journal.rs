@@ -13,6 +13,12 @@
 //!
 //! Every entry has a sequence number; the layer's sled batch records it (see
 //! [`seq_record`]), so a restart knows which entry sled's state goes with.
+//!
+//! A layer freezes under the memtable's lock, so it only *takes* its entry there
+//! ([`ResidentJournal::take_layer`]: the changed keys and the tables as they are, a clone that
+//! copies nothing); the flush thread encodes it ([`PendingEntry::encode`]) before it logs it.
+//! Whether it is a base or a delta is decided when it is taken, from an estimate of the
+//! delta's size (the changed rows at the tables' mean row size).
 
 use std::collections::BTreeSet;
 
@@ -59,6 +65,56 @@ pub struct JournalEntry {
 /// Rows as an entry stores them: `None` removes the row (deltas only).
 type Rows = Vec<(ByteBuf, Option<ByteBuf>)>;
 
+/// An entry taken when its layer froze, encoded later by the flush thread.
+#[derive(Debug, Clone)]
+pub struct PendingEntry {
+    /// Its place in the journal.
+    pub seq: u64,
+    /// True for a base (every row), false for a delta.
+    pub base: bool,
+    /// The tables as of the layer (sharing their nodes with the live tables).
+    tables: ResidentTables,
+    /// For a delta: the rows changed since the layer before.
+    changed: BTreeSet<Vec<u8>>,
+    /// About the bytes its encoding takes (what the memtable accounts it at).
+    pub estimated_bytes: usize,
+}
+
+impl PendingEntry {
+    /// The entry, encoded.
+    pub fn encode(&self) -> JournalEntry {
+        let rows = if self.base {
+            encode_base(&self.tables)
+        } else {
+            let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
+                .changed
+                .iter()
+                .map(|key| {
+                    (
+                        serde_bytes::Bytes::new(key),
+                        self.tables.get(key).map(serde_bytes::Bytes::new),
+                    )
+                })
+                .collect();
+            codec::encode(&rows)
+        };
+        JournalEntry {
+            seq: self.seq,
+            base: self.base,
+            rows,
+        }
+    }
+}
+
+/// Every row of `tables`, as a base stores them.
+fn encode_base(tables: &ResidentTables) -> Vec<u8> {
+    let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = tables
+        .iter()
+        .map(|(k, v)| (serde_bytes::Bytes::new(k), Some(serde_bytes::Bytes::new(v))))
+        .collect();
+    codec::encode(&rows)
+}
+
 /// Applies the rows of an entry (a base replaces `tables` first).
 pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
     let rows: Rows = codec::decode("resident journal entry", &entry.rows)?;
@@ -85,8 +141,8 @@ pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
 #[derive(Debug, Default)]
 pub struct ResidentJournal {
     next_seq: u64,
-    /// Encoded bytes of the entries since the last base (the base included); `None` before the
-    /// first base, which the next layer then writes.
+    /// Bytes of the entries since the last base (the base included; deltas as estimated);
+    /// `None` before the first base, which the next layer then writes.
     since_base: Option<usize>,
     /// Rows changed since the last layer.
     changed: BTreeSet<Vec<u8>>,
@@ -130,8 +186,18 @@ impl ResidentJournal {
     }
 
     /// The entry that brings the persisted journal up to `tables` (the tables as of the layer
-    /// being frozen): a delta of the changed rows, or a new base. `None` if nothing changed.
+    /// being frozen), encoded at once: [`ResidentJournal::take_layer`] then
+    /// [`PendingEntry::encode`].
+    #[cfg(test)]
     pub fn layer_entry(&mut self, tables: &ResidentTables) -> Option<JournalEntry> {
+        self.take_layer(tables).map(|pending| pending.encode())
+    }
+
+    /// The entry that brings the persisted journal up to `tables` (the tables as of the layer
+    /// being frozen): a delta of the changed rows, or a new base once the deltas since the last
+    /// one would exceed [`REBASE_FACTOR`] times the tables (plus [`REBASE_SLACK`]). `None` if
+    /// nothing changed. Costs no time in proportion to the rows: they are encoded later.
+    pub fn take_layer(&mut self, tables: &ResidentTables) -> Option<PendingEntry> {
         if !self.has_changes() {
             return None;
         }
@@ -139,41 +205,42 @@ impl ResidentJournal {
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);
-        let written = match self.since_base {
-            Some(written) => written,
-            None => return Some(self.base(tables)),
+        let delta_bytes = changed
+            .len()
+            .saturating_mul(tables.bytes() / tables.len().max(1));
+        let base = match self.since_base {
+            None => true,
+            Some(written) => written.saturating_add(delta_bytes) > limit,
         };
-        let rows: Rows = changed
-            .into_iter()
-            .map(|key| {
-                let value = tables.get(&key).cloned().map(ByteBuf::from);
-                (ByteBuf::from(key), value)
-            })
-            .collect();
-        let rows = codec::encode(&rows);
-        if written.saturating_add(rows.len()) > limit {
-            return Some(self.base(tables));
-        }
-        self.since_base = Some(written + rows.len());
-        Some(self.entry(false, rows))
+        let (changed, estimated_bytes) = if base {
+            self.since_base = Some(tables.bytes());
+            (BTreeSet::new(), tables.bytes())
+        } else {
+            self.since_base = self.since_base.map(|w| w.saturating_add(delta_bytes));
+            (changed, delta_bytes)
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        Some(PendingEntry {
+            seq,
+            base,
+            tables: tables.clone(),
+            changed,
+            estimated_bytes,
+        })
     }
 
     /// A base entry of `tables` (what a snapshot install starts the journal with).
     pub fn base(&mut self, tables: &ResidentTables) -> JournalEntry {
         self.changed.clear();
-        let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = tables
-            .iter()
-            .map(|(k, v)| (serde_bytes::Bytes::new(k), Some(serde_bytes::Bytes::new(v))))
-            .collect();
-        let rows = codec::encode(&rows);
-        self.since_base = Some(rows.len());
-        self.entry(true, rows)
-    }
-
-    fn entry(&mut self, base: bool, rows: Vec<u8>) -> JournalEntry {
+        self.since_base = Some(tables.bytes());
         let seq = self.next_seq;
         self.next_seq += 1;
-        JournalEntry { seq, base, rows }
+        JournalEntry {
+            seq,
+            base: true,
+            rows: encode_base(tables),
+        }
     }
 }
 

@@ -16,8 +16,9 @@ use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
 use crate::error::{Result, StorageError};
 use crate::layout::Table;
 use crate::sled::current_snapshot::{CurrentSnapshot, Offered, OpenSnapshot, Rule};
-use crate::sled::memtable::ResidentState;
 use crate::sled::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
+use crate::sled::memtable::{ResidentState, ToWrite};
+use crate::sled::preimage::{Exported, Preimages};
 use crate::sled::resident::{self, ResidentTables};
 use crate::sled::resident_journal::{self, ResidentJournal};
 use crate::sled::resident_log::ResidentLog;
@@ -122,19 +123,32 @@ struct Layered<'a> {
     memory: Peekable<std::vec::IntoIter<Write>>,
 }
 
+/// `tree`'s entries in `[start, end)`, copied out of sled.
+fn sled_range<'a>(
+    tree: &'a ::sled::Tree,
+    start: &[u8],
+    end: &[u8],
+) -> impl Iterator<Item = Result<KvPair>> + 'a {
+    let bounds = (
+        Bound::Included(start.to_vec()),
+        Bound::Excluded(end.to_vec()),
+    );
+    tree.range::<Vec<u8>, _>(bounds).map(|entry| {
+        entry
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .map_err(StorageError::from)
+    })
+}
+
 impl<'a> Layered<'a> {
     /// `tree`'s entries in `[start, end)` (`start < end`) under `memory`, the in-memory writes
     /// of the same range in ascending order.
     fn over(tree: &'a ::sled::Tree, start: &[u8], end: &[u8], memory: Vec<Write>) -> RangeIter<'a> {
-        let bounds = (
-            Bound::Included(start.to_vec()),
-            Bound::Excluded(end.to_vec()),
-        );
-        let base: RangeIter<'a> = Box::new(tree.range::<Vec<u8>, _>(bounds).map(|entry| {
-            entry
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(StorageError::from)
-        }));
+        Layered::on(Box::new(sled_range(tree, start, end)), memory)
+    }
+
+    /// `base`'s entries under `memory`, both ascending over the same range.
+    fn on(base: RangeIter<'a>, memory: Vec<Write>) -> RangeIter<'a> {
         Box::new(Layered {
             base: base.peekable(),
             memory: memory.into_iter().peekable(),
@@ -254,6 +268,23 @@ pub(crate) fn write_each<'a>(
     Ok(())
 }
 
+/// Writes a frozen memtable layer into `tree` key by key (see [`write_each`]), keeping the
+/// pre-image of each row an export in progress still has to read before it is written.
+fn write_layer(tree: &::sled::Tree, preimages: &Preimages, layer: &ToWrite) -> ::sled::Result<()> {
+    for (key, write) in layer.writes.iter() {
+        preimages.keep(tree, layer.seq, key)?;
+        match write {
+            Some(value) => {
+                tree.insert(key.as_slice(), value.as_slice())?;
+            }
+            None => {
+                tree.remove(key.as_slice())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Moves frozen memtable layers into the active sled tree, key by key ([`write_each`]), after
 /// their reply memory entry is durable in its log; the layer's consensus records (the last
 /// table in key order) land last. A failed write is retried (the layer stays readable and
@@ -264,7 +295,9 @@ fn flush_loop(
     log: Arc<Mutex<ResidentLog>>,
 ) {
     while let Some(frozen) = memtable.next_to_write() {
-        if let Some(entry) = &frozen.entry
+        // Encoded here, outside every lock the writer takes.
+        let entry = frozen.entry.as_ref().map(|entry| entry.encode());
+        if let Some(entry) = &entry
             && let Err(err) = lock_log(&log).append(entry)
         {
             tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
@@ -277,12 +310,12 @@ fn flush_loop(
         }) else {
             return;
         };
-        let written = write_each(
-            &tree,
-            frozen
-                .writes
-                .iter()
-                .map(|(key, write)| (key.as_slice(), write.as_deref())),
+        let started = std::time::Instant::now();
+        let written = write_layer(&tree, memtable.preimages(), &frozen);
+        tracing::debug!(
+            keys = frozen.writes.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "memtable layer written to sled"
         );
         // Let go of the tree before telling anyone: a waiter of the last flush may drop the
         // store and open it again at once, which sled refuses while a handle is alive.
@@ -424,6 +457,16 @@ impl StateTree {
         self.inner.memtable.stalls()
     }
 
+    /// Bytes of the pre-images a snapshot export in progress keeps (see `preimage`).
+    pub fn preimage_bytes(&self) -> usize {
+        self.inner.memtable.preimages().bytes()
+    }
+
+    /// Times the flush thread waited because an export's pre-images were at their cap.
+    pub fn preimage_waits(&self) -> u64 {
+        self.inner.memtable.preimages().cap_waits()
+    }
+
     /// Writes a snapshot of the whole state (without the consensus records) named `id`,
     /// covering the log up to `last_index`, offers it as the current snapshot (see
     /// [`SnapshotExport::write`]) and returns the current one. Blocking.
@@ -440,9 +483,10 @@ impl StateTree {
             .file)
     }
 
-    /// Starts a snapshot export of the state as it is now, without stopping apply: the export
-    /// reads sled under the memtable maps of this moment, and newer maps stay in memory until
-    /// it ends (see [`Memtable::begin_export`]). Read what the snapshot covers from
+    /// Starts a snapshot export of the state as it is now, without stopping apply or the
+    /// flushes: the export reads sled as it was at this moment (pre-images of the rows written
+    /// since, see `preimage`) under the memtable maps of this moment (see
+    /// [`Memtable::begin_export`]). Read what the snapshot covers from
     /// [`SnapshotExport::view`], then [`SnapshotExport::write`] it (from any thread).
     pub fn begin_export(&self) -> SnapshotExport {
         let layers = self.inner.memtable.begin_export();
@@ -451,6 +495,7 @@ impl StateTree {
                 tree: self.active().1,
                 layers: layers.layers,
                 resident: layers.resident,
+                memtable: self.inner.memtable.clone(),
             },
             state: self.clone(),
         }
@@ -628,7 +673,7 @@ impl SnapshotExport {
                 return Err(err);
             }
         };
-        drop(self); // the export is on disk: newer maps may reach sled again
+        drop(self); // the export is on disk: its pre-images are dropped
         reservation.offer(file, last_index, Rule::IfNotOlder)
     }
 }
@@ -639,25 +684,28 @@ impl Drop for SnapshotExport {
     }
 }
 
-/// The state at the start of an export: sled under the memtable maps of that moment, and the
-/// resident tables of that moment.
+/// The state at the start of an export: sled as it was then (its rows written since read from
+/// their pre-images) under the memtable maps of that moment, and the resident tables of that
+/// moment. Ranges are read in key order, each once (see [`Exported`]).
 pub struct ExportView {
     tree: ::sled::Tree,
     layers: Vec<Arc<Writes>>,
     resident: ResidentTables,
+    /// Whose pre-images the export reads.
+    memtable: Arc<Memtable>,
 }
 
 impl OrderedRead for ExportView {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         if resident::contains(key) {
-            return Ok(self.resident.get(key).cloned());
+            return Ok(self.resident.get(key).map(<[u8]>::to_vec));
         }
         for layer in self.layers.iter().rev() {
             if let Some(write) = layer.get(key) {
                 return Ok(write.clone());
             }
         }
-        Ok(self.tree.get(key)?.map(|v| v.to_vec()))
+        self.memtable.preimages().get(&self.tree, key)
     }
 
     fn range<'a>(&'a self, start: &[u8], end: &[u8]) -> RangeIter<'a> {
@@ -682,7 +730,11 @@ impl ExportView {
             return Box::new(std::iter::empty());
         }
         let memory = merge_range(self.layers.iter().map(|l| l.as_ref()), start, end);
-        Layered::over(&self.tree, start, end, memory)
+        let sled = sled_range(&self.tree, start, end);
+        Layered::on(
+            Box::new(Exported::new(sled, self.memtable.preimages(), start, end)),
+            memory,
+        )
     }
 }
 

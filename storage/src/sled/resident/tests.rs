@@ -45,3 +45,25 @@ fn encoding_round_trips_and_bytes_follow_the_rows() {
     tables.remove(b"q1");
     assert_eq!((tables.len(), tables.bytes(), tables.replies()), (0, 0, 0));
 }
+
+/// A layer and an export keep the tables as they were when they took them, whatever is
+/// written afterwards (the persistent map copies on write).
+#[test]
+fn a_clone_keeps_the_rows_it_was_taken_with() {
+    let mut tables = ResidentTables::default();
+    for i in 0..1_000u32 {
+        tables.put(i.to_be_bytes().to_vec(), b"old".to_vec());
+    }
+    let taken = tables.clone();
+    for i in 0..1_000u32 {
+        if i % 2 == 0 {
+            tables.put(i.to_be_bytes().to_vec(), b"new".to_vec());
+        } else {
+            tables.remove(&i.to_be_bytes());
+        }
+    }
+    assert_eq!(taken.len(), 1_000);
+    assert!(taken.iter().all(|(_, value)| value == b"old"));
+    assert_eq!(tables.len(), 500);
+    assert_eq!(tables.get(&0u32.to_be_bytes()), Some(&b"new"[..]));
+}

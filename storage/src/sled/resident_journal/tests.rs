@@ -56,6 +56,28 @@ fn deltas_follow_a_base_and_replay_to_the_same_tables() {
     assert_eq!(rebuild(&entries), tables);
 }
 
+/// The flush thread encodes an entry after its layer froze, while apply goes on changing the
+/// tables: the entry still holds the rows as they were when it was taken.
+#[test]
+fn a_taken_entry_encodes_the_rows_as_they_were_when_taken() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    tables.put(row(1), b"one".to_vec());
+    let base = journal.take_layer(&tables).expect("base");
+    tables.put(row(1), b"uno".to_vec());
+    journal.note(&row(1));
+    tables.put(row(2), b"two".to_vec());
+    journal.note(&row(2));
+    let delta = journal.take_layer(&tables).expect("delta");
+    let as_taken = tables.clone();
+    tables.put(row(1), b"later".to_vec());
+    tables.remove(&row(2));
+    tables.put(row(3), b"three".to_vec());
+    let entries = [base.encode(), delta.encode()];
+    assert!(entries[0].base && !entries[1].base);
+    assert_eq!(rebuild(&entries), as_taken);
+}
+
 #[test]
 fn a_delta_holds_only_the_rows_that_changed() {
     let mut tables = ResidentTables::default();
@@ -183,14 +205,14 @@ proptest! {
                         tables = rebuild(&entries);
                         let next = entries.last().map_or(0, |e| e.seq + 1);
                         journal = ResidentJournal::starting_at(next);
-                        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = tables.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = tables.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
                         prop_assert_eq!(&rebuilt, &model, "a restart finds the last layer's tables");
                     }
                 }
             }
         }
         entries.extend(journal.layer_entry(&tables));
-        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = rebuild(&entries).iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let rebuilt: BTreeMap<Vec<u8>, Vec<u8>> = rebuild(&entries).iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
         prop_assert_eq!(rebuilt, model);
         prop_assert!(entries.windows(2).all(|w| w[1].seq == w[0].seq + 1), "sequence numbers are consecutive");
     }

@@ -171,8 +171,8 @@ fn resident_ranges_cross_chunk_boundaries_in_order() {
     assert!(all.windows(2).all(|w| w[0] < w[1]), "ascending");
 }
 
-/// A snapshot holds the state at the start of its export, whatever is applied meanwhile,
-/// including rows already flushed to sled and resident rows.
+/// A snapshot holds the state at the start of its export, whatever is applied and written to
+/// sled meanwhile, including rows already flushed to sled and resident rows.
 #[test]
 fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -195,6 +195,8 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
     later.insert(b"added".to_vec(), TxnWrite::Put(b"new".to_vec()));
     later.insert(reply.clone(), TxnWrite::Put(b"new".to_vec()));
     state.commit(later).expect("commit");
+    // The later writes reach sled while the export runs (their pre-images are kept for it).
+    state.flush_memtable();
     assert_eq!(
         export.view().get(b"flushed").expect("read"),
         Some(b"old".to_vec())
@@ -218,8 +220,7 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
             (reply, b"old".to_vec()),
         ]
     );
-    // the later writes are all there for readers, and reach sled after the export
-    state.flush_memtable();
+    // the later writes are all there for readers
     let view = state.view();
     assert_eq!(view.get(b"flushed").expect("read"), Some(b"new".to_vec()));
     assert_eq!(view.get(b"memory").expect("read"), None);

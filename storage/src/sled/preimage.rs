@@ -1,0 +1,290 @@
+//! Pre-images: what sled held when a snapshot export began, for the rows the flush thread
+//! overwrites or removes while the export still has to read them.
+//!
+//! A snapshot export reads sled in key order under the memtable layers of its start (see
+//! [`Memtable::begin_export`](crate::sled::memtable::Memtable::begin_export)). The flush
+//! thread does not wait for it: before it writes a row of a newer layer into sled, it keeps
+//! the row's value as sled has it then (`None`: absent) here, unless the export has read past
+//! that key already or a pre-image of it is kept. The export reads sled and lets a kept
+//! pre-image win ([`Exported`]), so it sees sled exactly as it was at its start while sled
+//! moves on; a pre-image is dropped as soon as the export has read past its key. So apply never
+//! waits for an export to finish, and the memtable does not hold back what sled could take.
+//!
+//! Memory is bounded: pre-images hold at most the cap given to [`Preimages::new`] (keys,
+//! values and a fixed overhead per row). At the cap the flush thread waits until the export has
+//! read past some kept rows (or has ended), and writers then wait for memtable room as they
+//! would without an export; the waits are counted ([`Preimages::cap_waits`]).
+//!
+//! Why this is exact, whatever sled's iterator shows of concurrent writes: every pre-image is
+//! kept (under the lock) before its row is written, and the export checks the kept rows (under
+//! the same lock) after it read a row from sled. A row the export finds in sled is either
+//! unchanged since the start or has its start value kept; a row sled no longer shows but held
+//! at the start was removed after its pre-image was kept; a row new since the start has a
+//! pre-image of `None`.
+
+use std::collections::BTreeMap;
+use std::ops::Bound::{Excluded, Included};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::engine::KvPair;
+use crate::error::{Result, StorageError};
+
+/// Bytes a kept row is accounted at beyond its key and value.
+const ROW_OVERHEAD: usize = 64;
+
+/// The export being tracked.
+struct Tracking {
+    /// Layers numbered below this are in the export's view: their writes need no pre-image
+    /// (the export reads them from the layers).
+    first_after: u64,
+    /// The export has read every key up to this one (`None`: none yet).
+    passed: Option<Vec<u8>>,
+    /// Pre-images of the keys after `passed` written since the start.
+    rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    bytes: usize,
+}
+
+impl Tracking {
+    fn is_behind(&self, key: &[u8]) -> bool {
+        self.passed.as_deref().is_some_and(|passed| key <= passed)
+    }
+
+    /// Removes the kept row of `key`, if any, and returns it.
+    fn take(&mut self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let value = self.rows.remove(key)?;
+        self.bytes = self.bytes.saturating_sub(row_bytes(key, &value));
+        Some(value)
+    }
+}
+
+fn row_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+    key.len() + value.as_ref().map_or(0, Vec::len) + ROW_OVERHEAD
+}
+
+#[derive(Default)]
+struct State {
+    tracking: Option<Tracking>,
+    /// Times the flush thread waited at the cap.
+    cap_waits: u64,
+}
+
+/// The pre-images of the export in progress (one at a time), shared by the flush thread and
+/// the export.
+pub struct Preimages {
+    state: Mutex<State>,
+    /// Signalled when kept rows were dropped or the export ended.
+    moved: Condvar,
+    cap_bytes: usize,
+}
+
+impl Preimages {
+    /// No export yet; pre-images will hold at most `cap_bytes`.
+    pub fn new(cap_bytes: usize) -> Preimages {
+        Preimages {
+            state: Mutex::new(State::default()),
+            moved: Condvar::new(),
+            cap_bytes,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An export begins; its view holds the memtable layers numbered below `first_after`. Call
+    /// before the flush thread may write a newer layer (under the memtable's lock).
+    pub fn begin(&self, first_after: u64) {
+        self.lock().tracking = Some(Tracking {
+            first_after,
+            passed: None,
+            rows: BTreeMap::new(),
+            bytes: 0,
+        });
+    }
+
+    /// The export ended: its pre-images are dropped and a waiting flush thread goes on.
+    pub fn end(&self) {
+        self.lock().tracking = None;
+        self.moved.notify_all();
+    }
+
+    /// For the flush thread, before it writes `key` of layer `seq` into `tree`: keeps the row's
+    /// value in sled if the export still has to read it. Waits while the pre-images are at
+    /// their cap.
+    pub fn keep(&self, tree: &::sled::Tree, seq: u64, key: &[u8]) -> ::sled::Result<()> {
+        let mut state = self.lock();
+        let mut waited = false;
+        loop {
+            let Some(tracking) = state.tracking.as_ref() else {
+                return Ok(());
+            };
+            if seq < tracking.first_after
+                || tracking.is_behind(key)
+                || tracking.rows.contains_key(key)
+            {
+                return Ok(());
+            }
+            if tracking.bytes < self.cap_bytes {
+                break;
+            }
+            if !waited {
+                waited = true;
+                state.cap_waits += 1;
+            }
+            state = self.moved.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        // Read under the lock: the export cannot pass the key meanwhile.
+        let value = tree.get(key)?.map(|v| v.to_vec());
+        if let Some(tracking) = state.tracking.as_mut() {
+            tracking.bytes += row_bytes(key, &value);
+            tracking.rows.insert(key.to_vec(), value);
+        }
+        Ok(())
+    }
+
+    /// Bytes of the pre-images kept now.
+    pub fn bytes(&self) -> usize {
+        self.lock().tracking.as_ref().map_or(0, |t| t.bytes)
+    }
+
+    /// Times the flush thread waited because the pre-images were at their cap.
+    pub fn cap_waits(&self) -> u64 {
+        self.lock().cap_waits
+    }
+
+    /// `key` as sled held it at the export's start, for a key the export has not read past.
+    pub fn get(&self, tree: &::sled::Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let state = self.lock();
+        if let Some(tracking) = state.tracking.as_ref() {
+            if tracking.is_behind(key) {
+                return Err(behind());
+            }
+            if let Some(value) = tracking.rows.get(key) {
+                return Ok(value.clone());
+            }
+        }
+        // Under the lock: the flush thread keeps a pre-image before it writes the key.
+        Ok(tree.get(key)?.map(|v| v.to_vec()))
+    }
+}
+
+fn behind() -> StorageError {
+    StorageError::Io(std::io::Error::other(
+        "a snapshot export read a key it had already read past",
+    ))
+}
+
+/// sled's rows of a range as they were at the export's start: sled's current rows, with the
+/// kept pre-images winning (and supplying the rows removed since). Reads in key order, once.
+pub struct Exported<'a, I: Iterator<Item = Result<KvPair>>> {
+    sled: std::iter::Peekable<I>,
+    preimages: &'a Preimages,
+    /// Inclusive start of the range.
+    start: Vec<u8>,
+    /// True until the position was checked (a range behind the export's position cannot be
+    /// read as it was).
+    unchecked: bool,
+    /// True once the end was reached (sled's iterator is not fused: it may hand out a row
+    /// written after it reported its end).
+    ended: bool,
+    /// Exclusive end of the range (for rows sled no longer holds).
+    end: Vec<u8>,
+}
+
+impl<'a, I: Iterator<Item = Result<KvPair>>> Exported<'a, I> {
+    /// `sled` iterates sled's rows with `start <= key < end`. Ranges must be read in key
+    /// order, each after the one before it: reading one that starts at or before a key an
+    /// earlier range reached is an error.
+    pub fn new(sled: I, preimages: &'a Preimages, start: &[u8], end: &[u8]) -> Self {
+        Exported {
+            sled: sled.peekable(),
+            preimages,
+            start: start.to_vec(),
+            unchecked: true,
+            ended: false,
+            end: end.to_vec(),
+        }
+    }
+}
+
+impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
+    type Item = Result<KvPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            let next_in_sled = match self.sled.peek() {
+                Some(Err(_)) => return self.sled.next(),
+                Some(Ok((key, _))) => Some(key.clone()),
+                None => None,
+            };
+            let mut state = self.preimages.lock();
+            let Some(tracking) = state.tracking.as_mut() else {
+                return Some(Err(StorageError::Io(std::io::Error::other(
+                    "a snapshot export read after it ended",
+                ))));
+            };
+            if std::mem::take(&mut self.unchecked) && tracking.is_behind(&self.start) {
+                return Some(Err(behind()));
+            }
+            // A row sled hands out at or behind the position (its view of a leaf may lag):
+            // read already, or new since the start.
+            if next_in_sled
+                .as_deref()
+                .is_some_and(|key| tracking.is_behind(key))
+            {
+                drop(state);
+                self.sled.next();
+                continue;
+            }
+            // The first kept row after the position (within the range), up to sled's next row
+            // (or the end).
+            let lower = match &tracking.passed {
+                Some(passed) if passed.as_slice() >= self.start.as_slice() => {
+                    Excluded(passed.as_slice())
+                }
+                _ => Included(self.start.as_slice()),
+            };
+            let upper = match &next_in_sled {
+                Some(key) => Included(key.as_slice()),
+                None => Excluded(self.end.as_slice()),
+            };
+            let kept = tracking
+                .rows
+                .range::<[u8], _>((lower, upper))
+                .next()
+                .map(|(key, _)| key.clone());
+            let row = match kept {
+                Some(key) => {
+                    let value = tracking.take(&key).flatten();
+                    if next_in_sled.as_ref() == Some(&key) {
+                        self.sled.next(); // sled's newer value is shadowed
+                    }
+                    tracking.passed = Some(key.clone());
+                    value.map(|value| (key, value))
+                }
+                None => match self.sled.next() {
+                    Some(Ok((key, value))) => {
+                        tracking.passed = Some(key.clone());
+                        Some((key, value))
+                    }
+                    Some(Err(err)) => return Some(Err(err)),
+                    None => {
+                        self.ended = true;
+                        return None;
+                    }
+                },
+            };
+            drop(state);
+            self.preimages.moved.notify_all();
+            if let Some(row) = row {
+                return Some(Ok(row));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
