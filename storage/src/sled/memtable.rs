@@ -34,7 +34,8 @@
 //! never reach sled, and range scans do not wade through their tombstones. A row
 //! whose map froze in between is removed with a tombstone, as any other. The active map is a
 //! plain map of writes (which keys are fresh is kept beside it), so freezing it moves the map
-//! as it is: nothing under the lock costs time in proportion to its rows.
+//! as it is, and the set of fresh keys is freed after the lock is let go: a commit that
+//! freezes costs no time in proportion to the map's rows.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -53,9 +54,11 @@ pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// One buffered write: the key and its new value (`None`: removed).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
-/// The pre-images an export keeps may hold this many times [`MemtableConfig::max_bytes`]
-/// (at most four times in all while an export runs, as when newer maps were held back).
-pub const PREIMAGE_ROOM_FACTOR: usize = 3;
+/// The pre-images an export keeps may hold this many times [`MemtableConfig::max_bytes`]: with
+/// the maps in memory and those the export took (which it keeps after they reach sled), at
+/// most four times [`MemtableConfig::max_bytes`] while an export runs, as when newer maps were
+/// held back.
+pub const PREIMAGE_ROOM_FACTOR: usize = 2;
 
 /// Bytes a write is accounted at beyond its key and value (map node, vectors).
 const ENTRY_OVERHEAD: usize = 64;
@@ -181,8 +184,9 @@ pub enum Lookup {
     Absent,
 }
 
-/// The state at the start of a snapshot export: sled (which receives only `layers` until the
-/// export ends) under `layers` (oldest first), and the resident tables of that moment.
+/// The state at the start of a snapshot export: sled as it was then (the flush thread keeps the
+/// pre-images of what it writes meanwhile) under `layers` (oldest first), and the resident
+/// tables of that moment.
 pub struct ExportLayers {
     /// Frozen maps, oldest first.
     pub layers: Vec<Arc<Writes>>,
@@ -316,7 +320,9 @@ impl Memtable {
             // Fresh removals emptied it: the interval starts again with the next write.
             layers.active_since = None;
         } else if self.due(&layers) {
-            self.freeze(&mut layers);
+            let fresh = self.freeze(&mut layers);
+            drop(layers);
+            drop(fresh);
         }
     }
 
@@ -328,9 +334,11 @@ impl Memtable {
                     .is_some_and(|since| since.elapsed() >= self.config.flush_interval))
     }
 
-    fn freeze(&self, layers: &mut Layers) {
+    /// Freezes the active map; returns its set of fresh keys, for the caller to free once it let
+    /// go of the lock.
+    fn freeze(&self, layers: &mut Layers) -> BTreeSet<Vec<u8>> {
         let mut writes: Writes = std::mem::take(&mut layers.active);
-        layers.fresh.clear();
+        let fresh = std::mem::take(&mut layers.fresh);
         let mut bytes = std::mem::take(&mut layers.active_bytes);
         let Layers {
             resident, journal, ..
@@ -357,6 +365,7 @@ impl Memtable {
         layers.frozen_bytes += bytes;
         layers.active_since = None;
         self.to_write.notify_all();
+        fresh
     }
 
     /// The newest write of `key` in memory (a resident table's row, or its absence, is always
@@ -430,7 +439,7 @@ impl Memtable {
     #[cfg(test)]
     fn flush_now(&self) {
         let mut layers = self.lock();
-        self.freeze(&mut layers);
+        drop(self.freeze(&mut layers));
     }
 
     /// For the flush thread: waits until a frozen map may be written (freezing the active map
@@ -449,7 +458,7 @@ impl Memtable {
                 return None;
             }
             if self.due(&layers) {
-                self.freeze(&mut layers);
+                drop(self.freeze(&mut layers));
                 continue;
             }
             let wait = layers
@@ -489,7 +498,7 @@ impl Memtable {
     pub fn flush_all(&self) {
         let mut layers = self.lock();
         if !layers.nothing_active() {
-            self.freeze(&mut layers);
+            drop(self.freeze(&mut layers));
         }
         let newest = layers.next_seq;
         while layers.frozen.front().is_some_and(|f| f.seq < newest) {
@@ -508,7 +517,7 @@ impl Memtable {
         }
         let locked = Instant::now();
         if !layers.active.is_empty() {
-            self.freeze(&mut layers);
+            drop(self.freeze(&mut layers));
         }
         layers.exporting = true;
         // Before any newer map can be frozen (this lock is held): the flush thread keeps the

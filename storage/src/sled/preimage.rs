@@ -3,12 +3,15 @@
 //!
 //! A snapshot export reads sled in key order under the memtable layers of its start (see
 //! [`Memtable::begin_export`](crate::sled::memtable::Memtable::begin_export)). The flush
-//! thread does not wait for it: before it writes a row of a newer layer into sled, it keeps
-//! the row's value as sled has it then (`None`: absent) here, unless the export has read past
-//! that key already or a pre-image of it is kept. The export reads sled and lets a kept
-//! pre-image win ([`Exported`]), so it sees sled exactly as it was at its start while sled
-//! moves on; a pre-image is dropped as soon as the export has read past its key. So apply never
-//! waits for an export to finish, and the memtable does not hold back what sled could take.
+//! thread does not wait for it: before it writes a row of a layer frozen after the export
+//! began into sled, it keeps the row's value as sled has it then (`None`: absent) here, unless
+//! the export has read past that key already or a pre-image of it is kept (rows of the layers
+//! in the export's view need none: the export reads them from those layers). The export reads
+//! sled and lets a kept pre-image win ([`Exported`]), so it sees sled exactly as it was at its
+//! start while sled moves on; pre-images are dropped as soon as the export's position passes
+//! their keys (a range it finished or skipped counts as passed: ranges are read in key order).
+//! So apply never waits for an export to finish, and the memtable does not hold back what sled
+//! could take.
 //!
 //! Memory is bounded: pre-images hold at most the cap given to [`Preimages::new`] (keys,
 //! values and a fixed overhead per row). At the cap the flush thread waits until the export has
@@ -32,21 +35,55 @@ use crate::error::{Result, StorageError};
 /// Bytes a kept row is accounted at beyond its key and value.
 const ROW_OVERHEAD: usize = 64;
 
+/// How far an export has read: every key below `key`, and `key` itself when `inclusive`.
+struct Position {
+    key: Vec<u8>,
+    inclusive: bool,
+}
+
+impl Position {
+    fn covers(&self, key: &[u8]) -> bool {
+        key < self.key.as_slice() || (self.inclusive && key == self.key.as_slice())
+    }
+}
+
 /// The export being tracked.
 struct Tracking {
     /// Layers numbered below this are in the export's view: their writes need no pre-image
     /// (the export reads them from the layers).
     first_after: u64,
-    /// The export has read every key up to this one (`None`: none yet).
-    passed: Option<Vec<u8>>,
-    /// Pre-images of the keys after `passed` written since the start.
+    /// How far the export has read (`None`: nothing yet).
+    position: Option<Position>,
+    /// Pre-images of keys ahead of the position written since the start.
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     bytes: usize,
 }
 
 impl Tracking {
     fn is_behind(&self, key: &[u8]) -> bool {
-        self.passed.as_deref().is_some_and(|passed| key <= passed)
+        self.position.as_ref().is_some_and(|p| p.covers(key))
+    }
+
+    /// Moves the position forward to `key` (never back) and drops the pre-images behind it.
+    fn advance(&mut self, key: &[u8], inclusive: bool) {
+        let forward = match &self.position {
+            None => true,
+            Some(p) => key > p.key.as_slice() || (key == p.key.as_slice() && inclusive),
+        };
+        if !forward {
+            return;
+        }
+        let mut ahead = self.rows.split_off(key);
+        if inclusive && let Some(value) = ahead.remove(key) {
+            self.bytes = self.bytes.saturating_sub(row_bytes(key, &value));
+        }
+        for (dropped, value) in std::mem::replace(&mut self.rows, ahead) {
+            self.bytes = self.bytes.saturating_sub(row_bytes(&dropped, &value));
+        }
+        self.position = Some(Position {
+            key: key.to_vec(),
+            inclusive,
+        });
     }
 
     /// Removes the kept row of `key`, if any, and returns it.
@@ -96,7 +133,7 @@ impl Preimages {
     pub fn begin(&self, first_after: u64) {
         self.lock().tracking = Some(Tracking {
             first_after,
-            passed: None,
+            position: None,
             rows: BTreeMap::new(),
             bytes: 0,
         });
@@ -226,8 +263,12 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
                     "a snapshot export read after it ended",
                 ))));
             };
-            if std::mem::take(&mut self.unchecked) && tracking.is_behind(&self.start) {
-                return Some(Err(behind()));
+            if std::mem::take(&mut self.unchecked) {
+                if tracking.is_behind(&self.start) {
+                    return Some(Err(behind()));
+                }
+                // Ranges are read in key order: nothing below this one is read any more.
+                tracking.advance(&self.start, false);
             }
             // A row sled hands out at or behind the position (its view of a leaf may lag):
             // read already, or new since the start.
@@ -239,21 +280,15 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
                 self.sled.next();
                 continue;
             }
-            // The first kept row after the position (within the range), up to sled's next row
-            // (or the end).
-            let lower = match &tracking.passed {
-                Some(passed) if passed.as_slice() >= self.start.as_slice() => {
-                    Excluded(passed.as_slice())
-                }
-                _ => Included(self.start.as_slice()),
-            };
+            // The first kept row ahead of the position (within the range: the position is at
+            // least the range's start), up to sled's next row (or the end).
             let upper = match &next_in_sled {
                 Some(key) => Included(key.as_slice()),
                 None => Excluded(self.end.as_slice()),
             };
             let kept = tracking
                 .rows
-                .range::<[u8], _>((lower, upper))
+                .range::<[u8], _>((Included(self.start.as_slice()), upper))
                 .next()
                 .map(|(key, _)| key.clone());
             let row = match kept {
@@ -262,16 +297,20 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
                     if next_in_sled.as_ref() == Some(&key) {
                         self.sled.next(); // sled's newer value is shadowed
                     }
-                    tracking.passed = Some(key.clone());
+                    tracking.advance(&key, true);
                     value.map(|value| (key, value))
                 }
                 None => match self.sled.next() {
                     Some(Ok((key, value))) => {
-                        tracking.passed = Some(key.clone());
+                        tracking.advance(&key, true);
                         Some((key, value))
                     }
                     Some(Err(err)) => return Some(Err(err)),
                     None => {
+                        // The whole range is read.
+                        tracking.advance(&self.end, false);
+                        drop(state);
+                        self.preimages.moved.notify_all();
                         self.ended = true;
                         return None;
                     }

@@ -15,12 +15,14 @@
 //! [`seq_record`]), so a restart knows which entry sled's state goes with.
 //!
 //! A layer freezes under the memtable's lock, so it only *takes* its entry there
-//! ([`ResidentJournal::take_layer`]: the changed keys and the tables as they are, a clone that
-//! copies nothing); the flush thread encodes it ([`PendingEntry::encode`]) before it logs it.
-//! Whether it is a base or a delta is decided when it is taken, from an estimate of the
-//! delta's size (the changed rows at the tables' mean row size).
+//! ([`ResidentJournal::take_layer`]: for a delta the changed rows, their values shared, not
+//! copied; for a base the tables as they are, a clone that copies nothing); the flush thread
+//! encodes it ([`PendingEntry::encode`]) before it logs it. Whether it is a base or a delta is
+//! decided when it is taken, from an estimate of the delta's size (the changed rows at the
+//! tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_bytes::ByteBuf;
 
@@ -34,6 +36,8 @@ use crate::sled::resident::ResidentTables;
 pub const REBASE_FACTOR: usize = 2;
 /// ... plus this many bytes (small tables are rebased rarely).
 pub const REBASE_SLACK: usize = 1 << 20;
+/// A changed row is estimated at no less than this (a removal still writes its key).
+pub const MIN_DELTA_ROW_BYTES: usize = 32;
 
 /// Key of the record in sled that names the journal entry the state tree's resident tables are
 /// at (a consensus-layer record: not part of the keyspace digest or snapshot dumps).
@@ -72,31 +76,41 @@ pub struct PendingEntry {
     pub seq: u64,
     /// True for a base (every row), false for a delta.
     pub base: bool,
-    /// The tables as of the layer (sharing their nodes with the live tables).
-    tables: ResidentTables,
-    /// For a delta: the rows changed since the layer before.
-    changed: BTreeSet<Vec<u8>>,
+    /// The rows, as they were when it was taken.
+    rows: PendingRows,
     /// About the bytes its encoding takes (what the memtable accounts it at).
     pub estimated_bytes: usize,
+}
+
+/// A changed row as a delta takes it: its key and its value then (`None`: removed), shared.
+type ChangedRow = (Vec<u8>, Option<Arc<[u8]>>);
+
+/// The rows of a [`PendingEntry`].
+#[derive(Debug, Clone)]
+enum PendingRows {
+    /// Every row: the tables as of the layer (sharing their nodes with the live tables).
+    Base(ResidentTables),
+    /// The rows changed since the layer before, ascending (`None`: removed).
+    Delta(Vec<ChangedRow>),
 }
 
 impl PendingEntry {
     /// The entry, encoded.
     pub fn encode(&self) -> JournalEntry {
-        let rows = if self.base {
-            encode_base(&self.tables)
-        } else {
-            let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
-                .changed
-                .iter()
-                .map(|key| {
-                    (
-                        serde_bytes::Bytes::new(key),
-                        self.tables.get(key).map(serde_bytes::Bytes::new),
-                    )
-                })
-                .collect();
-            codec::encode(&rows)
+        let rows = match &self.rows {
+            PendingRows::Base(tables) => encode_base(tables),
+            PendingRows::Delta(changed) => {
+                let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = changed
+                    .iter()
+                    .map(|(key, value)| {
+                        (
+                            serde_bytes::Bytes::new(key),
+                            value.as_deref().map(serde_bytes::Bytes::new),
+                        )
+                    })
+                    .collect();
+                codec::encode(&rows)
+            }
         };
         JournalEntry {
             seq: self.seq,
@@ -196,7 +210,8 @@ impl ResidentJournal {
     /// The entry that brings the persisted journal up to `tables` (the tables as of the layer
     /// being frozen): a delta of the changed rows, or a new base once the deltas since the last
     /// one would exceed [`REBASE_FACTOR`] times the tables (plus [`REBASE_SLACK`]). `None` if
-    /// nothing changed. Costs no time in proportion to the rows: they are encoded later.
+    /// nothing changed. Encodes nothing (the flush thread does): a delta costs one lookup per
+    /// changed row, a base a clone that copies nothing.
     pub fn take_layer(&mut self, tables: &ResidentTables) -> Option<PendingEntry> {
         if !self.has_changes() {
             return None;
@@ -205,27 +220,32 @@ impl ResidentJournal {
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);
-        let delta_bytes = changed
-            .len()
-            .saturating_mul(tables.bytes() / tables.len().max(1));
+        let row_bytes = (tables.bytes() / tables.len().max(1)).max(MIN_DELTA_ROW_BYTES);
+        let delta_bytes = changed.len().saturating_mul(row_bytes);
         let base = match self.since_base {
             None => true,
             Some(written) => written.saturating_add(delta_bytes) > limit,
         };
-        let (changed, estimated_bytes) = if base {
+        let (rows, estimated_bytes) = if base {
             self.since_base = Some(tables.bytes());
-            (BTreeSet::new(), tables.bytes())
+            (PendingRows::Base(tables.clone()), tables.bytes())
         } else {
             self.since_base = self.since_base.map(|w| w.saturating_add(delta_bytes));
-            (changed, delta_bytes)
+            let rows = changed
+                .into_iter()
+                .map(|key| {
+                    let value = tables.get_shared(&key);
+                    (key, value)
+                })
+                .collect();
+            (PendingRows::Delta(rows), delta_bytes)
         };
         let seq = self.next_seq;
         self.next_seq += 1;
         Some(PendingEntry {
             seq,
             base,
-            tables: tables.clone(),
-            changed,
+            rows,
             estimated_bytes,
         })
     }

@@ -285,24 +285,30 @@ fn write_layer(tree: &::sled::Tree, preimages: &Preimages, layer: &ToWrite) -> :
     Ok(())
 }
 
-/// Moves frozen memtable layers into the active sled tree, key by key ([`write_each`]), after
+/// Moves frozen memtable layers into the active sled tree, key by key ([`write_layer`]), after
 /// their reply memory entry is durable in its log; the layer's consensus records (the last
 /// table in key order) land last. A failed write is retried (the layer stays readable and
-/// writers eventually wait): nothing is dropped.
+/// writers eventually wait): nothing is dropped, and an entry already in the log is not
+/// appended again.
 fn flush_loop(
     memtable: Arc<Memtable>,
     active: std::sync::Weak<RwLock<(String, ::sled::Tree)>>,
     log: Arc<Mutex<ResidentLog>>,
 ) {
+    // The journal entry appended last (a retried layer must not log it twice).
+    let mut logged: Option<u64> = None;
     while let Some(frozen) = memtable.next_to_write() {
-        // Encoded here, outside every lock the writer takes.
-        let entry = frozen.entry.as_ref().map(|entry| entry.encode());
-        if let Some(entry) = &entry
-            && let Err(err) = lock_log(&log).append(entry)
+        if let Some(pending) = &frozen.entry
+            && logged != Some(pending.seq)
         {
-            tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
-            std::thread::sleep(Duration::from_secs(1));
-            continue;
+            // Encoded here, outside every lock the writer takes.
+            let entry = pending.encode();
+            if let Err(err) = lock_log(&log).append(&entry) {
+                tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            logged = Some(pending.seq);
         }
         let Some(tree) = active.upgrade().map(|active| match active.read() {
             Ok(guard) => guard.1.clone(),

@@ -152,6 +152,43 @@ fn nothing_is_kept_without_an_export_and_an_ended_export_drops_its_rows() {
     );
 }
 
+/// Rows in a gap between two ranges, or in a range already read to its end, are never read
+/// again: their pre-images are dropped and no new ones are kept.
+#[test]
+fn finished_ranges_and_gaps_keep_nothing() {
+    let tree = tree();
+    fill(&tree, &[("a", "1"), ("m", "2"), ("x", "3")]);
+    let preimages = Preimages::new(1 << 20);
+    preimages.begin(FIRST_AFTER);
+    flush(&preimages, &tree, b"b", Some(b"new"));
+    flush(&preimages, &tree, b"n", Some(b"new"));
+    let below: Vec<KvPair> = exported(&tree, &preimages, b"a", b"c")
+        .collect::<Result<_>>()
+        .expect("below");
+    assert_eq!(below, pairs(&[("a", "1")]));
+    let after_below = preimages.bytes();
+    flush(&preimages, &tree, b"bb", Some(b"new"));
+    assert_eq!(
+        preimages.bytes(),
+        after_below,
+        "bb is inside a finished range"
+    );
+    let mut above = exported(&tree, &preimages, b"m", b"y");
+    assert_eq!(
+        above.next().transpose().expect("m"),
+        Some(pairs(&[("m", "2")])[0].clone())
+    );
+    flush(&preimages, &tree, b"f", Some(b"new"));
+    assert_eq!(
+        preimages.get(&tree, b"f").ok(),
+        None,
+        "the gap between the ranges is behind the export"
+    );
+    let rest: Vec<KvPair> = above.collect::<Result<_>>().expect("above");
+    assert_eq!(rest, pairs(&[("x", "3")]));
+    assert_eq!(preimages.bytes(), 0);
+}
+
 /// Found by the property test below: sled's iterator, once it has answered "no more rows",
 /// may answer a row written after that on the next call. The export has ended there (the row
 /// is new since its start) and stays ended; a row sled hands back behind the export's position
@@ -273,5 +310,6 @@ proptest! {
             read.push(row.expect("row"));
         }
         prop_assert_eq!(read, start);
+        prop_assert_eq!(preimages.bytes(), 0, "nothing is kept behind the end of the range");
     }
 }

@@ -217,3 +217,28 @@ proptest! {
         prop_assert!(entries.windows(2).all(|w| w[1].seq == w[0].seq + 1), "sequence numbers are consecutive");
     }
 }
+
+/// Replies that come and go within one layer leave the tables empty when it freezes, and a
+/// delta of removals each time: those count too, so the journal still rebases (its log files
+/// are pruned only behind a base).
+#[test]
+fn removals_into_empty_tables_still_lead_to_a_new_base() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    journal.layer_entry(&tables).expect("the first base");
+    let mut layers_to_base = None;
+    for layer in 1..10_000u32 {
+        for i in 0..100 {
+            tables.put(row(layer * 100 + i), vec![1; 100]);
+            journal.note(&row(layer * 100 + i));
+            tables.remove(&row(layer * 100 + i));
+        }
+        let entry = journal.layer_entry(&tables).expect("removals");
+        if entry.base {
+            layers_to_base = Some(layer);
+            break;
+        }
+    }
+    let layers = layers_to_base.expect("a base within 10,000 layers");
+    assert!(layers * 100 * MIN_DELTA_ROW_BYTES as u32 > REBASE_SLACK as u32);
+}
