@@ -575,6 +575,14 @@ async fn a_get_flood_of_a_big_value_stays_within_the_budgets() {
 const FLOOD_USER_PROPERTIES: usize = 150_000;
 /// Flooding requests.
 const FLOOD_REQUESTS: usize = 30;
+/// What the flood's freed memory may keep resident beyond the slack: mimalloc returns freed
+/// pages to the system only after its purge delay, so the decoded properties of refused
+/// packets (~10 MB each, freed in a burst) stay in the resident size meanwhile. Measured
+/// 2026-12-06 on a debug build: the leader's peak growth was 48-73 MiB in ten runs of the
+/// binary before that day's storage change and 41-95 MiB in eleven runs after it (80 was this
+/// test's bound; one CI run failed at 85), and 27-36 MiB with `MIMALLOC_PURGE_DELAY=0`
+/// (after). Holding the 30 packets (300 MB and more) still fails.
+const ALLOCATOR_RETENTION_MIB: u64 = 48;
 
 /// User-property flood (issue 27): 30 requests each carrying 150,000 empty user properties
 /// (750 KB on the wire, ~7 MB once decoded) are refused at the door with no reply, counted as
@@ -616,7 +624,7 @@ async fn a_user_property_flood_is_refused_at_the_door() {
         "user-property flood: {counted} dropped, {} answered",
         attacker.replies()
     );
-    let bound = REQUEST_BUDGET_MIB + SLACK_MIB;
+    let bound = REQUEST_BUDGET_MIB + SLACK_MIB + ALLOCATOR_RETENTION_MIB;
     let grown = growth("user-property flood", &watch, bound);
     well_behaved
         .finish()
