@@ -95,6 +95,10 @@ pub struct Stalls {
     /// Starts of snapshot builds (`statestore_disk_snapshot_duration_seconds{op="begin"}`:
     /// the memory layers are held, apply waits), their number and seconds in all.
     pub snapshot_begins: CauseStalls,
+    /// Times a node's flush thread waited because a snapshot export's pre-images were at their
+    /// cap (`statestore_disk_snapshot_preimage_waits_total`; commits wait behind it once the
+    /// memtable is full).
+    pub preimage_waits: u64,
 }
 
 /// The stalls of apply with one `waiting_on` label.
@@ -184,6 +188,7 @@ impl Stalls {
             apply_over_100ms: total.saturating_sub(under("0.1")),
             longest_under_secs,
             process: count("statestore_process_stalls_total"),
+            preimage_waits: count("statestore_disk_snapshot_preimage_waits_total"),
         }
     }
 }
@@ -196,6 +201,7 @@ const STALL_SERIES: &[&str] = &[
     "statestore_process_stalls_total",
     "statestore_disk_snapshot_duration_seconds_count",
     "statestore_disk_snapshot_duration_seconds_sum",
+    "statestore_disk_snapshot_preimage_waits_total",
 ];
 
 impl ScaleReport {
@@ -314,10 +320,10 @@ impl ScaleReport {
             },
         );
         row(
-            "snapshot builds started while loading (count, seconds holding the memory layers)",
+            "snapshot builds started while loading (count, seconds holding the memory layers), flush waits for pre-image room",
             format!(
-                "{} / {:.3} s",
-                st.snapshot_begins.count, st.snapshot_begins.seconds
+                "{} / {:.3} s, {}",
+                st.snapshot_begins.count, st.snapshot_begins.seconds, st.preimage_waits
             ),
         );
         row("stop (SIGTERM → exit), s", format!("{:.2}", self.stop_secs));
@@ -663,6 +669,10 @@ mod tests {
         assert_eq!(stalls.apply_over_100ms, 1, "one of them over 100 ms");
         assert_eq!(stalls.longest_under_secs, Some(0.25));
         assert_eq!(stalls.process, 2);
+        assert_eq!(
+            stalls.preimage_waits, 4,
+            "the flush waited four times for pre-image room"
+        );
         assert_eq!(
             stalls.by_cause.len(),
             1,

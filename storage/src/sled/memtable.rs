@@ -446,19 +446,24 @@ impl Memtable {
     /// itself when it has aged past the interval) and returns it; `None` once stopped.
     pub fn next_to_write(&self) -> Option<ToWrite> {
         let mut layers = self.lock();
+        // Freed after the lock is let go (this thread runs at a lower priority).
+        let mut fresh = BTreeSet::new();
         loop {
             if let Some(oldest) = layers.frozen.front() {
-                return Some(ToWrite {
+                let next = ToWrite {
                     seq: oldest.seq,
                     writes: oldest.writes.clone(),
                     entry: oldest.entry.clone(),
-                });
+                };
+                drop(layers);
+                drop(fresh);
+                return Some(next);
             }
             if layers.stopped {
                 return None;
             }
             if self.due(&layers) {
-                drop(self.freeze(&mut layers));
+                fresh = self.freeze(&mut layers);
                 continue;
             }
             let wait = layers
@@ -516,9 +521,12 @@ impl Memtable {
             layers = self.wait_changed(layers);
         }
         let locked = Instant::now();
-        if !layers.active.is_empty() {
-            drop(self.freeze(&mut layers));
-        }
+        // Freed after the lock is let go (exports run at a lower priority).
+        let fresh = if layers.active.is_empty() {
+            BTreeSet::new()
+        } else {
+            self.freeze(&mut layers)
+        };
         layers.exporting = true;
         // Before any newer map can be frozen (this lock is held): the flush thread keeps the
         // pre-images of the rows of every map numbered from here on.
@@ -533,6 +541,8 @@ impl Memtable {
             frozen = layers.frozen.len(),
             "snapshot export begun"
         );
+        drop(layers);
+        drop(fresh);
         export
     }
 

@@ -117,11 +117,6 @@ impl ResidentTables {
         self.rows.get(key).map(|v| &**v)
     }
 
-    /// A row's value, shared (no copy).
-    pub fn get_shared(&self, key: &[u8]) -> Option<Arc<[u8]>> {
-        self.rows.get(key).cloned()
-    }
-
     /// Up to `limit` rows with `start <= key < end`, ascending (copied).
     pub fn range(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         if start >= end {

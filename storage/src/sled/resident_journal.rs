@@ -14,15 +14,18 @@
 //! Every entry has a sequence number; the layer's sled batch records it (see
 //! [`seq_record`]), so a restart knows which entry sled's state goes with.
 //!
-//! A layer freezes under the memtable's lock, so it only *takes* its entry there
-//! ([`ResidentJournal::take_layer`]: for a delta the changed rows, their values shared, not
-//! copied; for a base the tables as they are, a clone that copies nothing); the flush thread
-//! encodes it ([`PendingEntry::encode`]) before it logs it. Whether it is a base or a delta is
-//! decided when it is taken, from an estimate of the delta's size (the changed rows at the
-//! tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each).
+//! A layer freezes under the memtable's lock, so it only *takes* its entry there, in time that
+//! does not grow with the rows ([`ResidentJournal::take_layer`]: the set of changed keys, moved,
+//! and the tables as they are, a clone that copies nothing); the flush thread reads the changed
+//! rows from that version and encodes them ([`PendingEntry::encode`]) before it logs the entry.
+//! (Reading the rows under the lock instead cost the writer 60-230 ms per layer at 25,000
+//! changed rows on a loaded two-core machine: see BENCHMARKS.md.) A pending version shares every
+//! node with the live tables except those changed since it was taken, so it holds at most one
+//! copy of the tables, for as long as its layer waits for the flush thread. Whether it is a base
+//! or a delta is decided when it is taken, from an estimate of the delta's size (the changed rows
+//! at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use serde_bytes::ByteBuf;
 
@@ -76,41 +79,32 @@ pub struct PendingEntry {
     pub seq: u64,
     /// True for a base (every row), false for a delta.
     pub base: bool,
-    /// The rows, as they were when it was taken.
-    rows: PendingRows,
+    /// The tables as of the layer (sharing their nodes with the live tables).
+    tables: ResidentTables,
+    /// For a delta: the keys of the rows changed since the layer before. (A base keeps the set
+    /// too, unread, so that it is freed by the flush thread and not under the memtable's lock.)
+    changed: BTreeSet<Vec<u8>>,
     /// About the bytes its encoding takes (what the memtable accounts it at).
     pub estimated_bytes: usize,
 }
 
-/// A changed row as a delta takes it: its key and its value then (`None`: removed), shared.
-type ChangedRow = (Vec<u8>, Option<Arc<[u8]>>);
-
-/// The rows of a [`PendingEntry`].
-#[derive(Debug, Clone)]
-enum PendingRows {
-    /// Every row: the tables as of the layer (sharing their nodes with the live tables).
-    Base(ResidentTables),
-    /// The rows changed since the layer before, ascending (`None`: removed).
-    Delta(Vec<ChangedRow>),
-}
-
 impl PendingEntry {
-    /// The entry, encoded.
+    /// The entry, encoded (a delta's rows read from the tables as of its layer).
     pub fn encode(&self) -> JournalEntry {
-        let rows = match &self.rows {
-            PendingRows::Base(tables) => encode_base(tables),
-            PendingRows::Delta(changed) => {
-                let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = changed
-                    .iter()
-                    .map(|(key, value)| {
-                        (
-                            serde_bytes::Bytes::new(key),
-                            value.as_deref().map(serde_bytes::Bytes::new),
-                        )
-                    })
-                    .collect();
-                codec::encode(&rows)
-            }
+        let rows = if self.base {
+            encode_base(&self.tables)
+        } else {
+            let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
+                .changed
+                .iter()
+                .map(|key| {
+                    (
+                        serde_bytes::Bytes::new(key),
+                        self.tables.get(key).map(serde_bytes::Bytes::new),
+                    )
+                })
+                .collect();
+            codec::encode(&rows)
         };
         JournalEntry {
             seq: self.seq,
@@ -210,8 +204,8 @@ impl ResidentJournal {
     /// The entry that brings the persisted journal up to `tables` (the tables as of the layer
     /// being frozen): a delta of the changed rows, or a new base once the deltas since the last
     /// one would exceed [`REBASE_FACTOR`] times the tables (plus [`REBASE_SLACK`]). `None` if
-    /// nothing changed. Encodes nothing (the flush thread does): a delta costs one lookup per
-    /// changed row, a base a clone that copies nothing.
+    /// nothing changed. Reads and encodes no row (the flush thread does): its time does not grow
+    /// with the rows.
     pub fn take_layer(&mut self, tables: &ResidentTables) -> Option<PendingEntry> {
         if !self.has_changes() {
             return None;
@@ -226,26 +220,20 @@ impl ResidentJournal {
             None => true,
             Some(written) => written.saturating_add(delta_bytes) > limit,
         };
-        let (rows, estimated_bytes) = if base {
+        let estimated_bytes = if base {
             self.since_base = Some(tables.bytes());
-            (PendingRows::Base(tables.clone()), tables.bytes())
+            tables.bytes()
         } else {
             self.since_base = self.since_base.map(|w| w.saturating_add(delta_bytes));
-            let rows = changed
-                .into_iter()
-                .map(|key| {
-                    let value = tables.get_shared(&key);
-                    (key, value)
-                })
-                .collect();
-            (PendingRows::Delta(rows), delta_bytes)
+            delta_bytes
         };
         let seq = self.next_seq;
         self.next_seq += 1;
         Some(PendingEntry {
             seq,
             base,
-            rows,
+            tables: tables.clone(),
+            changed,
             estimated_bytes,
         })
     }
