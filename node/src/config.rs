@@ -95,6 +95,9 @@ pub struct ClusterConfig {
     pub snapshot_after_proposals: u64,
     /// ... or once this many log entries were (an entry is a batch of concurrent writes).
     pub snapshot_after_entries: u64,
+    /// ... and not before the log since the last one holds this percentage of the state's
+    /// bytes (0: no such condition).
+    pub snapshot_after_state_percent: u64,
     /// Log entries kept behind a snapshot.
     pub entries_kept_after_snapshot: u64,
     /// How long the leader waits for a follower to acknowledge replicated entries before it
@@ -514,6 +517,7 @@ impl Config {
             election_timeout_max: Duration::from_millis(c.election_timeout_max_ms),
             snapshot_after_proposals: c.snapshot_after_proposals,
             snapshot_after_entries: c.snapshot_after_entries,
+            snapshot_after_state_percent: c.snapshot_after_state_percent,
             entries_kept_after_snapshot: c.entries_kept_after_snapshot,
             peer_timeouts: PeerTimeouts {
                 replication: Duration::from_millis(c.replication_timeout_ms),

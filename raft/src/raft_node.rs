@@ -42,6 +42,9 @@ pub struct RaftConfig {
     pub snapshot_after_proposals: u64,
     /// ... or once this many log entries were (an entry holds one or many proposals).
     pub snapshot_after_entries: u64,
+    /// ... and not before the log since the last one holds this percentage of the state's
+    /// bytes (see [`crate::state_machine::SnapshotTrigger`]; 0: no such condition).
+    pub snapshot_after_state_percent: u64,
     /// Entries kept in the log after a snapshot, for followers that are only a little behind.
     pub entries_kept_after_snapshot: u64,
     /// Peer connection and replication deadlines.
@@ -72,6 +75,7 @@ impl Default for RaftConfig {
             election_timeout_max: Duration::from_millis(500),
             snapshot_after_proposals: 200_000,
             snapshot_after_entries: 50_000,
+            snapshot_after_state_percent: 25,
             entries_kept_after_snapshot: 1_000,
             peer_timeouts: PeerTimeouts::default(),
             snapshot_timeout: Duration::from_secs(60),
@@ -267,6 +271,7 @@ impl RaftNode {
         let trigger = SnapshotTrigger {
             after_proposals: config.snapshot_after_proposals,
             after_entries: config.snapshot_after_entries,
+            state_percent: config.snapshot_after_state_percent,
         };
         let state_machine = StateMachine::new(store.clone(), sink, storage_metrics, trigger)
             .map_err(StopCause::StateMachine)?;

@@ -21,6 +21,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
+use statestore_storage::keyspace;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
 use statestore_storage::sled::{
     Offered, OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
@@ -60,13 +61,44 @@ impl EventSink for DiscardEvents {
     fn deliver(&self, _events: Vec<TracedEvent>) {}
 }
 
-/// When a snapshot is worth building.
+/// When a snapshot is worth building: after [`SnapshotTrigger::after_proposals`] proposals or
+/// [`SnapshotTrigger::after_entries`] entries, and not before the log since the last snapshot
+/// holds [`SnapshotTrigger::state_percent`] % of the state's bytes.
+///
+/// The last condition keeps the cost of snapshots in proportion to the writes that make them
+/// necessary. Every snapshot writes the whole state; with a fixed count, loading N keys wrote
+/// snapshots of about N²/(2·after_proposals) keys in all (at 3,000,000 keys each node exported
+/// one snapshot right after the other), while with a share of the state the sizes grow
+/// geometrically and the total stays a few times the final state. The price: a node that
+/// stopped uncleanly replays up to that share of the state from its log.
 #[derive(Debug, Clone, Copy)]
 pub struct SnapshotTrigger {
     /// Proposals applied since the last snapshot.
     pub after_proposals: u64,
     /// Log entries applied since the last snapshot.
     pub after_entries: u64,
+    /// Bytes of log entries applied since the last snapshot, in percent of the bytes the state
+    /// holds (keys and values, remembered replies); 0: no such condition.
+    pub state_percent: u64,
+}
+
+impl SnapshotTrigger {
+    /// True if a snapshot is due after `proposals` proposals in `entries` entries of
+    /// `log_bytes` bytes since the last one; `state_bytes` is asked only when the counts are
+    /// reached.
+    pub(crate) fn due(
+        &self,
+        proposals: u64,
+        entries: u64,
+        log_bytes: u64,
+        state_bytes: impl FnOnce() -> u64,
+    ) -> bool {
+        let counted = proposals >= self.after_proposals || entries >= self.after_entries;
+        counted
+            && (self.state_percent == 0
+                || u128::from(log_bytes) * 100
+                    >= u128::from(state_bytes()) * u128::from(self.state_percent))
+    }
 }
 
 impl SnapshotTrigger {
@@ -82,6 +114,7 @@ impl SnapshotTrigger {
         SnapshotTrigger {
             after_proposals: raise(self.after_proposals),
             after_entries: raise(self.after_entries),
+            state_percent: raise(self.state_percent),
         }
     }
 }
@@ -91,6 +124,7 @@ impl Default for SnapshotTrigger {
         SnapshotTrigger {
             after_proposals: 200_000,
             after_entries: 50_000,
+            state_percent: 25,
         }
     }
 }
@@ -103,6 +137,8 @@ pub struct StateMachine {
     trigger: SnapshotTrigger,
     proposals_since_snapshot: u64,
     entries_since_snapshot: u64,
+    /// Bytes of the proposal batches applied since the last snapshot.
+    log_bytes_since_snapshot: u64,
     /// Applies entries on its own thread.
     applier: Applier,
 }
@@ -130,6 +166,7 @@ impl StateMachine {
             trigger: trigger.jittered(),
             proposals_since_snapshot: 0,
             entries_since_snapshot: 0,
+            log_bytes_since_snapshot: 0,
             applier,
         })
     }
@@ -176,6 +213,7 @@ impl StateMachine {
         })();
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
+        self.log_bytes_since_snapshot = 0;
         SnapshotBuilder {
             prepared: Some(meta.map(|meta| (export, meta))),
             metrics: self.metrics.clone(),
@@ -186,6 +224,19 @@ impl StateMachine {
     /// Where a snapshot received from a peer is written before it is installed.
     pub fn incoming_snapshot_path(&self) -> PathBuf {
         self.state.incoming_snapshot_path()
+    }
+}
+
+/// Bytes the state holds: keys and values, and remembered replies (what a snapshot mostly
+/// writes; the device-bound queues are not counted). 0 if the record does not read: the
+/// snapshot is then due by its counts alone.
+fn state_bytes(state: &StateTree) -> u64 {
+    match keyspace::read::meta(&state.view()) {
+        Ok(meta) => meta.bytes.saturating_add(meta.remembered_reply_bytes),
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot read the keyspace's size for the snapshot trigger");
+            0
+        }
     }
 }
 
@@ -321,6 +372,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             if let EntryPayload::Normal(batch) = &entry.payload {
                 proposals += batch.len();
                 self.proposals_since_snapshot += batch.len() as u64;
+                self.log_bytes_since_snapshot += batch.encoded().len() as u64;
             }
             chunk.push((entry, responder));
             if proposals >= MAX_PROPOSALS_PER_COMMIT {
@@ -335,8 +387,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn try_create_snapshot_builder(&mut self, force: bool) -> Option<SnapshotBuilder> {
-        let due = self.proposals_since_snapshot >= self.trigger.after_proposals
-            || self.entries_since_snapshot >= self.trigger.after_entries;
+        let state = &self.state;
+        let due = self.trigger.due(
+            self.proposals_since_snapshot,
+            self.entries_since_snapshot,
+            self.log_bytes_since_snapshot,
+            || state_bytes(state),
+        );
         if !force && !due {
             return None;
         }
@@ -370,6 +427,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })?;
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
+        self.log_bytes_since_snapshot = 0;
         self.applier.reset();
         self.metrics
             .snapshot_seconds
@@ -399,3 +457,6 @@ impl StateMachine {
         &self.store
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -233,6 +233,8 @@ async fn a_killed_node_with_a_damaged_state_database_rebuilds_it_and_keeps_ackno
             extra_args: [
                 "--snapshot-after-entries",
                 "50",
+                "--snapshot-after-state-percent",
+                "0",
                 "--entries-kept-after-snapshot",
                 "10",
             ]

@@ -18,6 +18,8 @@ async fn follower_down_during_10000_writes_catches_up_by_snapshot() {
         &[
             "--snapshot-after-entries",
             "50",
+            "--snapshot-after-state-percent",
+            "0",
             "--entries-kept-after-snapshot",
             "10",
         ],

@@ -42,10 +42,13 @@ use statestore_tests::workload::{
     verify_acked,
 };
 
-/// Snapshots often (writes are batched: an entry holds several), so cuts meet them.
-const SNAPSHOT_FLAGS: [&str; 4] = [
+/// Snapshots often (writes are batched: an entry holds several), whatever the state's size (no
+/// share-of-the-state condition), so cuts meet them.
+const SNAPSHOT_FLAGS: [&str; 6] = [
     "--snapshot-after-entries",
     "60",
+    "--snapshot-after-state-percent",
+    "0",
     "--entries-kept-after-snapshot",
     "20",
 ];
@@ -55,9 +58,11 @@ const SNAPSHOT_FLAGS: [&str; 4] = [
 /// grown to 85 MB (30 cycles) the leader had purged past each snapshot before the joiner had
 /// installed it, sent the next one, and so on: the joiner never caught up (the defaults, a
 /// snapshot every 50,000 entries and 1,000 kept, leave a transfer 50,000 entries of room).
-const MEMBERSHIP_FLAGS: [&str; 4] = [
+const MEMBERSHIP_FLAGS: [&str; 6] = [
     "--snapshot-after-entries",
     "60",
+    "--snapshot-after-state-percent",
+    "0",
     "--entries-kept-after-snapshot",
     "1000",
 ];

@@ -244,6 +244,8 @@ async fn every_dashboard_query_returns_series_from_a_live_cluster() {
             "20",
             "--snapshot-after-entries",
             "20",
+            "--snapshot-after-state-percent",
+            "0",
             "--entries-kept-after-snapshot",
             "10",
         ],

@@ -227,6 +227,17 @@ pub const SETTINGS: &[Setting] = &[
                (an entry is a batch of up to 1,024 concurrent writes)",
     },
     Setting {
+        path: "cluster.snapshot_after_state_percent",
+        flag: flag("snapshot-after-state-percent", "PCT"),
+        default: D::Int(25),
+        kind: Kind::between(0, 1_000),
+        table: DocTable::Node,
+        help: "but not before the log since the last snapshot holds this percentage of the \
+               state's bytes (keys, values, remembered replies): snapshots of a large state \
+               come in proportion to the writes; a node that stopped uncleanly replays up to \
+               that much log; 0: the counts alone",
+    },
+    Setting {
         path: "cluster.entries_kept_after_snapshot",
         flag: flag("entries-kept-after-snapshot", "N"),
         default: D::Int(1_000),

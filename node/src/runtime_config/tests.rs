@@ -76,6 +76,10 @@ fn the_table_defaults_are_the_subsystems_defaults() {
     assert_eq!(ours.snapshot_after_proposals, raft.snapshot_after_proposals);
     assert_eq!(ours.snapshot_after_entries, raft.snapshot_after_entries);
     assert_eq!(
+        ours.snapshot_after_state_percent,
+        raft.snapshot_after_state_percent
+    );
+    assert_eq!(
         ours.entries_kept_after_snapshot,
         raft.entries_kept_after_snapshot
     );

@@ -344,7 +344,7 @@ impl Memtable {
             resident, journal, ..
         } = &mut *layers;
         let entry = journal.take_layer(resident).map(|entry| {
-            bytes += entry.estimated_bytes;
+            bytes += entry.held_bytes;
             writes.insert(
                 resident_journal::seq_record(),
                 Some(resident_journal::encode_seq(entry.seq)),

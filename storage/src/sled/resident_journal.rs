@@ -84,8 +84,12 @@ pub struct PendingEntry {
     /// For a delta: the keys of the rows changed since the layer before. (A base keeps the set
     /// too, unread, so that it is freed by the flush thread and not under the memtable's lock.)
     changed: BTreeSet<Vec<u8>>,
-    /// About the bytes its encoding takes (what the memtable accounts it at).
-    pub estimated_bytes: usize,
+    /// About the memory it holds until the flush thread has written it, what the memtable
+    /// accounts it at: the changed rows at the tables' mean row size, for a base too. (Its
+    /// version of the tables shares every node with the live tables but those changed since;
+    /// a base's encoding, a buffer of the whole tables, exists only while the flush thread
+    /// writes it, one at a time.)
+    pub held_bytes: usize,
 }
 
 impl PendingEntry {
@@ -220,12 +224,10 @@ impl ResidentJournal {
             None => true,
             Some(written) => written.saturating_add(delta_bytes) > limit,
         };
-        let estimated_bytes = if base {
-            self.since_base = Some(tables.bytes());
-            tables.bytes()
+        self.since_base = if base {
+            Some(tables.bytes())
         } else {
-            self.since_base = self.since_base.map(|w| w.saturating_add(delta_bytes));
-            delta_bytes
+            self.since_base.map(|w| w.saturating_add(delta_bytes))
         };
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -234,7 +236,7 @@ impl ResidentJournal {
             base,
             tables: tables.clone(),
             changed,
-            estimated_bytes,
+            held_bytes: delta_bytes,
         })
     }
 

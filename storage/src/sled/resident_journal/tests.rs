@@ -97,6 +97,44 @@ fn a_delta_holds_only_the_rows_that_changed() {
     );
 }
 
+/// The memtable accounts a pending entry at what it holds until written: the changed rows.
+/// A base shares the tables with the live ones, so a layer with a base must not count the whole
+/// reply memory against the memtable's room (it made apply wait for the flush of every base).
+#[test]
+fn a_pending_base_holds_its_changed_rows_not_the_whole_tables() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    for i in 0..10_000 {
+        tables.put(row(i), vec![1; 100]);
+        journal.note(&row(i));
+    }
+    let first = journal.take_layer(&tables).expect("the first base");
+    assert!(first.base);
+    assert!(first.held_bytes >= 10_000 * 100, "{}", first.held_bytes);
+    // Churn until the journal rebases: 50 rows changed per layer.
+    let mut rebased = None;
+    for round in 0..10_000u32 {
+        for i in 0..50 {
+            let key = row((round * 50 + i) % 10_000);
+            tables.put(key.clone(), vec![2; 100]);
+            journal.note(&key);
+        }
+        let entry = journal.take_layer(&tables).expect("an entry");
+        if entry.base {
+            rebased = Some(entry);
+            break;
+        }
+        assert!(entry.held_bytes < 50 * 200, "a delta: {}", entry.held_bytes);
+    }
+    let base = rebased.expect("the journal rebased");
+    assert!(
+        base.held_bytes < 50 * 200,
+        "a base of 10,000 rows after 50 changes held {} bytes",
+        base.held_bytes
+    );
+    assert!(base.encode().base);
+}
+
 #[test]
 fn churn_rebases_and_keeps_the_written_bytes_bounded() {
     let mut tables = ResidentTables::default();
