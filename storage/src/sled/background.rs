@@ -1,6 +1,7 @@
-//! Threads for background storage work (memtable flushes, snapshot exports), niced below the
-//! threads that serve Raft and clients: on a busy machine they take what CPU is left rather
-//! than delay heartbeats and replies.
+//! Threads for background storage work that nothing waits for (snapshot exports), niced below
+//! the threads that serve Raft and clients: on a busy machine they take what CPU is left rather
+//! than delay heartbeats and replies. (The memtable's flush thread is not one of them: apply
+//! waits for it once the memtable is full.)
 
 use thread_priority::{ThreadPriority, ThreadPriorityValue};
 
