@@ -99,9 +99,7 @@ impl SnapshotTrigger {
                 || u128::from(log_bytes) * 100
                     >= u128::from(state_bytes()) * u128::from(self.state_percent))
     }
-}
 
-impl SnapshotTrigger {
     /// The same trigger raised by a random 0–50 %: replicas reach a threshold at the same log
     /// position, and building all their snapshots at once would load every node together.
     fn jittered(self) -> SnapshotTrigger {

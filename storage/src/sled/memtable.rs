@@ -446,7 +446,7 @@ impl Memtable {
     /// itself when it has aged past the interval) and returns it; `None` once stopped.
     pub fn next_to_write(&self) -> Option<ToWrite> {
         let mut layers = self.lock();
-        // Freed after the lock is let go (this thread runs at a lower priority).
+        // Freed after the lock is let go: the writer may be waiting for it.
         let mut fresh = BTreeSet::new();
         loop {
             if let Some(oldest) = layers.frozen.front() {

@@ -18,8 +18,8 @@
 //! does not grow with the rows ([`ResidentJournal::take_layer`]: the set of changed keys, moved,
 //! and the tables as they are, a clone that copies nothing); the flush thread reads the changed
 //! rows from that version and encodes them ([`PendingEntry::encode`]) before it logs the entry.
-//! (Reading the rows under the lock instead cost the writer 60-230 ms per layer at 25,000
-//! changed rows on a loaded two-core machine: see BENCHMARKS.md.) A pending version shares every
+//! (Reading the rows under the lock instead cost the writer 64-234 ms per layer at 25,000
+//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.) A pending version shares every
 //! node with the live tables except those changed since it was taken, so it holds at most one
 //! copy of the tables, for as long as its layer waits for the flush thread. Whether it is a base
 //! or a delta is decided when it is taken, from an estimate of the delta's size (the changed rows

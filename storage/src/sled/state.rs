@@ -368,9 +368,10 @@ impl StateTree {
             let active = Arc::downgrade(&active);
             let log = log.clone();
             // At the serving threads' priority, not niced like an export: the memtable is
-            // bounded, so whatever this thread does not get done, apply waits for. Niced, on two
-            // busy cores at 10M keys, it was runnable but waiting for a CPU 83-90 % of the time
-            // (schedstat) and apply waited 122 s for memtable room in one load.
+            // bounded, so whatever this thread does not get done, apply waits for. Niced, in
+            // `statestore-bench scale --keys 10000000` on two busy cores, it was runnable but
+            // waiting for a CPU 73-93 % of the time (/proc/<pid>/task/<tid>/schedstat over 20 s
+            // at 3.2M and 6M keys) and apply waited 122-257 s for memtable room per load.
             std::thread::Builder::new()
                 .name("state-flush".to_owned())
                 .spawn(move || flush_loop(memtable, active, log))?
