@@ -202,7 +202,7 @@ pub struct Status {
 }
 
 async fn status(State(state): State<Arc<HttpState>>) -> Response {
-    let metrics = state.raft.metrics().borrow().clone();
+    let metrics = state.raft.metrics();
     let membership = metrics.membership_config.membership();
     let mqtt = *state.mqtt.borrow();
     let keys = read::meta(&state.raft.view())
@@ -259,7 +259,7 @@ async fn digest(State(state): State<Arc<HttpState>>) -> Response {
     };
     // Retry until no entry was applied while hashing, so index and digest belong together.
     for _ in 0..DIGEST_ATTEMPTS {
-        let before = state.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let before = state.raft.metrics().last_applied.map(|l| l.index);
         let view = state.raft.view();
         // Off the runtime; the run travels with the hash and comes back with it.
         let hashing = tokio::task::spawn_blocking(move || {
@@ -278,7 +278,7 @@ async fn digest(State(state): State<Arc<HttpState>>) -> Response {
                     .into_response();
             }
         };
-        let after = state.raft.metrics().borrow().last_applied.map(|l| l.index);
+        let after = state.raft.metrics().last_applied.map(|l| l.index);
         match hashed {
             Ok((digest, keys)) if before == after => {
                 return Json(Digest {

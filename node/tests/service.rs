@@ -225,21 +225,23 @@ impl Harness {
     async fn start_held(&self, message: InboundMessage) -> tokio::task::JoinHandle<()> {
         let before = self.last_log_index();
         let handling = tokio::spawn(self.service.clone().handle::<StateStore>(message));
-        let mut raft_metrics = self.service.raft().metrics();
-        within(
-            PATIENCE,
-            "the request's proposal reaching the log",
-            raft_metrics.wait_for(|m| m.last_log_index > before),
-        )
-        .await
-        .expect("raft metrics");
+        self.service
+            .raft()
+            .raft()
+            .wait(Some(PATIENCE))
+            .metrics(
+                |m| m.last_log_index > before,
+                "the request's proposal reaching the log",
+            )
+            .await
+            .expect("the request's proposal reaching the log");
         assert!(!handling.is_finished(), "the request waits for its outcome");
         handling
     }
 
     /// Index of the last entry in the Raft log.
     fn last_log_index(&self) -> Option<u64> {
-        self.service.raft().metrics().borrow().last_log_index
+        self.service.raft().metrics().last_log_index
     }
 
     fn dropped(&self, reason: &str) -> u64 {
@@ -507,14 +509,16 @@ async fn a_request_whose_expiry_passes_while_its_proposal_is_held_gets_no_reply(
     drop(frozen);
     gate.open();
     let last = h.last_log_index();
-    let mut raft_metrics = h.service.raft().metrics();
-    within(
-        PATIENCE,
-        "apply catching up",
-        raft_metrics.wait_for(|m| m.last_applied.as_ref().map(|l| l.index) == last),
-    )
-    .await
-    .expect("raft metrics");
+    h.service
+        .raft()
+        .raft()
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.last_applied.as_ref().map(|l| l.index) == last,
+            "apply catching up",
+        )
+        .await
+        .expect("apply catching up");
     let hits = h.metrics.service.dedup_hits_total.get();
     let retry = InboundMessage {
         received_at: Instant::now(),

@@ -25,7 +25,7 @@ use crate::network::{InboundLimits, NetworkFactory, PeerNames, PeerTimeouts, Pee
 use crate::read_barrier;
 use crate::snapshot::SnapshotData;
 use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
-use crate::types::{NodeId, Raft, RaftMetrics, TypeConfig};
+use crate::types::{NodeId, Raft, RaftMetrics, StoredMembership, TypeConfig};
 
 /// Consensus settings of one node.
 #[derive(Debug, Clone)]
@@ -172,7 +172,6 @@ pub struct RaftNode {
     /// Caps of the Raft listener.
     inbound: InboundLimits,
     leadership: watch::Receiver<Leadership>,
-    metrics: watch::Receiver<RaftMetrics>,
     /// Raft's fatal error, once it stopped on one.
     fatal: watch::Receiver<Option<Fatal<TypeConfig>>>,
     batcher: Batcher,
@@ -287,16 +286,15 @@ impl RaftNode {
         .map_err(StopCause::Fatal)?;
 
         let (leadership_tx, leadership) = watch::channel(Leadership::default());
-        let first = raft.metrics().borrow_watched().clone();
         // Before the listener serves: a restarted node accepts its members at once.
-        peer_names.set_members(member_addrs(&first));
-        let (metrics_tx, metrics) = watch::channel(first);
+        peer_names.set_members(member_addrs(
+            &raft.server_metrics().borrow_watched().membership_config,
+        ));
         let (fatal_tx, fatal) = watch::channel(None);
         tokio::spawn(watch_metrics(
-            raft.metrics(),
+            raft.clone(),
             MetricsWatchers {
                 leadership: leadership_tx,
-                mirror: metrics_tx,
                 fatal: fatal_tx,
                 peer_names: peer_names.clone(),
             },
@@ -313,7 +311,6 @@ impl RaftNode {
             peer_names,
             inbound: config.inbound,
             leadership,
-            metrics,
             fatal,
             batcher,
         })
@@ -386,12 +383,11 @@ impl RaftNode {
         self.leadership.clone()
     }
 
-    /// openraft's metrics, as a watch. It changes with every report (on a busy leader, with every
-    /// heartbeat acknowledgement): read it with `borrow`; wait on it only for a while, never in a
-    /// task that lives as long as the node (that is what [`Self::leadership`] and
-    /// [`Self::fatal`] are for).
-    pub fn metrics(&self) -> watch::Receiver<RaftMetrics> {
-        self.metrics.clone()
+    /// openraft's metrics as they are now (a copy). To follow changes, use
+    /// [`Self::leadership`] and [`Self::fatal`]: the full metrics change with every report (on a
+    /// busy leader, with every heartbeat acknowledgement).
+    pub fn metrics(&self) -> RaftMetrics {
+        self.raft.metrics().borrow_watched().clone()
     }
 
     /// Read view of the state machine (read it after [`Self::ensure_linearizable`]).
@@ -425,8 +421,9 @@ impl RaftNode {
 
     /// Current voter ids.
     pub fn voters(&self) -> BTreeSet<NodeId> {
-        self.metrics
-            .borrow()
+        self.raft
+            .server_metrics()
+            .borrow_watched()
             .membership_config
             .membership()
             .voter_ids()
@@ -469,7 +466,8 @@ impl RaftNode {
     /// when its core gets round to it, which a busy core may not for a while).
     pub fn quorum_ack_age(&self) -> Option<Duration> {
         use openraft::Instant as _;
-        let metrics = self.metrics.borrow();
+        let watch = self.raft.metrics();
+        let metrics = watch.borrow_watched();
         let acked = metrics.last_quorum_acked?;
         let mut voters = metrics.membership_config.membership().voter_ids();
         if voters.next() == Some(self.id) && voters.next().is_none() {
@@ -483,7 +481,8 @@ impl RaftNode {
     /// asked, or `None` when there is no other voter (or this node does not lead).
     pub async fn transfer_leadership(&self) -> Result<Option<NodeId>> {
         let target = {
-            let metrics = self.metrics.borrow();
+            let watch = self.raft.metrics();
+            let metrics = watch.borrow_watched();
             let Some(replication) = metrics.replication.as_ref() else {
                 return Ok(None);
             };
@@ -507,7 +506,7 @@ impl RaftNode {
 
     /// Current role.
     pub fn server_state(&self) -> ServerState {
-        self.metrics.borrow().state
+        self.raft.server_metrics().borrow_watched().state
     }
 }
 
@@ -515,61 +514,82 @@ impl RaftNode {
 struct MetricsWatchers {
     /// Changes only when leader, role or term do.
     leadership: watch::Sender<Leadership>,
-    /// Every report (read with `borrow`; waiting on it would wake the waiter for every
-    /// heartbeat acknowledgement, thousands of times a second on a busy leader).
-    mirror: watch::Sender<RaftMetrics>,
     /// Set once, when Raft stops on a fatal error.
     fatal: watch::Sender<Option<Fatal<TypeConfig>>>,
     /// The members' Raft addresses, for the peer certificate check.
     peer_names: PeerNames,
 }
 
-/// The Raft addresses of every node in `metrics`' membership (voters and learners).
-fn member_addrs(metrics: &RaftMetrics) -> impl Iterator<Item = &str> {
-    metrics
-        .membership_config
+/// The Raft addresses of every node in `membership` (voters and learners).
+fn member_addrs(membership: &StoredMembership) -> impl Iterator<Item = &str> {
+    membership
         .membership()
         .nodes()
         .map(|(_, node)| node.addr.as_str())
 }
 
-async fn watch_metrics(
-    mut metrics: openraft::alias::WatchReceiverOf<TypeConfig, RaftMetrics>,
-    watchers: MetricsWatchers,
-    gauges: Arc<ConsensusMetrics>,
-) {
+/// Publishes Raft's fatal error the first time `metrics` carry one.
+fn note_fatal(fatal: &watch::Sender<Option<Fatal<TypeConfig>>>, metrics: &RaftMetrics) {
+    if let Err(error) = &metrics.running_state {
+        fatal.send_if_modified(|current| {
+            let first = current.is_none();
+            if first {
+                *current = Some(error.clone());
+            }
+            first
+        });
+    }
+}
+
+/// How often [`watch_metrics`] refreshes the consensus gauges between role changes.
+const GAUGE_REFRESH: Duration = Duration::from_millis(100);
+
+/// Follows openraft's role reports (leader, role, term, membership: they change rarely) and
+/// refreshes the gauges every [`GAUGE_REFRESH`]. It does not wait on openraft's full metrics:
+/// those are sent again after every batch of work (every heartbeat acknowledgement and log
+/// flush), and following them woke this task several times per lone write.
+async fn watch_metrics(raft: Raft, watchers: MetricsWatchers, gauges: Arc<ConsensusMetrics>) {
+    let mut roles = raft.server_metrics();
+    let everything = raft.metrics();
+    let mut refresh = tokio::time::interval(GAUGE_REFRESH);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut membership = None;
     loop {
-        let snapshot = metrics.borrow_and_update().clone();
-        gauges.observe(&snapshot);
-        let log_id = *snapshot.membership_config.log_id();
-        if membership.as_ref() != Some(&log_id) {
-            watchers.peer_names.set_members(member_addrs(&snapshot));
-            membership = Some(log_id);
-        }
-        let now = Leadership {
-            leader: snapshot.current_leader,
-            is_leader: snapshot.state == ServerState::Leader
-                && snapshot.current_leader == Some(snapshot.id),
-            term: snapshot.current_term,
+        let now = {
+            let role = roles.borrow_watched();
+            let log_id = *role.membership_config.log_id();
+            if membership.as_ref() != Some(&log_id) {
+                watchers
+                    .peer_names
+                    .set_members(member_addrs(&role.membership_config));
+                membership = Some(log_id);
+            }
+            Leadership {
+                leader: role.current_leader,
+                is_leader: role.state == ServerState::Leader
+                    && role.current_leader == Some(role.id),
+                term: role.vote.leader_id().term,
+            }
         };
-        if let Err(fatal) = &snapshot.running_state {
-            watchers.fatal.send_if_modified(|current| {
-                let first = current.is_none();
-                if first {
-                    *current = Some(fatal.clone());
-                }
-                first
-            });
-        }
-        watchers.mirror.send_replace(snapshot);
         watchers.leadership.send_if_modified(|current| {
             let changed = *current != now;
             *current = now;
             changed
         });
-        if metrics.changed().await.is_err() {
-            return;
+        {
+            let all = everything.borrow_watched();
+            gauges.observe(&all);
+            note_fatal(&watchers.fatal, &all);
+        }
+        tokio::select! {
+            changed = roles.changed() => {
+                if changed.is_err() {
+                    // Raft is gone: one last look for the fatal error it stopped on.
+                    note_fatal(&watchers.fatal, &everything.borrow_watched());
+                    return;
+                }
+            }
+            _ = refresh.tick() => {}
         }
     }
 }

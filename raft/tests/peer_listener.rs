@@ -292,13 +292,7 @@ async fn hostile_connections_are_closed_and_a_peer_is_still_served() {
         listener.partial_snapshots()
     );
     assert_eq!(
-        listener
-            .node
-            .metrics()
-            .borrow()
-            .snapshot
-            .as_ref()
-            .map(|s| s.index),
+        listener.node.metrics().snapshot.as_ref().map(|s| s.index),
         None,
         "nothing was installed"
     );

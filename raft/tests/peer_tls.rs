@@ -114,7 +114,7 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
     // Elected and replicated over TLS: a leader whose followers hold its whole log.
     let replicated = eventually(Duration::from_secs(20), || {
         members.iter().any(|m| {
-            let metrics = m.node.metrics().borrow().clone();
+            let metrics = m.node.metrics();
             let last = metrics.last_log_index;
             m.node.leadership().borrow().is_leader
                 && last.is_some()
@@ -196,7 +196,6 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
     let matched = members[leader]
         .node
         .metrics()
-        .borrow()
         .replication
         .as_ref()
         .and_then(|r| r.get(&5).cloned())
@@ -206,7 +205,7 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
         "the leader replicated nothing to the outsider"
     );
     assert_eq!(
-        outsider.node.metrics().borrow().last_log_index,
+        outsider.node.metrics().last_log_index,
         None,
         "the outsider received no entry"
     );
@@ -222,7 +221,6 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
     let membership = members[leader]
         .node
         .metrics()
-        .borrow()
         .membership_config
         .membership()
         .clone();
@@ -241,7 +239,7 @@ async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_way
 async fn replicated_leader(members: &[Member]) -> usize {
     let replicated = eventually(Duration::from_secs(20), || {
         members.iter().any(|m| {
-            let metrics = m.node.metrics().borrow().clone();
+            let metrics = m.node.metrics();
             let last = metrics.last_log_index;
             m.node.leadership().borrow().is_leader
                 && last.is_some()

@@ -119,7 +119,7 @@ impl Cluster {
 
 /// True when every follower has acknowledged the leader's last log entry.
 fn caught_up(leader: &RaftNode) -> bool {
-    let metrics = leader.metrics().borrow().clone();
+    let metrics = leader.metrics();
     let Some(replication) = metrics.replication.as_ref() else {
         return false;
     };
