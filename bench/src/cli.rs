@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::workload::{Mix, WorkloadSpec};
+use crate::workload::{Mix, ValueKind, WorkloadSpec};
 
 /// statestore-bench: load generator for statestore, compared in one run with the broker floor
 /// (an echo responder), a 3-member etcd cluster, and statestore with 1 and 3 nodes.
@@ -611,6 +611,10 @@ pub struct ScaleArgs {
     /// Value size, bytes.
     #[arg(long, default_value_t = 64)]
     pub value_size: usize,
+    /// Values: one printable pattern for every key, or incompressible bytes different for
+    /// every key (what space amplification should be judged on).
+    #[arg(long, value_enum, default_value_t = ValueKind::Pattern)]
+    pub values: ValueKind,
     /// Cluster size.
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,

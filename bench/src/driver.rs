@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use crate::stats::CellStats;
 use crate::timeline::Timeline;
-use crate::workload::{self, Mix, Op, Rng};
+use crate::workload::{self, Mix, Op, Rng, Values};
 
 /// How one request ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,20 +206,21 @@ pub async fn drive<R: Requester>(
     connections: Vec<R>,
     in_flight: usize,
     plan: Plan,
-    value: Bytes,
+    values: Values,
 ) -> anyhow::Result<CellStats> {
     let mut tasks = Vec::with_capacity(connections.len());
     for (index, connection) in connections.into_iter().enumerate() {
         let plan = plan.clone();
-        let value = value.clone();
+        let values = values.clone();
         tasks.push(tokio::spawn(async move {
             let stats = Mutex::new(CellStats::new());
             let workers = (0..in_flight.max(1)).map(|worker| {
                 let mut rng = Rng::new(((index as u64) << 24) | worker as u64);
-                let (stats, plan, value, connection) = (&stats, &plan, &value, &connection);
+                let (stats, plan, values, connection) = (&stats, &plan, &values, &connection);
                 async move {
                     while let Some((op, key, started_in_window)) = plan.next(&mut rng) {
-                        let outcome = connection.request(op, &key, value).await;
+                        let value = values.for_key(&key);
+                        let outcome = connection.request(op, &key, &value).await;
                         plan.note(&outcome, Instant::now());
                         let mut stats = lock(stats);
                         match outcome {
@@ -274,7 +275,13 @@ mod tests {
 
     #[tokio::test]
     async fn fill_writes_every_key_once() -> anyhow::Result<()> {
-        let stats = drive(vec![Fake, Fake], 3, Plan::fill(100), Bytes::new()).await?;
+        let stats = drive(
+            vec![Fake, Fake],
+            3,
+            Plan::fill(100),
+            Values::Same(Bytes::new()),
+        )
+        .await?;
         assert_eq!(stats.succeeded, 100);
         assert_eq!(stats.completed_in_window, 100);
         assert_eq!(stats.histogram.len(), 100);
@@ -290,7 +297,7 @@ mod tests {
             Duration::from_millis(20),
             Duration::from_millis(100),
         );
-        let stats = drive(vec![Fake], 4, plan, Bytes::new()).await?;
+        let stats = drive(vec![Fake], 4, plan, Values::Same(Bytes::new())).await?;
         assert!(stats.succeeded > 0);
         assert!(stats.completed_in_window <= stats.succeeded);
         assert!(stats.histogram.len() <= stats.succeeded);
@@ -305,7 +312,7 @@ mod tests {
         let plan =
             Plan::timed(Mix::Mixed, 2, Duration::ZERO, Duration::from_secs(1)).with_timeline();
         assert!(plan.window().is_some());
-        let stats = drive(vec![Fake, Fake], 4, plan, Bytes::new()).await?;
+        let stats = drive(vec![Fake, Fake], 4, plan, Values::Same(Bytes::new())).await?;
         let rows = stats
             .timeline
             .as_ref()
@@ -316,7 +323,7 @@ mod tests {
         assert_eq!(rows[0].ops, stats.completed_in_window);
         assert!(rows[0].errors > 0 && rows[0].errors <= stats.errors);
         assert!(rows[0].timeouts <= stats.timeouts);
-        let plain = drive(vec![Fake], 1, Plan::fill(3), Bytes::new()).await?;
+        let plain = drive(vec![Fake], 1, Plan::fill(3), Values::Same(Bytes::new())).await?;
         assert!(plain.timeline.is_none());
         assert!(Plan::fill(3).with_timeline().window().is_none());
         Ok(())

@@ -80,7 +80,13 @@ pub async fn run(
         .into_iter()
         .collect::<anyhow::Result<Vec<_>>>()?;
     let plan = make_plan();
-    driver::drive(connections, in_flight, plan, workload::value(value_size)).await
+    driver::drive(
+        connections,
+        in_flight,
+        plan,
+        workload::Values::Same(workload::value(value_size)),
+    )
+    .await
 }
 
 /// Waits until a linearizable get succeeds (the cluster has a leader and a quorum).

@@ -494,7 +494,7 @@ pub async fn run_with<R: Requester>(
         requesters,
         options.in_flight,
         plan,
-        workload::value(options.value_size),
+        workload::Values::Same(workload::value(options.value_size)),
     )
     .await
 }

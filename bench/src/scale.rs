@@ -22,7 +22,7 @@ use crate::node_counters::{self, Counters};
 use crate::processes::{Mosquitto, StatestoreCluster, WorkDir};
 use crate::report::{self, Machine};
 use crate::stats::Summary;
-use crate::workload::{self, KEY_LEN, Mix};
+use crate::workload::{self, KEY_LEN, Mix, ValueKind};
 
 /// The figures of a scale run.
 #[derive(Debug, Clone, Serialize)]
@@ -39,6 +39,9 @@ pub struct ScaleReport {
     pub key_size: usize,
     /// Value size, bytes.
     pub value_size: usize,
+    /// What the values look like (`pattern`: one printable value for every key; `random`:
+    /// incompressible, different for every key).
+    pub values: ValueKind,
     /// Loading connections × in-flight.
     pub concurrency: String,
     /// Fresh cluster start to ready, seconds.
@@ -246,8 +249,8 @@ impl ScaleReport {
         row(
             "keys loaded",
             format!(
-                "{} ({} B keys, {} B values, loaded at {} clients×in-flight)",
-                self.keys, self.key_size, self.value_size, self.concurrency
+                "{} ({} B keys, {} B {} values, loaded at {} clients×in-flight)",
+                self.keys, self.key_size, self.value_size, self.values, self.concurrency
             ),
         );
         row(
@@ -534,7 +537,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         connections,
         args.in_flight,
         plan,
-        workload::value(args.value_size),
+        workload::Values::new(args.values, args.value_size),
     )
     .await;
     let load_time = load_start.elapsed();
@@ -624,6 +627,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         keys: args.keys,
         key_size: KEY_LEN,
         value_size: args.value_size,
+        values: args.values,
         concurrency: format!("{}×{}", args.clients, args.in_flight),
         start_to_ready_secs: start_to_ready.as_secs_f64(),
         load_secs: load_time.as_secs_f64(),

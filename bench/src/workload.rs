@@ -153,6 +153,67 @@ pub fn value(size: usize) -> bytes::Bytes {
         .into()
 }
 
+/// What the values of a load look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueKind {
+    /// The same printable value for every key ([`value`]): what every figure before 2026-12-06
+    /// used; any compressing store shrinks it to almost nothing.
+    Pattern,
+    /// Bytes drawn from the key's own generator: different for every key and incompressible.
+    Random,
+}
+
+impl fmt::Display for ValueKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ValueKind::Pattern => "pattern",
+            ValueKind::Random => "random",
+        })
+    }
+}
+
+/// The value written to each key of a load.
+#[derive(Debug, Clone)]
+pub enum Values {
+    /// One value for every key.
+    Same(bytes::Bytes),
+    /// `size` bytes that depend on the key only (the same key gets the same bytes every time).
+    PerKey {
+        /// Value size, bytes.
+        size: usize,
+    },
+}
+
+impl Values {
+    /// Values of `kind` and `size` bytes.
+    pub fn new(kind: ValueKind, size: usize) -> Values {
+        match kind {
+            ValueKind::Pattern => Values::Same(value(size)),
+            ValueKind::Random => Values::PerKey { size },
+        }
+    }
+
+    /// The value for `key`.
+    pub fn for_key(&self, key: &[u8]) -> bytes::Bytes {
+        match self {
+            Values::Same(value) => value.clone(),
+            Values::PerKey { size } => {
+                let seed = key.iter().fold(0xCBF2_9CE4_8422_2325_u64, |hash, byte| {
+                    (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01B3)
+                });
+                let mut rng = Rng::new(seed);
+                let mut bytes = Vec::with_capacity(*size + 8);
+                while bytes.len() < *size {
+                    bytes.extend_from_slice(&rng.next_u64().to_le_bytes());
+                }
+                bytes.truncate(*size);
+                bytes.into()
+            }
+        }
+    }
+}
+
 /// splitmix64: tiny, fast, good enough to pick keys and operations.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -181,6 +242,45 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_values_are_the_keys_own_and_of_the_asked_size() {
+        for size in [0, 1, 7, 8, 63, 64, 65, 4096] {
+            let values = Values::new(ValueKind::Random, size);
+            let first = values.for_key(&key(1));
+            assert_eq!(first.len(), size);
+            assert_eq!(
+                values.for_key(&key(1)),
+                first,
+                "the same key, the same value"
+            );
+            if size >= 8 {
+                assert_ne!(values.for_key(&key(2)), first, "another key, another value");
+            }
+        }
+    }
+
+    #[test]
+    fn pattern_values_are_one_value_for_every_key() {
+        let values = Values::new(ValueKind::Pattern, 64);
+        assert_eq!(values.for_key(&key(1)), value(64));
+        assert_eq!(values.for_key(&key(2)), value(64));
+    }
+
+    #[test]
+    fn random_values_use_every_byte_value() {
+        let values = Values::new(ValueKind::Random, 64);
+        let mut seen = [false; 256];
+        for index in 0..1_000 {
+            for byte in values.for_key(&key(index)).iter() {
+                seen[usize::from(*byte)] = true;
+            }
+        }
+        assert!(
+            seen.iter().all(|s| *s),
+            "64,000 bytes should cover all 256 byte values"
+        );
+    }
 
     #[test]
     fn keys_are_sixteen_bytes() {
