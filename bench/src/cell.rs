@@ -10,7 +10,7 @@ use crate::driver::{Plan, Requester};
 use crate::etcd_load;
 use crate::mqtt_load::{self, Broker, Check, Connection, LoadOptions};
 use crate::stats::CellStats;
-use crate::workload::WorkloadSpec;
+use crate::workload::{ValueKind, WorkloadSpec};
 
 /// How to run a cell.
 #[derive(Debug, Clone)]
@@ -95,6 +95,7 @@ pub async fn mqtt_with<R: Requester>(
         clients: spec.workload.clients,
         in_flight: spec.workload.in_flight,
         value_size: spec.value_size,
+        values: ValueKind::Pattern,
         timeout: spec.timeout,
         check,
     };

@@ -23,7 +23,7 @@ use crate::processes::{
 };
 use crate::report::{self, CellOutcome, CellResult, Machine, ProcessMemory, Report, Settings};
 use crate::stats::CellStats;
-use crate::workload::WorkloadSpec;
+use crate::workload::{ValueKind, WorkloadSpec};
 
 /// Connections and in-flight requests used to load keys before GET/DEL/mixed cells.
 const PRELOAD_CLIENTS: usize = 16;
@@ -163,6 +163,7 @@ async fn preload_mqtt(broker: &Broker, load: &LoadArgs) -> anyhow::Result<()> {
         clients: PRELOAD_CLIENTS,
         in_flight: PRELOAD_IN_FLIGHT,
         value_size: load.value_size,
+        values: ValueKind::Pattern,
         timeout: load.timeout,
         check: Check::Store,
     };

@@ -42,7 +42,7 @@ use crate::report::{self, CellOutcome, Machine, ProcessMemory};
 use crate::stability::{self, CheckResult};
 use crate::sustained::{Statestore, log_offsets, node_logs, raft_state, start_statestore};
 use crate::sustained_report::NodeLogs;
-use crate::workload::{Mix, WorkloadSpec};
+use crate::workload::{Mix, ValueKind, WorkloadSpec};
 
 /// Outstanding requests per backend connection in the open loop (the sender never waits for
 /// them; this only sizes the MQTT client's in-flight window).
@@ -114,6 +114,7 @@ impl Run<'_> {
             clients: self.plan.clients,
             in_flight,
             value_size: self.args.value_size,
+            values: ValueKind::Pattern,
             timeout: self.args.timeout,
             check: Check::Store,
         };

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::driver::{self, Outcome, Plan, Requester, lock};
 use crate::resp::{self, Expect};
 use crate::stats::CellStats;
-use crate::workload::{self, Op};
+use crate::workload::{self, Op, ValueKind};
 
 /// The state store request topic (spec §1).
 pub const REQUEST_TOPIC: &str = "statestore/v1/FA9AE35F-2F64-47CD-9BFF-08E2B32A0FE8/command/invoke";
@@ -439,6 +439,8 @@ pub struct LoadOptions {
     pub in_flight: usize,
     /// Value size, bytes.
     pub value_size: usize,
+    /// What the values look like (a GET that must hit expects the key's own value).
+    pub values: ValueKind,
     /// Per-request timeout.
     pub timeout: Duration,
     /// How replies are checked.
@@ -494,7 +496,7 @@ pub async fn run_with<R: Requester>(
         requesters,
         options.in_flight,
         plan,
-        workload::Values::Same(workload::value(options.value_size)),
+        workload::Values::new(options.values, options.value_size),
     )
     .await
 }

@@ -508,6 +508,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         clients: args.clients,
         in_flight: args.in_flight,
         value_size: args.value_size,
+        values: args.values,
         timeout: args.timeout,
         check: Check::Store,
     };
@@ -580,6 +581,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         clients: 4,
         in_flight: 4,
         value_size: args.value_size,
+        values: args.values,
         timeout: args.timeout,
         check: Check::GetsHit,
     };

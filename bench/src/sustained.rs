@@ -31,6 +31,7 @@ use crate::sustained_report::{
     NodeLogs, NodeRaft, Prefill, SustainedCell, SustainedReport, SustainedSettings, aggregates,
     round_ratios,
 };
+use crate::workload::ValueKind;
 
 /// Connections and requests in flight of the prefill.
 const PREFILL_CLIENTS: usize = 64;
@@ -156,6 +157,7 @@ async fn prefill_mqtt(
         clients: PREFILL_CLIENTS,
         in_flight: PREFILL_IN_FLIGHT,
         value_size: args.value_size,
+        values: ValueKind::Pattern,
         timeout: args.timeout,
         check: Check::Store,
     };
