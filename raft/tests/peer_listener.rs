@@ -4,7 +4,6 @@
 //! node accepts. Each is closed (and counted in `statestore_raft_peer_connections_refused_total`
 //! or `statestore_raft_snapshots_refused_total`) while a well-behaved peer keeps being served.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -12,10 +11,9 @@ use futures::{SinkExt, StreamExt};
 use prometheus::Registry;
 use statestore_raft::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
 use statestore_raft::types::{SnapshotMeta, Vote};
-use statestore_raft::{DiscardEvents, InboundLimits, PeerTimeouts, RaftConfig, RaftNode};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig, RaftNode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::{Framed, LengthDelimitedCodec};
 
@@ -34,8 +32,6 @@ struct Listener {
 }
 
 async fn start() -> Listener {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
     let config = RaftConfig {
         id: 1,
         peer_timeouts: PeerTimeouts {
@@ -48,23 +44,13 @@ async fn start() -> Listener {
         },
         ..RaftConfig::default()
     };
-    let registry = Registry::new();
-    let node = RaftNode::start(&config, store, Arc::new(DiscardEvents), &registry)
-        .await
-        .expect("start");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("address").to_string();
-    let (stop, stopped) = watch::channel(false);
-    {
-        let node = node.clone();
-        tokio::spawn(async move { node.serve_peers(listener, stopped).await });
-    }
+    let served = support::serve_one(&config).await;
     Listener {
-        node,
-        registry,
-        addr,
-        dir,
-        _stop: stop,
+        node: served.node,
+        registry: served.registry,
+        addr: served.addr,
+        dir: served.dir,
+        _stop: served.stop,
     }
 }
 

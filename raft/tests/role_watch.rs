@@ -7,17 +7,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use prometheus::Registry;
-use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
+use statestore_raft::RaftConfig;
 use statestore_storage::keyspace::SetCondition;
 use statestore_storage::machine::{Mutation, Proposal};
-use statestore_storage::sled::{Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 /// Writes applied before the gauges are checked.
 const WRITES: usize = 50;
@@ -66,24 +62,13 @@ async fn gauge_reaches(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn role_watch_and_gauges_follow_raft_and_the_watcher_sees_it_stop() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
     let config = RaftConfig {
         id: 1,
         ..RaftConfig::default()
     };
-    let registry = Registry::new();
-    let node = RaftNode::start(&config, store, Arc::new(DiscardEvents), &registry)
-        .await
-        .expect("start");
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local address").to_string();
-    let (stop, stopped) = watch::channel(false);
-    {
-        let node = node.clone();
-        tokio::spawn(async move { node.serve_peers(listener, stopped).await });
-    }
-    node.bootstrap(BTreeMap::from([(1, addr)]))
+    let served = support::serve_one(&config).await;
+    let (node, registry, stop) = (served.node, served.registry, served.stop);
+    node.bootstrap(BTreeMap::from([(1, served.addr)]))
         .await
         .expect("bootstrap");
 

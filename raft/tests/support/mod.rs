@@ -1,21 +1,79 @@
 //! Helpers shared by the raft crate's integration tests.
 
+use std::sync::Arc;
+
 use prometheus::Registry;
+use prometheus::proto::Metric;
+use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
+use statestore_storage::sled::{Store, StoreConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// One node started with `config` on a fresh store, serving peers on a loopback port.
+#[allow(dead_code)] // each test binary compiles this module; not all of them start a lone node
+pub struct Served {
+    /// The node.
+    pub node: RaftNode,
+    /// Where its metrics are registered.
+    pub registry: Registry,
+    /// Its peer listener's address.
+    pub addr: String,
+    /// Its data directory (removed on drop).
+    pub dir: tempfile::TempDir,
+    /// Stops the peer listener when sent `true` (or dropped).
+    pub stop: watch::Sender<bool>,
+}
+
+/// Starts [`Served`].
+#[allow(dead_code)] // see `Served`
+pub async fn serve_one(config: &RaftConfig) -> Served {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path().to_owned(), 16 << 20)).expect("store");
+    let registry = Registry::new();
+    let node = RaftNode::start(config, store, Arc::new(DiscardEvents), &registry)
+        .await
+        .expect("start");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address").to_string();
+    let (stop, stopped) = watch::channel(false);
+    {
+        let node = node.clone();
+        tokio::spawn(async move { node.serve_peers(listener, stopped).await });
+    }
+    Served {
+        node,
+        registry,
+        addr,
+        dir,
+        stop,
+    }
+}
+
+/// The series of `family` in `registry` that carry `label="value"` (all of them when `None`).
+fn series<'a>(
+    registry: &Registry,
+    family: &'a str,
+    label: Option<(&'a str, &'a str)>,
+) -> impl Iterator<Item = Metric> + 'a {
+    registry
+        .gather()
+        .into_iter()
+        .filter(move |gathered| gathered.name() == family)
+        .flat_map(|gathered| gathered.get_metric().to_vec())
+        .filter(move |metric| {
+            label.is_none_or(|(name, value)| {
+                metric
+                    .get_label()
+                    .iter()
+                    .any(|l| l.name() == name && l.value() == value)
+            })
+        })
+}
 
 /// The counter `family{label="value"}` as read from `registry` (summed over its other labels).
 #[allow(dead_code)] // each test binary compiles this module; not all of them read counters
 pub fn counter(registry: &Registry, family: &str, label: &str, value: &str) -> u64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|gathered| gathered.name() == family)
-        .flat_map(|gathered| gathered.get_metric())
-        .filter(|metric| {
-            metric
-                .get_label()
-                .iter()
-                .any(|l| l.name() == label && l.value() == value)
-        })
+    series(registry, family, Some((label, value)))
         .map(|metric| metric.get_counter().get_value() as u64)
         .sum()
 }
@@ -24,18 +82,7 @@ pub fn counter(registry: &Registry, family: &str, label: &str, value: &str) -> u
 /// the registry has no such series.
 #[allow(dead_code)] // each test binary compiles this module; not all of them read gauges
 pub fn gauge(registry: &Registry, family: &str, label: Option<(&str, &str)>) -> Option<i64> {
-    registry
-        .gather()
-        .iter()
-        .filter(|gathered| gathered.name() == family)
-        .flat_map(|gathered| gathered.get_metric())
-        .find(|metric| {
-            label.is_none_or(|(name, value)| {
-                metric
-                    .get_label()
-                    .iter()
-                    .any(|l| l.name() == name && l.value() == value)
-            })
-        })
+    series(registry, family, label)
+        .next()
         .map(|metric| metric.get_gauge().get_value() as i64)
 }
