@@ -42,6 +42,10 @@ pub trait Requester: Send + Sync + 'static {
     }
 }
 
+/// The longest fill a timeline covers (a 10M-key load takes ~15 min here); later outcomes are
+/// left out of it.
+pub const FILL_TIMELINE_LIMIT: Duration = Duration::from_secs(4 * 3600);
+
 /// What the workers do.
 #[derive(Debug, Clone)]
 pub enum Plan {
@@ -65,6 +69,8 @@ pub enum Plan {
         next: Arc<AtomicU64>,
         /// Keys to write.
         keys: u64,
+        /// Where outcomes are also bucketed per second since the timeline was asked for.
+        timeline: Option<Arc<Mutex<Timeline>>>,
     },
 }
 
@@ -82,7 +88,8 @@ impl Plan {
     }
 
     /// The same plan, also recording a per-second [`Timeline`] of its window (the timeline
-    /// ends up in the [`CellStats`] that [`drive`] returns). A fill plan is left as is.
+    /// ends up in the [`CellStats`] that [`drive`] returns). A fill plan's timeline starts now
+    /// and grows until the fill ends (at most [`FILL_TIMELINE_LIMIT`]).
     pub fn with_timeline(self) -> Plan {
         match self {
             Plan::Timed {
@@ -101,7 +108,18 @@ impl Plan {
                     end.saturating_duration_since(window_start),
                 )))),
             },
-            fill @ Plan::Fill { .. } => fill,
+            Plan::Fill {
+                next,
+                keys,
+                timeline: _,
+            } => Plan::Fill {
+                next,
+                keys,
+                timeline: Some(Arc::new(Mutex::new(Timeline::open_ended(
+                    Instant::now(),
+                    FILL_TIMELINE_LIMIT,
+                )))),
+            },
         }
     }
 
@@ -117,10 +135,14 @@ impl Plan {
 
     /// Puts an outcome known at `at` into the timeline, if there is one.
     fn note(&self, outcome: &Outcome, at: Instant) {
-        let Plan::Timed {
+        let (Plan::Timed {
             timeline: Some(timeline),
             ..
-        } = self
+        }
+        | Plan::Fill {
+            timeline: Some(timeline),
+            ..
+        }) = self
         else {
             return;
         };
@@ -138,6 +160,10 @@ impl Plan {
             Plan::Timed {
                 timeline: Some(timeline),
                 ..
+            }
+            | Plan::Fill {
+                timeline: Some(timeline),
+                ..
             } => Some(lock(timeline).clone()),
             _ => None,
         }
@@ -148,6 +174,7 @@ impl Plan {
         Plan::Fill {
             next: Arc::new(AtomicU64::new(0)),
             keys,
+            timeline: None,
         }
     }
 
@@ -176,7 +203,7 @@ impl Plan {
                 let op = mix.pick(rng.next_u64());
                 Some((op, workload::key(rng.below(*keys)), now >= *window_start))
             }
-            Plan::Fill { next, keys } => {
+            Plan::Fill { next, keys, .. } => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 (i < *keys).then(|| (Op::Set, workload::key(i), true))
             }
@@ -326,6 +353,24 @@ mod tests {
         let plain = drive(vec![Fake], 1, Plan::fill(3), Values::Same(Bytes::new())).await?;
         assert!(plain.timeline.is_none());
         assert!(Plan::fill(3).with_timeline().window().is_none());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_fill_timeline_holds_every_reply() -> anyhow::Result<()> {
+        let plan = Plan::fill(50).with_timeline();
+        let stats = drive(vec![Fake, Fake], 3, plan, Values::Same(Bytes::new())).await?;
+        let rows = stats
+            .timeline
+            .as_ref()
+            .map(|t| t.seconds())
+            .unwrap_or_default();
+        assert!(
+            !rows.is_empty(),
+            "a 50-key fill answers within its first second"
+        );
+        assert_eq!(rows.iter().map(|r| r.ops).sum::<u64>(), 50);
+        assert_eq!(rows.iter().map(|r| r.errors + r.timeouts).sum::<u64>(), 0);
         Ok(())
     }
 }

@@ -22,6 +22,7 @@ use crate::node_counters::{self, Counters};
 use crate::processes::{Mosquitto, StatestoreCluster, WorkDir};
 use crate::report::{self, Machine};
 use crate::stats::Summary;
+use crate::timeline::Second;
 use crate::workload::{self, KEY_LEN, Mix, ValueKind};
 
 /// The figures of a scale run.
@@ -74,6 +75,11 @@ pub struct ScaleReport {
     pub reads_after_restart: Summary,
     /// Stalls of apply during the load, all nodes together.
     pub load_stalls: Stalls,
+    /// When the load started, milliseconds since the Unix epoch (to match the timeline's
+    /// seconds with the nodes' logs).
+    pub load_started_unix_ms: u64,
+    /// The load second by second (its last row may be a partial second).
+    pub load_timeline: Vec<Second>,
     /// A wiped follower started empty with `--join` until it held every key, seconds.
     pub wiped_follower_caught_up_secs: Option<f64>,
     /// Data directory size per node once the wiped follower caught up, bytes.
@@ -374,6 +380,34 @@ impl ScaleReport {
                 kinds(r)
             ),
         );
+        out.push_str(&self.slowest_seconds_text());
+        out
+    }
+
+    /// The load's slowest seconds by their longest reply, as a table (empty without a timeline).
+    fn slowest_seconds_text(&self) -> String {
+        let slowest = slowest_seconds(&self.load_timeline, SLOWEST_SECONDS);
+        if slowest.is_empty() {
+            return String::new();
+        }
+        let mut out = format!(
+            "\nThe load's {} slowest seconds by their longest reply (time of day UTC; the nodes' logs use it):\n\n\
+             | second | UTC | replies | p50, ms | p99, ms | max, ms |\n|--:|---|--:|--:|--:|--:|\n",
+            slowest.len()
+        );
+        for s in slowest {
+            let at_ms = self.load_started_unix_ms + s.second as u64 * 1000;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+                s.second,
+                time_of_day_utc(at_ms),
+                s.ops,
+                s.p50_ms,
+                s.p99_ms,
+                s.max_ms
+            );
+        }
         out
     }
 
@@ -388,6 +422,24 @@ impl ScaleReport {
             && self.restart_to_all_keys_secs.is_some()
             && self.wiped_follower_caught_up_secs.is_some()
     }
+}
+
+/// How many of the load's slowest seconds the report lists.
+const SLOWEST_SECONDS: usize = 5;
+
+/// The `count` seconds with the longest replies, slowest first (seconds without replies are
+/// left out: the timeouts and errors of a load are reported on their own).
+fn slowest_seconds(timeline: &[Second], count: usize) -> Vec<&Second> {
+    let mut seconds: Vec<&Second> = timeline.iter().filter(|s| s.ops > 0).collect();
+    seconds.sort_by(|a, b| b.max_ms.total_cmp(&a.max_ms).then(a.second.cmp(&b.second)));
+    seconds.truncate(count);
+    seconds
+}
+
+/// `HH:MM:SS` (UTC) of a Unix time in milliseconds.
+fn time_of_day_utc(unix_ms: u64) -> String {
+    let secs = (unix_ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
 fn kinds(summary: &Summary) -> String {
@@ -513,7 +565,8 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         check: Check::Store,
     };
     let connections = mqtt_load::connect_all(&broker.broker(), &options).await?;
-    let plan = Plan::fill(args.keys);
+    let plan = Plan::fill(args.keys).with_timeline();
+    let load_started_unix_ms = mqtt_load::now_ms();
     let progress = plan.fill_counter();
     let total = args.keys;
     let reporter = tokio::spawn(async move {
@@ -646,6 +699,12 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         rss_kib_after_restart: rss_after_restart,
         reads_after_restart: reads.summary(read_window),
         load_stalls,
+        load_started_unix_ms,
+        load_timeline: stats
+            .timeline
+            .as_ref()
+            .map(|t| t.seconds())
+            .unwrap_or_default(),
         wiped_follower_caught_up_secs: wiped_caught_up.map(|d| d.as_secs_f64()),
         disk_bytes_after_catch_up: disk_after_catch_up,
     };
@@ -696,5 +755,46 @@ mod tests {
         );
         let none = Stalls::between(&after, &after);
         assert_eq!((none.apply_over_50ms, none.longest_under_secs), (0, None));
+    }
+    fn second(second: usize, ops: u64, max_ms: f64) -> Second {
+        Second {
+            second,
+            ops,
+            p50_ms: max_ms / 2.0,
+            p99_ms: max_ms,
+            max_ms,
+            errors: 0,
+            timeouts: 0,
+        }
+    }
+
+    #[test]
+    fn slowest_seconds_are_the_longest_replies_first_and_skip_empty_seconds() {
+        let timeline = [
+            second(0, 10, 5.0),
+            second(1, 0, 0.0),
+            second(2, 10, 90.0),
+            second(3, 10, 40.0),
+            second(4, 10, 90.0),
+        ];
+        let slowest: Vec<usize> = slowest_seconds(&timeline, 3)
+            .iter()
+            .map(|s| s.second)
+            .collect();
+        assert_eq!(slowest, [2, 4, 3], "ties in time order");
+        assert_eq!(
+            slowest_seconds(&timeline, 10).len(),
+            4,
+            "the empty second is left out"
+        );
+        assert!(slowest_seconds(&[], 5).is_empty());
+    }
+
+    #[test]
+    fn time_of_day_is_utc() {
+        // 2026-12-06T12:27:36.500Z
+        assert_eq!(time_of_day_utc(1_796_560_056_500), "12:27:36");
+        assert_eq!(time_of_day_utc(0), "00:00:00");
+        assert_eq!(time_of_day_utc(86_399_999), "23:59:59");
     }
 }

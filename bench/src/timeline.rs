@@ -2,7 +2,9 @@
 //! interval in which it became known (a reply's arrival, an error reply, a timeout's expiry),
 //! counting successes with a small latency histogram per second, errors and timeouts. Only the
 //! whole seconds of the window are covered; seconds in which nothing happened are reported as
-//! zero rather than left out, since an empty second is the most important thing to see.
+//! zero rather than left out, since an empty second is the most important thing to see. A
+//! window of unknown length (a load that ends when every key is written) grows one second at a
+//! time up to a limit instead.
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +31,8 @@ struct Bucket {
 pub struct Timeline {
     origin: Instant,
     buckets: Vec<Bucket>,
+    /// Seconds the timeline may hold; outcomes after them are not bucketed.
+    limit: usize,
 }
 
 /// One printed row of the timeline.
@@ -57,6 +61,17 @@ impl Timeline {
         Timeline {
             origin,
             buckets: vec![Bucket::default(); seconds],
+            limit: seconds,
+        }
+    }
+
+    /// A timeline from `origin` whose end is not known yet: it covers every second up to the
+    /// last one an outcome fell in (so its last row may be a partial second), at most `limit`.
+    pub fn open_ended(origin: Instant, limit: Duration) -> Timeline {
+        Timeline {
+            origin,
+            buckets: Vec::new(),
+            limit: usize::try_from(limit.as_secs()).unwrap_or(usize::MAX),
         }
     }
 
@@ -64,6 +79,12 @@ impl Timeline {
     fn bucket(&mut self, at: Instant) -> Option<&mut Bucket> {
         let offset = at.checked_duration_since(self.origin)?;
         let index = usize::try_from(offset.as_secs()).ok()?;
+        if index >= self.limit {
+            return None;
+        }
+        if index >= self.buckets.len() {
+            self.buckets.resize(index + 1, Bucket::default());
+        }
         self.buckets.get_mut(index)
     }
 
@@ -185,6 +206,26 @@ mod tests {
         assert_eq!(rows[3].ops, 1);
         assert!((rows[3].p99_ms - 7.0).abs() < 0.1);
         assert!(Timeline::new(origin, ms(900)).seconds().is_empty());
+    }
+
+    #[test]
+    fn an_open_ended_timeline_grows_to_its_last_outcome_and_stops_at_its_limit() {
+        let origin = Instant::now();
+        let mut timeline = Timeline::open_ended(origin, Duration::from_secs(5));
+        assert!(timeline.seconds().is_empty());
+        timeline.record_ok(origin + ms(2_300), ms(3));
+        timeline.record_timeout(origin + ms(4_999));
+        timeline.record_ok(origin + ms(5_000), ms(1)); // past the limit
+        timeline.record_error(origin + ms(60_000));
+        let counts: Vec<(u64, u64, u64)> = timeline
+            .seconds()
+            .iter()
+            .map(|r| (r.ops, r.errors, r.timeouts))
+            .collect();
+        assert_eq!(
+            counts,
+            [(0, 0, 0), (0, 0, 0), (1, 0, 0), (0, 0, 0), (0, 0, 1)]
+        );
     }
 
     #[test]
