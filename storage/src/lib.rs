@@ -31,5 +31,6 @@ pub mod keyspace;
 pub mod layout;
 pub mod machine;
 pub mod sled;
+pub mod write_behind;
 
 pub use error::{Result, StorageError};

@@ -4,7 +4,8 @@
 //! layer: which log id the snapshot covers), then entries `u32 klen, key, u32 vlen, value`,
 //! an end marker `u32::MAX`, the entry count `u64`, and an xxh3-64 of every byte before it.
 //! Written to a temporary name, fsynced, then renamed, so a crash never leaves a torn
-//! snapshot under a final name. Read back with bounded allocations: a corrupt or hostile file
+//! snapshot under a final name; its writeback starts as it is written (`write_behind`), so
+//! the final fsync does not put the whole file on the disk at once. Read back with bounded allocations: a corrupt or hostile file
 //! is an error, never an out-of-memory.
 
 use std::fs::File;
@@ -15,6 +16,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::engine::KvPair;
 use crate::error::{Result, StorageError};
+use crate::write_behind::WriteBehindFile;
 
 const MAGIC: &[u8; 8] = b"SSSNAP01";
 const END_MARKER: u32 = u32::MAX;
@@ -36,7 +38,7 @@ pub struct SnapshotFile {
 
 /// Streams entries into a new snapshot file.
 pub struct SnapshotWriter {
-    out: HashingWriter<BufWriter<File>>,
+    out: HashingWriter<BufWriter<WriteBehindFile>>,
     tmp_path: PathBuf,
     entries: u64,
 }
@@ -45,7 +47,10 @@ impl SnapshotWriter {
     /// Starts `tmp_path` with `header`.
     pub fn create(tmp_path: &Path, header: &[u8]) -> Result<Self> {
         let file = File::create(tmp_path)?;
-        let mut out = HashingWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let mut out = HashingWriter::new(BufWriter::with_capacity(
+            1 << 20,
+            WriteBehindFile::new(file),
+        ));
         out.write_all(MAGIC)?;
         write_part(&mut out, header)?;
         Ok(SnapshotWriter {
@@ -70,7 +75,7 @@ impl SnapshotWriter {
         let checksum = self.out.digest();
         let mut inner = self.out.into_inner();
         inner.write_all(&checksum.to_be_bytes())?;
-        let file = inner.into_inner().map_err(|e| e.into_error())?;
+        let file = inner.into_inner().map_err(|e| e.into_error())?.into_inner();
         file.sync_all()?;
         let size = file.metadata()?.len();
         drop(file);
