@@ -25,16 +25,23 @@ use rustix::fs::Advice;
 /// Bytes written between two starts of writeback.
 pub const WRITE_BEHIND_BYTES: u64 = 1 << 20;
 
-/// Counts the bytes written to a file and starts their writeback every
-/// [`WRITE_BEHIND_BYTES`].
+/// Counts the bytes written to a file (from its start, in order) and says when the writeback
+/// of the ones not yet started is due: every [`WRITE_BEHIND_BYTES`].
 #[derive(Debug, Default)]
 pub struct WriteBehind {
-    /// Bytes written so far (the file's length when written from its start).
+    /// Bytes written so far (the file's length).
     written: u64,
     /// Bytes whose writeback has been started.
     started: u64,
-    /// Whether a failed advice was already logged.
-    warned: bool,
+}
+
+/// A range of a file whose writeback is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// First byte.
+    pub offset: u64,
+    /// Bytes.
+    pub len: NonZeroU64,
 }
 
 impl WriteBehind {
@@ -43,32 +50,28 @@ impl WriteBehind {
         WriteBehind::default()
     }
 
-    /// `len` more bytes were written to `file` (at its end); starts their writeback once
-    /// [`WRITE_BEHIND_BYTES`] have gathered. Returns whether it advised the kernel.
-    pub fn wrote(&mut self, file: impl AsFd, len: usize) -> bool {
+    /// `len` more bytes were written at the file's end; returns the range whose writeback is
+    /// due once [`WRITE_BEHIND_BYTES`] have gathered (it then counts as started).
+    pub fn wrote(&mut self, len: usize) -> Option<Due> {
         self.written += len as u64;
-        let Some(pending) = self.due() else {
-            return false;
-        };
-        if let Err(err) = rustix::fs::fadvise(file, self.started, Some(pending), Advice::DontNeed)
-            && !self.warned
-        {
-            self.warned = true;
-            tracing::debug!(error = %err, "cannot start the writeback of a snapshot file early");
-        }
-        self.started = self.written;
-        true
-    }
-
-    /// The written bytes whose writeback is due, if [`WRITE_BEHIND_BYTES`] have gathered.
-    fn due(&self) -> Option<NonZeroU64> {
         let pending = self.written - self.started;
-        if pending >= WRITE_BEHIND_BYTES {
-            NonZeroU64::new(pending)
-        } else {
-            None
+        if pending < WRITE_BEHIND_BYTES {
+            return None;
         }
+        let due = Due {
+            offset: self.started,
+            len: NonZeroU64::new(pending)?,
+        };
+        self.started = self.written;
+        Some(due)
     }
+}
+
+/// Starts the writeback of `due` in `file` without waiting for it (advice: the caller's
+/// `fsync` is still what makes the bytes durable).
+pub fn start_writeback(file: impl AsFd, due: Due) -> io::Result<()> {
+    rustix::fs::fadvise(file, due.offset, Some(due.len), Advice::DontNeed)?;
+    Ok(())
 }
 
 /// A [`File`] whose writes go through a [`WriteBehind`] (put a `BufWriter` on top: writes of
@@ -77,6 +80,8 @@ impl WriteBehind {
 pub struct WriteBehindFile {
     file: File,
     behind: WriteBehind,
+    /// Whether a failed advice was already logged.
+    warned: bool,
 }
 
 impl WriteBehindFile {
@@ -85,6 +90,7 @@ impl WriteBehindFile {
         WriteBehindFile {
             file,
             behind: WriteBehind::new(),
+            warned: false,
         }
     }
 
@@ -97,7 +103,13 @@ impl WriteBehindFile {
 impl Write for WriteBehindFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let written = self.file.write(buf)?;
-        self.behind.wrote(&self.file, written);
+        if let Some(due) = self.behind.wrote(written)
+            && let Err(err) = start_writeback(&self.file, due)
+            && !self.warned
+        {
+            self.warned = true;
+            tracing::debug!(error = %err, "cannot start the writeback of a snapshot file early");
+        }
         Ok(written)
     }
 
@@ -111,22 +123,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writeback_starts_every_mebibyte_and_covers_every_byte_once() -> io::Result<()> {
+    fn writeback_is_due_every_mebibyte_and_covers_every_byte_once() -> io::Result<()> {
         let dir = tempfile::tempdir()?;
         let file = File::create(dir.path().join("f"))?;
         let mut behind = WriteBehind::new();
-        let mut advised = Vec::new();
-        let step = 300 * 1024;
+        let mut due = Vec::new();
         for _ in 0..10 {
-            let before = behind.started;
-            if behind.wrote(&file, step) {
-                advised.push((before, behind.started));
+            if let Some(range) = behind.wrote(300 * 1024) {
+                start_writeback(&file, range)?;
+                due.push((range.offset, range.len.get()));
             }
         }
         // 10 × 300 KiB: due at 1,200 KiB and 2,400 KiB; the last 600 KiB wait for the fsync.
-        assert_eq!(advised, [(0, 1_228_800), (1_228_800, 2_457_600)]);
+        assert_eq!(due, [(0, 1_228_800), (1_228_800, 1_228_800)]);
         assert_eq!(behind.written, 3_072_000);
-        assert!(!behind.warned, "fadvise on a regular file succeeds");
         Ok(())
     }
 

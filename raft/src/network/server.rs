@@ -9,7 +9,7 @@
 //! Per connection, a reader decodes frames and starts the work of each request — AppendEntries
 //! go into one openraft `stream_append` pipeline, votes and membership changes run as tasks,
 //! snapshot chunks go into a file (one snapshot at a time per node, at most
-//! `max_snapshot_bytes`) — and queues a handle to its answer; a writer sends the answers in
+//! `max_snapshot_bytes`, its writeback started every MiB) — and queues a handle to its answer; a writer sends the answers in
 //! request order. At most [`MAX_PENDING`] answers are outstanding per connection, which bounds
 //! what one peer can make this node hold. An answer not ready within [`ANSWER_DEADLINE`] (a
 //! snapshot install's excepted) closes the connection (`statestore_raft_peer_answers_overdue_total`),
@@ -28,6 +28,7 @@ use futures::{Sink, SinkExt, StreamExt};
 use openraft::error::Fatal;
 use openraft::raft::StreamAppendResult;
 use statestore_storage::sled::StateTree;
+use statestore_storage::write_behind::{self, Due, WriteBehind};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
@@ -131,6 +132,8 @@ struct Incoming {
     meta: SnapshotMeta,
     path: PathBuf,
     file: tokio::fs::File,
+    /// When the writeback of the bytes written so far is due.
+    behind: WriteBehind,
     /// Bytes received against the cap.
     budget: SnapshotBudget,
     /// The node's one inbound snapshot, held until installed or dropped.
@@ -304,6 +307,7 @@ impl Connection {
                             meta,
                             path,
                             file,
+                            behind: WriteBehind::new(),
                             budget: self.inbound.snapshot_budget(),
                             permit,
                         },
@@ -326,6 +330,15 @@ impl Connection {
                         .write_all(&bytes)
                         .await
                         .map_err(PeerError::WriteSnapshot)?;
+                    if let Some(due) = receiving.behind.wrote(bytes.len()) {
+                        // The written bytes reach the file first (Tokio writes behind too).
+                        receiving
+                            .file
+                            .flush()
+                            .await
+                            .map_err(PeerError::WriteSnapshot)?;
+                        start_writeback(&receiving.file, due).await;
+                    }
                     continue;
                 }
                 Request::SnapshotEnd => {
@@ -490,6 +503,29 @@ async fn next_append(
     }
 }
 
+/// Starts the writeback of `due` of a snapshot being received, on a blocking thread (the advice
+/// may wait for the disk's queue), so the final `fsync` does not write the whole file at once.
+/// A failure only loses the early start.
+async fn start_writeback(file: &tokio::fs::File, due: Due) {
+    use std::os::fd::AsFd;
+    let fd = match file.as_fd().try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot start the writeback of a received snapshot early");
+            return;
+        }
+    };
+    match tokio::task::spawn_blocking(move || write_behind::start_writeback(&fd, due)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::debug!(error = %err, "cannot start the writeback of a received snapshot early");
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "the writeback start of a received snapshot did not run");
+        }
+    }
+}
+
 /// Makes a received snapshot durable and hands it to Raft.
 async fn install(raft: Raft, incoming: Incoming) -> Response {
     let Incoming {
@@ -497,6 +533,7 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
         meta,
         path,
         mut file,
+        behind: _,
         budget: _,
         permit: _permit,
     } = incoming;
