@@ -9,14 +9,15 @@
 //! Per connection, a reader decodes frames and starts the work of each request — AppendEntries
 //! go into one openraft `stream_append` pipeline, votes and membership changes run as tasks,
 //! snapshot chunks go into a file (one snapshot at a time per node, at most
-//! `max_snapshot_bytes`, its writeback started every MiB) — and queues a handle to its answer; a writer sends the answers in
-//! request order. At most [`MAX_PENDING`] answers are outstanding per connection, which bounds
-//! what one peer can make this node hold. An answer not ready within [`ANSWER_DEADLINE`] (a
-//! snapshot install's excepted) closes the connection (`statestore_raft_peer_answers_overdue_total`),
-//! and so does the peer closing its side, wherever the reader or writer waits: a connection
-//! never outlives its use. A frame that does not decode gets `Refused` and the
-//! connection is closed; it never reaches Raft. With TLS, a connection whose handshake fails
-//! (no client certificate of the cluster CA naming a peer) is closed before its first frame.
+//! `max_snapshot_bytes`, its writeback started every MiB) — and queues a handle to its answer;
+//! a writer sends the answers in request order. At most [`MAX_PENDING`] answers are
+//! outstanding per connection, which bounds what one peer can make this node hold. An answer
+//! not ready within [`ANSWER_DEADLINE`] (a snapshot install's excepted) closes the connection
+//! (`statestore_raft_peer_answers_overdue_total`), and so does the peer closing its side,
+//! wherever the reader or writer waits: a connection never outlives its use. A frame that does
+//! not decode gets `Refused` and the connection is closed; it never reaches Raft. With TLS, a
+//! connection whose handshake fails (no client certificate of the cluster CA naming a peer) is
+//! closed before its first frame.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -508,21 +509,15 @@ async fn next_append(
 /// A failure only loses the early start.
 async fn start_writeback(file: &tokio::fs::File, due: Due) {
     use std::os::fd::AsFd;
-    let fd = match file.as_fd().try_clone_to_owned() {
-        Ok(fd) => fd,
-        Err(err) => {
-            tracing::debug!(error = %err, "cannot start the writeback of a received snapshot early");
-            return;
-        }
-    };
-    match tokio::task::spawn_blocking(move || write_behind::start_writeback(&fd, due)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            tracing::debug!(error = %err, "cannot start the writeback of a received snapshot early");
-        }
-        Err(err) => {
-            tracing::debug!(error = %err, "the writeback start of a received snapshot did not run");
-        }
+    let started = async {
+        let fd = file.as_fd().try_clone_to_owned()?;
+        tokio::task::spawn_blocking(move || write_behind::start_writeback(&fd, due))
+            .await
+            .map_err(std::io::Error::other)?
+    }
+    .await;
+    if let Err(err) = started {
+        tracing::debug!(error = %err, "cannot start the writeback of a received snapshot early");
     }
 }
 

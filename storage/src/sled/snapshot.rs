@@ -5,8 +5,8 @@
 //! an end marker `u32::MAX`, the entry count `u64`, and an xxh3-64 of every byte before it.
 //! Written to a temporary name, fsynced, then renamed, so a crash never leaves a torn
 //! snapshot under a final name; its writeback starts as it is written (`write_behind`), so
-//! the final fsync does not put the whole file on the disk at once. Read back with bounded allocations: a corrupt or hostile file
-//! is an error, never an out-of-memory.
+//! the final fsync does not put the whole file on the disk at once. Read back with bounded
+//! allocations: a corrupt or hostile file is an error, never an out-of-memory.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
