@@ -133,17 +133,16 @@ impl Plan {
         }
     }
 
+    /// The plan's timeline, if it records one.
+    fn timeline_handle(&self) -> Option<&Arc<Mutex<Timeline>>> {
+        match self {
+            Plan::Timed { timeline, .. } | Plan::Fill { timeline, .. } => timeline.as_ref(),
+        }
+    }
+
     /// Puts an outcome known at `at` into the timeline, if there is one.
     fn note(&self, outcome: &Outcome, at: Instant) {
-        let (Plan::Timed {
-            timeline: Some(timeline),
-            ..
-        }
-        | Plan::Fill {
-            timeline: Some(timeline),
-            ..
-        }) = self
-        else {
+        let Some(timeline) = self.timeline_handle() else {
             return;
         };
         let mut timeline = lock(timeline);
@@ -156,17 +155,7 @@ impl Plan {
 
     /// A copy of the timeline recorded so far.
     fn timeline(&self) -> Option<Timeline> {
-        match self {
-            Plan::Timed {
-                timeline: Some(timeline),
-                ..
-            }
-            | Plan::Fill {
-                timeline: Some(timeline),
-                ..
-            } => Some(lock(timeline).clone()),
-            _ => None,
-        }
+        self.timeline_handle().map(|t| lock(t).clone())
     }
 
     /// A fill plan for `0..keys`.
@@ -340,11 +329,7 @@ mod tests {
             Plan::timed(Mix::Mixed, 2, Duration::ZERO, Duration::from_secs(1)).with_timeline();
         assert!(plan.window().is_some());
         let stats = drive(vec![Fake, Fake], 4, plan, Values::Same(Bytes::new())).await?;
-        let rows = stats
-            .timeline
-            .as_ref()
-            .map(|t| t.seconds())
-            .unwrap_or_default();
+        let rows = stats.timeline_rows();
         assert_eq!(rows.len(), 1);
         assert!(rows[0].ops > 0);
         assert_eq!(rows[0].ops, stats.completed_in_window);
@@ -360,11 +345,7 @@ mod tests {
     async fn a_fill_timeline_holds_every_reply() -> anyhow::Result<()> {
         let plan = Plan::fill(50).with_timeline();
         let stats = drive(vec![Fake, Fake], 3, plan, Values::Same(Bytes::new())).await?;
-        let rows = stats
-            .timeline
-            .as_ref()
-            .map(|t| t.seconds())
-            .unwrap_or_default();
+        let rows = stats.timeline_rows();
         assert!(
             !rows.is_empty(),
             "a 50-key fill answers within its first second"

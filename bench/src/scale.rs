@@ -700,11 +700,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         reads_after_restart: reads.summary(read_window),
         load_stalls,
         load_started_unix_ms,
-        load_timeline: stats
-            .timeline
-            .as_ref()
-            .map(|t| t.seconds())
-            .unwrap_or_default(),
+        load_timeline: stats.timeline_rows(),
         wiped_follower_caught_up_secs: wiped_caught_up.map(|d| d.as_secs_f64()),
         disk_bytes_after_catch_up: disk_after_catch_up,
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::timeline::Timeline;
+use crate::timeline::{Second, Timeline};
 
 /// Highest latency the histogram holds exactly (60 s, in µs); larger values saturate.
 const HIGHEST_US: u64 = 60_000_000;
@@ -54,6 +54,14 @@ impl CellStats {
             error_kinds: BTreeMap::new(),
             timeline: None,
         }
+    }
+
+    /// The rows of the per-second timeline (none when the plan recorded none).
+    pub fn timeline_rows(&self) -> Vec<Second> {
+        self.timeline
+            .as_ref()
+            .map(Timeline::seconds)
+            .unwrap_or_default()
     }
 
     /// A successful request: its latency is recorded if it started inside the window, and it

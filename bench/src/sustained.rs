@@ -365,11 +365,7 @@ impl Run<'_> {
         }
         let cell = match result {
             Ok(Measured { stats, cpu, .. }) => {
-                let timeline = stats
-                    .timeline
-                    .as_ref()
-                    .map(|t| t.seconds())
-                    .unwrap_or_default();
+                let timeline = stats.timeline_rows();
                 SustainedCell {
                     round,
                     target,
