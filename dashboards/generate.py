@@ -385,14 +385,14 @@ def details():
                  "short", steps(GREEN), show_thresholds=False)
 
     d.row("Storage")
-    d.timeseries("State database size", "sled database on disk, per member.",
+    d.timeseries("State database size", "State database (fjall: journals and table files) on disk, per member.",
                  [(f"statestore_disk_db_size_bytes{{{SEL}}}", "{{instance}}")], "bytes",
                  steps(GREEN, (4e9, ORANGE), (16e9, RED)))
     d.timeseries("Apply commit duration p50 / p99", "Applying a batch of committed entries to the state machine.",
                  [(hq(0.5, "statestore_disk_apply_commit_duration_seconds", ["instance"]), "p50 {{instance}}"),
                   (hq(0.99, "statestore_disk_apply_commit_duration_seconds", ["instance"]), "p99 {{instance}}")],
                  "s", steps(GREEN, (0.05, ORANGE), (0.25, RED)))
-    d.timeseries("Memtable", "Applied writes held in memory before a background flush moves them into sled "
+    d.timeseries("Memtable", "Applied writes held in memory before a background flush moves them into the state database "
                  "(every 4 MiB or 15 s), per member.",
                  [(f"statestore_disk_memtable_bytes{{{SEL}}}", "{{instance}}")], "bytes",
                  steps(GREEN, (8 * 2**20, ORANGE), (32 * 2**20, RED)))

@@ -1,5 +1,5 @@
 //! The worst SCAN a client can send (issue 27), printed as a table: per pattern, the compile
-//! time and steps, then one page over a sled store of 10,000 keys of 16–64 bytes, built as the
+//! time and steps, then one page over a fjall store of 10,000 keys of 16–64 bytes, built as the
 //! service builds it (`read::keys_after` over the state view, `scan::page_until` with the
 //! default `PageLimits` and their 50 ms deadline on a real clock): the comparisons charged,
 //! keys examined, why the page ended, its wall time and the ratio to an ordinary pattern's page.
@@ -23,7 +23,7 @@ use statestore_protocol::scan::{PageEnd, PageLimits, StoredKey, page_until};
 use statestore_storage::engine::Overlay;
 use statestore_storage::keyspace::{SetCondition, read};
 use statestore_storage::machine::{Carry, Machine, Mutation, Proposal};
-use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_storage::store::{StateTree, Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
 
 /// Wall time of the writes (and of the reads: nothing expires).
@@ -62,7 +62,8 @@ fn keys() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A sled state tree holding `keys` (written through the keyspace, as apply does).
+/// A store's state tree (fjall behind its memtable) holding `keys` (written through the
+/// keyspace, as apply does).
 struct Stored {
     state: StateTree,
     _store: Store,
@@ -214,7 +215,7 @@ fn one_page(state: &StateTree, glob: &Glob, limits: &PageLimits) -> PageRun {
         })
     });
     let (page, end) =
-        page_until(glob, stored, limits, || Instant::now() >= deadline).expect("sled read");
+        page_until(glob, stored, limits, || Instant::now() >= deadline).expect("store read");
     let elapsed = started.elapsed();
     // The comparisons charged: the page's keys again, outside the timed part. The page read
     // one key past its last examined one (the key that found it full) unless it was complete.
@@ -224,7 +225,7 @@ fn one_page(state: &StateTree, glob: &Glob, limits: &PageLimits) -> PageRun {
         examined - 1
     };
     for entry in read::keys_after(&view, None, T0_MS).take(counted) {
-        let (key, _, _) = entry.expect("sled read");
+        let (key, _, _) = entry.expect("store read");
         comparisons += glob.matches(&key).comparisons;
     }
     PageRun {
@@ -241,7 +242,7 @@ fn main() {
     let stored = store(&keys);
     let limits = PageLimits::default();
     println!(
-        "SCAN worst cases: {KEYS} keys of 16-64 bytes on sled, default page limits \
+        "SCAN worst cases: {KEYS} keys of 16-64 bytes in the store (fjall), default page limits \
          (max_examined {}, max_comparisons {}, max_duration {:?}); median of {ROUNDS} runs",
         limits.max_examined, limits.max_comparisons, limits.max_duration
     );

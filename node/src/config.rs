@@ -245,7 +245,7 @@ pub struct DedupConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// sled page cache, MiB.
+    /// State database (fjall) block cache, MiB.
     pub cache_capacity_mb: u64,
 }
 

@@ -6,9 +6,10 @@ use clap::Parser;
 use statestore_node::cli::{Cli, CliCommand};
 use statestore_node::{admin, kv, node, telemetry};
 
-/// mimalloc instead of glibc malloc: the apply path and sled allocate and free small buffers
-/// at a high rate, where glibc's arenas fragment (see BENCHMARKS.md). The `system-allocator`
-/// feature keeps glibc's, for heap profilers that interpose malloc (heaptrack).
+/// mimalloc instead of glibc malloc: the apply path and the state database allocate and free
+/// small buffers at a high rate, where glibc's arenas fragment (see BENCHMARKS.md; measured
+/// while the state database was sled). The `system-allocator` feature keeps glibc's, for heap
+/// profilers that interpose malloc (heaptrack).
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -298,7 +298,7 @@ impl StoreMetrics {
             )),
             db_size_bytes: metric!(IntGauge::new(
                 "statestore_disk_db_size_bytes",
-                "Size of the state-machine database (sled) on disk."
+                "Size of the state-machine database (fjall) on disk."
             )),
             log_size_bytes: metric!(IntGauge::new(
                 "statestore_disk_log_size_bytes",
@@ -306,7 +306,7 @@ impl StoreMetrics {
             )),
             memtable_bytes: metric!(IntGauge::new(
                 "statestore_disk_memtable_bytes",
-                "Applied state-machine writes held in memory, not yet written to sled."
+                "Applied state-machine writes held in memory, not yet written to the state database."
             )),
             memtable_stalls_total: metric!(IntCounter::new(
                 "statestore_disk_memtable_stalls_total",
@@ -314,7 +314,7 @@ impl StoreMetrics {
             )),
             snapshot_preimage_bytes: metric!(IntGauge::new(
                 "statestore_disk_snapshot_preimage_bytes",
-                "Pre-images kept for a snapshot export in progress: rows sled held at its start that the flush thread has overwritten since."
+                "Pre-images kept for a snapshot export in progress: rows the state database held at its start that the flush thread has overwritten since."
             )),
             snapshot_preimage_waits_total: metric!(IntCounter::new(
                 "statestore_disk_snapshot_preimage_waits_total",

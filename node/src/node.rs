@@ -11,7 +11,7 @@ use axum::serve::{Listener, ListenerExt};
 use statestore_policy::Policy;
 use statestore_raft::RaftNode;
 use statestore_storage::keyspace::read;
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 

@@ -14,7 +14,7 @@ use statestore_node::http::{self, DigestGate, HttpState};
 use statestore_node::metrics::NodeMetrics;
 use statestore_node::mqtt::SessionState;
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::sync::watch;
 
 const TOKEN: &str = "http-admin-test-token-0123456789";

@@ -34,7 +34,7 @@ use statestore_policy::Policy;
 use statestore_protocol::scan::PageLimits;
 use statestore_protocol::{ProtocolLimits, resp3};
 use statestore_raft::{DiscardEvents, EventSink, RaftConfig, RaftNode, TracedEvent};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use statestore_vocab::hlc::{MAX_CLOCK_DRIFT_MS, ManualClock, SystemClock, WallClock};
 use tokio::time::Instant;
 

@@ -1,11 +1,12 @@
 //! The apply thread: runs committed entries through the state machine ([`Machine`]) and commits
 //! them to the state tree, on a thread of its own.
 //!
-//! Applying reads the state tree, and a read that misses the memtable goes to sled, which
-//! blocks every reader while a memtable flush writes its batch (sled's atomic batches hold a
-//! process-wide lock). On a Tokio worker such a read would stall whatever else that worker runs
-//! — Raft heartbeats and replication among them — and a stalled leader gets deposed. Here it
-//! only delays apply.
+//! Applying blocks: a read of the state tree that misses the memtable goes to fjall, which may
+//! read its table files from disk, and a commit waits while the memtable is full until the flush
+//! thread has written a layer. (With sled, the state database before fjall, a read also waited
+//! for every memtable flush: sled's atomic batches held a process-wide lock.) On a Tokio worker
+//! such a wait would stall whatever else that worker runs — Raft heartbeats and replication
+//! among them — and a stalled leader gets deposed. Here it only delays apply.
 
 use std::io;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use openraft::storage::ApplyResponder;
 use statestore_storage::codec;
 use statestore_storage::engine::Overlay;
 use statestore_storage::machine::{Carry, DeviceIndex, Machine, Outcome};
-use statestore_storage::sled::StateTree;
+use statestore_storage::store::StateTree;
 use tokio::sync::oneshot;
 
 use crate::error::Error;
@@ -114,11 +115,11 @@ pub(crate) const STALL: Duration = Duration::from_millis(50);
 /// What the apply thread is doing between two steps of progress (the label of a stall).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// Waiting until the memtable has room (sled flushes behind).
+    /// Waiting until the memtable has room (the flush thread writes it to fjall behind).
     MemtableRoom,
     /// Waiting for the device queues' index (readers or a snapshot install hold it).
     DeviceIndex,
-    /// Applying one proposal (its reads of the state may wait for sled).
+    /// Applying one proposal (its reads of the state may wait for the disk).
     Apply,
     /// Handing the transaction's writes to the memtable.
     Commit,

@@ -12,7 +12,7 @@ use openraft::network::RaftNetworkFactory;
 use openraft::{BasicNode, Config, ServerState, SnapshotPolicy};
 use prometheus::Registry;
 use statestore_storage::machine::{Outcome, Proposal};
-use statestore_storage::sled::{StateView, Store};
+use statestore_storage::store::{StateView, Store};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
@@ -163,7 +163,7 @@ pub struct RaftNode {
     id: NodeId,
     raft: Raft,
     store: Store,
-    state: statestore_storage::sled::StateTree,
+    state: statestore_storage::store::StateTree,
     log: LogStore,
     /// How this node accepts peers and forwards membership changes (plain or TLS).
     transport: Transport,

@@ -1,5 +1,5 @@
 //! The snapshot data openraft passes between the state machine and the peer network: a
-//! snapshot file (see `statestore_storage::sled::SnapshotFile` for its layout) and its path.
+//! snapshot file (see `statestore_storage::store::SnapshotFile` for its layout) and its path.
 
 use std::path::PathBuf;
 
@@ -21,9 +21,9 @@ impl SnapshotData {
         Ok(SnapshotData { path, file })
     }
 
-    /// The snapshot the store opened (see `statestore_storage::sled::OpenSnapshot`): its handle
+    /// The snapshot the store opened (see `statestore_storage::store::OpenSnapshot`): its handle
     /// stays readable even if a newer snapshot replaces the file meanwhile.
-    pub fn from_open(open: statestore_storage::sled::OpenSnapshot) -> SnapshotData {
+    pub fn from_open(open: statestore_storage::store::OpenSnapshot) -> SnapshotData {
         SnapshotData {
             path: open.file.path,
             file: tokio::fs::File::from_std(open.handle),

@@ -1,11 +1,12 @@
 //! `RaftStateMachine` over the state machine ([`statestore_storage::machine::Machine`]) and the
-//! sled state tree.
+//! store's state tree (fjall behind a write-back memtable).
 //!
 //! Apply runs the entries openraft hands over through the machine inside one overlay
-//! transaction and commits it as one atomic sled batch together with the last-applied log id and
-//! membership (at most [`MAX_PROPOSALS_PER_COMMIT`] proposals per batch, so a long catch-up never
-//! builds one huge transaction). Only then are the waiting clients answered and the key events
-//! handed to the [`EventSink`] (post-commit, in log order); only a leader's sink publishes them.
+//! transaction and commits it to the state tree atomically together with the last-applied log
+//! id and membership (at most [`MAX_PROPOSALS_PER_COMMIT`] proposals per batch, so a long
+//! catch-up never builds one huge transaction). Only then are the waiting clients answered and
+//! the key events handed to the [`EventSink`] (post-commit, in log order); only a leader's sink
+//! publishes them.
 //!
 //! Snapshots are decided here: openraft asks every `snapshot_check_entries` entries, and a
 //! snapshot is built only once enough proposals or entries were applied since the last one
@@ -23,7 +24,7 @@ use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
 use statestore_storage::keyspace;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
-use statestore_storage::sled::{
+use statestore_storage::store::{
     Offered, OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
 };
 
@@ -36,7 +37,7 @@ use crate::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 pub(crate) const LAST_APPLIED: &[u8] = b"last_applied";
 /// Consensus record: the last applied membership.
 pub(crate) const MEMBERSHIP: &[u8] = b"membership";
-/// Proposals applied in one sled batch at most.
+/// Proposals applied in one transaction (one commit to the state tree) at most.
 const MAX_PROPOSALS_PER_COMMIT: usize = 16_384;
 
 /// A committed key event and the trace context of the proposal that caused it (on the leader,
@@ -260,7 +261,7 @@ fn snapshot_covers(header: &[u8]) -> statestore_storage::Result<SnapshotCovers> 
     })
 }
 
-/// Runs the store's rebuild after an unclean stop (see `statestore_storage::sled::Store::recover`)
+/// Runs the store's rebuild after an unclean stop (see `statestore_storage::store::Store::recover`)
 /// before anything reads the state, and records how the open went.
 fn recover(store: &Store, metrics: &RaftStorageMetrics) -> io::Result<()> {
     let report = store.recover(&snapshot_covers).map_err(io_err)?;
@@ -283,7 +284,7 @@ fn snapshot_id(log_id: Option<&LogId>) -> String {
 }
 
 /// Writes a snapshot of the state as it was when the builder was made (apply goes on
-/// meanwhile: see `statestore_storage::sled::StateTree::begin_export`).
+/// meanwhile: see `statestore_storage::store::StateTree::begin_export`).
 pub struct SnapshotBuilder {
     prepared: Option<io::Result<(SnapshotExport, SnapshotMeta)>>,
     metrics: Arc<RaftStorageMetrics>,

@@ -23,7 +23,7 @@ use statestore_raft::types::{Node, NodeId, Raft, Snapshot, TypeConfig, Vote};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
 use statestore_storage::keyspace::{SetCondition, read};
 use statestore_storage::machine::{Mutation, Outcome, Proposal};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
 
 #[derive(Default)]

@@ -16,7 +16,7 @@ mod support;
 
 use statestore_harness::pki::{CertFiles, Pki};
 use statestore_raft::{DiscardEvents, MembershipChange, PeerTls, RaftConfig, RaftNode};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

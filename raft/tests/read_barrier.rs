@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::Registry;
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

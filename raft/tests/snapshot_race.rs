@@ -14,7 +14,7 @@ use statestore_raft::snapshot::SnapshotData;
 use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachine};
 use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 use statestore_storage::codec;
-use statestore_storage::sled::{SnapshotWriter, Store, StoreConfig};
+use statestore_storage::store::{SnapshotWriter, Store, StoreConfig};
 use tokio::io::AsyncReadExt;
 
 fn state_machine(dir: &std::path::Path) -> StateMachine {

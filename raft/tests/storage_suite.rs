@@ -11,7 +11,7 @@ use statestore_raft::log_store::{LogConfig, LogStore};
 use statestore_raft::metrics::RaftStorageMetrics;
 use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachine};
 use statestore_raft::types::{StorageError, TypeConfig};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 
 struct SledBuilder;
 

@@ -2,37 +2,39 @@
 //!
 //! Workload: plain SETs (32-byte values over 10,000 keys, nobody observing unless the row says
 //! so: `observers` 1 registers one client on one of the keys, 1000 registers 1,000 clients on
-//! one key and every SET of the row writes that key), each with a request id, so every proposal remembers its reply (protocol §6). The store
-//! starts with `remembered` replies whose expiry instants are 1 ms apart; proposal `j` of the
-//! run is stamped 1 ms after proposal `j - 1` and is remembered for `remembered` ms, so exactly
-//! one remembered reply falls due per proposal and as many expire as arrive: the reply memory
-//! stays at `remembered` entries and pruning runs on every proposal (steady state).
+//! one key and every SET of the row writes that key), each with a request id, so every
+//! proposal remembers its reply (protocol §6). The store starts with `remembered` replies whose
+//! expiry instants are 1 ms apart; proposal `j` of the run is stamped 1 ms after proposal
+//! `j - 1` and is remembered for `remembered` ms, so exactly one remembered reply falls due per
+//! proposal and as many expire as arrive: the reply memory stays at `remembered` entries and
+//! pruning runs on every proposal (steady state).
 //!
-//! `batch` proposals run in one [`Overlay`] transaction (one [`Machine::open`], on sled
+//! `batch` proposals run in one [`Overlay`] transaction (one [`Machine::open`], on the store
 //! [`Machine::open_with_index`] with the store's device queues' index as the nodes' apply
 //! thread uses it; `batch` x [`Machine::apply`], [`Machine::finish`]), then the
-//! transaction's writes are committed:
-//! into the `BTreeMap` for the in-memory backend, through `StateTree::commit` (one atomic sled
-//! batch, no fsync) for sled. The time per proposal includes that commit; building the
-//! proposals does not. After a warm-up, each row times [`ROUNDS`] consecutive rounds of
-//! `APPLY_COST_PROPOSALS` proposals and prints the median and the fastest round.
+//! transaction's writes are committed: into the `BTreeMap` for the in-memory backend, through
+//! `StateTree::commit` (one atomic commit into the memtable, which the flush thread writes to
+//! fjall behind it; no fsync) for the store. The time per proposal includes that commit;
+//! building the proposals does not. After a warm-up, each row times [`ROUNDS`] consecutive
+//! rounds of `APPLY_COST_PROPOSALS` proposals and prints the median and the fastest round.
 //!
 //! Run: `cargo bench -p statestore-storage --bench apply_cost`. Environment:
 //! `APPLY_COST_PROPOSALS` (proposals per timed round, default 8192),
-//! `APPLY_COST_BACKENDS` (`btree`, `sled` or `btree,sled`, the default),
+//! `APPLY_COST_BACKENDS` (`btree`, `sled` or `btree,sled`, the default; `sled` selects the
+//! store the nodes run on, fjall since data format 9: the name predates the switch),
 //! `APPLY_COST_ROWS` (only rows whose `remembered/batch/observers` contains this, e.g.
 //! `200000/1024/0`), `APPLY_COST_WORKLOAD` (`set`, `devicebound` or `set,devicebound`, the
 //! default).
 //!
 //! The device-bound table times what the nodes apply per cloud-to-device message sent to an
-//! online device, on sled: the backend's SEND (`SendAndDeliver`, with a request id, so its
+//! online device, on the store: the backend's SEND (`SendAndDeliver`, with a request id, so its
 //! reply is remembered) and the device's completion (`SettleAndDeliver`). Devices are visited
-//! `batch` at a time (groups of 64, the last of 40; or all 1,000) in four transactions of one proposal per device: SEND
-//! `a` to each (delivered at once), SEND `b` to each (the window of 1 is full: it waits),
-//! complete `a` (which delivers `b`: the queue scan), complete `b`. So half the SENDs find
-//! their device busy, as in `statestore-bench devicebound`. The time per message covers its
-//! SEND and its completion, and here also building those proposals and reading the lock tokens
-//! out of the outcomes (the completions need them), a small share of it.
+//! `batch` at a time (groups of 64, the last of 40; or all 1,000) in four transactions of one
+//! proposal per device: SEND `a` to each (delivered at once), SEND `b` to each (the window of 1
+//! is full: it waits), complete `a` (which delivers `b`: the queue scan), complete `b`. So half
+//! the SENDs find their device busy, as in `statestore-bench devicebound`. The time per message
+//! covers its SEND and its completion, and here also building those proposals and reading the
+//! lock tokens out of the outcomes (the completions need them), a small share of it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,7 +48,7 @@ use statestore_storage::engine::Overlay;
 use statestore_storage::keyspace::{SetCondition, read};
 use statestore_storage::layout::Table;
 use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
-use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_storage::store::{StateTree, Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
 
 /// Wall time of the first prefill proposal.
@@ -65,8 +67,9 @@ const STALL: Duration = Duration::from_secs(120);
 /// Transactions committed so far (watched for stalls).
 static COMMITTED: AtomicU64 = AtomicU64::new(0);
 
-/// Ends the run if no transaction commits for [`STALL`]: sled 0.34.7 can deadlock under
-/// sustained batch writes (spacejam/sled#1412), which would otherwise hang the bench.
+/// Ends the run if no transaction commits for [`STALL`] instead of hanging the bench. (Added
+/// for sled 0.34.7, the store's database before fjall, which could deadlock under sustained
+/// batch writes: spacejam/sled#1412.)
 fn watch_for_stalls() {
     std::thread::spawn(|| {
         let mut last = COMMITTED.load(Ordering::Relaxed);
@@ -78,10 +81,7 @@ fn watch_for_stalls() {
                 last = now;
                 since = Instant::now();
             } else if since.elapsed() >= STALL {
-                eprintln!(
-                    "no transaction committed for {STALL:?}: the backend is stuck (sled 0.34.7 \
-                     deadlocks now and then under sustained batch writes); rerun"
-                );
+                eprintln!("no transaction committed for {STALL:?}: the backend is stuck; rerun");
                 std::process::exit(2);
             }
         }
@@ -122,7 +122,8 @@ impl Backend for BTree {
     }
 }
 
-/// The sled state tree the nodes run on (public `Store` API only).
+/// The store's state tree the nodes run on, fjall behind its memtable (public `Store` API
+/// only; named for the backend's `sled` label, which predates fjall).
 struct Sled {
     state: StateTree,
     _store: Store,
@@ -391,7 +392,7 @@ fn device_cycle(sled: &mut Sled, work: &mut DeviceWorkload, devices: &[usize]) -
     Ok(2 * devices.len())
 }
 
-/// Times the device-bound workload on sled in transactions of `batch` proposals; returns
+/// Times the device-bound workload on the store in transactions of `batch` proposals; returns
 /// (messages per round, round times fastest first).
 fn run_devicebound(batch: usize, measured: usize) -> Result<(usize, Vec<Duration>)> {
     let mut sled = Sled::open()?;
@@ -429,7 +430,7 @@ fn print_devicebound(measured: usize) -> Result<()> {
     println!(
         "apply cost, device-bound: SEND (SendAndDeliver, reply remembered) and completion \
          (SettleAndDeliver) per message, {DEVICES} devices, half the SENDs wait behind a \
-         locked message; sled; {ROUNDS} rounds of about {measured} messages"
+         locked message; the store (fjall); {ROUNDS} rounds of about {measured} messages"
     );
     println!(
         "| devices per transaction | µs/message median | µs/message best | messages/s (median) |"

@@ -1,7 +1,7 @@
 //! What a restart costs the store, printed as a table: a clean reopen (the clean-stop marker
-//! found, sled used as it is) against an unclean one (no marker: `state/` set aside and
-//! removed, the state rebuilt from the newest snapshot file; the Raft log replay after it is
-//! the consensus layer's and not timed here).
+//! found, the state database used as it is) against an unclean one (no marker: `state/` set
+//! aside and removed, the state rebuilt from the newest snapshot file; the Raft log replay
+//! after it is the consensus layer's and not timed here).
 //!
 //! Workload: `REOPEN_COST_KEYS` keys (default 100,000) of 32-byte values, every tenth
 //! transaction also remembering a reply, committed 100 keys per transaction; a snapshot of it
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use statestore_storage::Result;
 use statestore_storage::engine::{OrderedRead, TxnWrite, TxnWrites};
 use statestore_storage::layout::{Table, consensus_key};
-use statestore_storage::sled::{OpenKind, SnapshotCovers, Store, StoreConfig};
+use statestore_storage::store::{OpenKind, SnapshotCovers, Store, StoreConfig};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)

@@ -1,14 +1,14 @@
 //! The storage crate's one error type.
 
-/// Everything that can go wrong below the state machine's semantics: I/O, sled, and records on disk
-/// that do not decode. Rejections of client requests are not errors; they are
+/// Everything that can go wrong below the state machine's semantics: I/O, fjall, and records on
+/// disk that do not decode. Rejections of client requests are not errors; they are
 /// [`crate::machine::Outcome`]s.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    /// sled reported a failure (I/O or a corrupt database).
-    #[error("sled: {0}")]
-    Sled(#[from] ::sled::Error),
-    /// File-system I/O outside sled (snapshots).
+    /// The state database (fjall) reported a failure (I/O or a corrupt database).
+    #[error("state database: {0}")]
+    Engine(#[from] fjall::Error),
+    /// File-system I/O outside the state database (snapshots, the reply memory's log).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     /// A stored record does not decode.

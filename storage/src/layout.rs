@@ -1,6 +1,6 @@
-//! How the replicated state maps onto one ordered byte map (a single sled tree, or a BTreeMap
-//! in tests): a one-byte table prefix, then a table-specific key. This module is the register
-//! of the prefixes shared by every part of the state (the [`Table`]s, the store-wide
+//! How the replicated state maps onto one ordered byte map (a single fjall keyspace, or a
+//! BTreeMap in tests): a one-byte table prefix, then a table-specific key. This module is the
+//! register of the prefixes shared by every part of the state (the [`Table`]s, the store-wide
 //! [`Table::Meta`] records, the consensus layer's [`Table::ConsensusState`] records, which sort
 //! last and are part of neither digests nor snapshots); each part builds its own keys in its
 //! `layout` module. Length prefixes keep every composite key unambiguous so prefix scans never

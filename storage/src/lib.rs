@@ -1,13 +1,13 @@
-//! statestore-storage: the replicated state machine of statestore and the sled-backed store it
+//! statestore-storage: the replicated state machine of statestore and the fjall-backed store it
 //! persists into.
 //!
 //! Layers, each importing only those below it:
 //!
 //! - **engine**: [`engine`] (the transaction traits [`engine::OrderedRead`] and
-//!   [`engine::Txn`], the [`engine::Overlay`] every apply writes through) and [`sled`], the one
-//!   backend (the state tree behind a write-back memtable, snapshots, durability points). They
-//!   move bytes and know nothing of what the bytes mean. (The state tree also keeps the device
-//!   queues' in-memory index next to the rows it is derived from.)
+//!   [`engine::Txn`], the [`engine::Overlay`] every apply writes through) and [`store`], the one
+//!   backend (the state tree in fjall behind a write-back memtable, snapshots, durability
+//!   points). They move bytes and know nothing of what the bytes mean. (The state tree also
+//!   keeps the device queues' in-memory index next to the rows it is derived from.)
 //! - **layout**: [`layout`], the register of the table prefixes of the one ordered byte map
 //!   and of its store-wide and consensus records; [`codec`], the versioned record encoding.
 //! - **parts**, siblings that know nothing of each other: [`keyspace`] (SET/DEL/VDEL,
@@ -30,7 +30,7 @@ pub mod error;
 pub mod keyspace;
 pub mod layout;
 pub mod machine;
-pub mod sled;
+pub mod store;
 pub mod write_behind;
 
 pub use error::{Result, StorageError};

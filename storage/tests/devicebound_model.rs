@@ -13,12 +13,12 @@
 //! - lock tokens are ASCII, at most 64 bytes, never issued twice;
 //! - the device queues' index kept from one transaction to the next (as the consensus layer keeps
 //!   it) equals the index rebuilt from the committed rows, after every step, on a plain map and
-//!   on sled (and after reopening the sled store);
+//!   on the store (fjall behind its memtable; and after reopening the store);
 //! - replaying the same proposals on a fresh store, one transaction each or grouped into
 //!   transactions of random sizes, gives byte-identical state (determinism); so does the
-//!   grouped replay on a sled store whose memtable freezes every 4 KiB (rows that
-//!   are created and removed again, in one map or across maps, leave exactly what the plain
-//!   map has).
+//!   grouped replay on a fjall-backed store whose memtable freezes every 4 KiB (rows that are
+//!   created and removed again, in one map or across maps, leave exactly what the plain map
+//!   has).
 //!
 //! The model takes lock tokens from the crate's delivery results (it cannot predict an opaque
 //! token) and from then on decides by its own state which token settles what.
@@ -36,7 +36,7 @@ use statestore_storage::devicebound::{
 use statestore_storage::engine::{OrderedRead, Overlay, Txn};
 use statestore_storage::layout;
 use statestore_storage::machine::{Carry, Machine, Mutation, Outcome, Proposal, RequestId};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -1074,20 +1074,20 @@ fn run(ops: &[Op], settings: DeviceboundSettings, groups: &[usize]) -> Result<()
         grouped == map,
         "replay in transactions of several entries gives the same bytes"
     );
-    let on_sled = replay_on_sled(&proposals, groups)?;
+    let on_store = replay_on_store(&proposals, groups)?;
     prop_assert!(
-        on_sled == map,
-        "replay on sled, through a memtable that freezes often, gives the same bytes"
+        on_store == map,
+        "replay on the store, through a memtable that freezes often, gives the same bytes"
     );
     Ok(())
 }
 
-/// Applies `proposals` in transactions of the sizes `groups` cycles through, on a sled store
-/// whose memtable freezes every 4 KiB (several transactions a map), with the store's own kept
+/// Applies `proposals` in transactions of the sizes `groups` cycles through, on a fjall-backed
+/// store whose memtable freezes every 4 KiB (several transactions a map), with the store's own kept
 /// index as the consensus layer uses it; checks that index against one rebuilt from the rows
 /// (and against the reopened store's), and returns every row below the consensus records once
-/// all of it is in sled.
-fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestCaseError> {
+/// all of it is in fjall.
+fn replay_on_store(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestCaseError> {
     let dir = tempfile::tempdir().map_err(fail)?;
     let mut config = StoreConfig::new(dir.path(), 1 << 20);
     config.memtable.flush_bytes = 4096;
@@ -1116,7 +1116,7 @@ fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestC
         let kept = devices.lock().map_err(fail)?.clone();
         prop_assert!(
             kept == DeviceIndex::load(&state.view()).map_err(fail)?,
-            "the sled store's kept index is the index of its rows"
+            "the store's kept index is the index of its rows"
         );
         let consensus = layout::consensus_key(b"");
         let rows = state
@@ -1124,7 +1124,7 @@ fn replay_on_sled(proposals: &[Proposal], groups: &[usize]) -> Result<Map, TestC
             .range(&[], &consensus)
             .collect::<Result<Map, _>>()
             .map_err(fail)?;
-        // A clean stop: the reopen reads sled's state back (an unclean one rebuilds it).
+        // A clean stop: the reopen reads fjall's state back (an unclean one rebuilds it).
         store.close_clean().map_err(fail)?;
         prop_assert!(
             kept == *state.view().device_index(),

@@ -10,16 +10,16 @@
 //!   for each from the committed state, by their registration floors), the same GET results
 //!   including the version, and the same expiry behaviour (§8: invisible from the expiry
 //!   instant on, removal by sweep or by a later write notifies `DELETE`).
-//! - A BTreeMap replica applying proposals one transaction each and a sled replica applying
-//!   the same proposals in batches of random sizes report the same outcomes and the same
-//!   [`machine_read::digest`] after every batch.
-//! - The same holds with hundreds of proposals per sled transaction while remembered replies
+//! - A BTreeMap replica applying proposals one transaction each and a store replica (the state
+//!   tree in fjall behind its memtable) applying the same proposals in batches of random sizes
+//!   report the same outcomes and the same [`machine_read::digest`] after every batch.
+//! - The same holds with hundreds of proposals per store transaction while remembered replies
 //!   expire faster than one proposal may prune them (pruning does not depend on how proposals
 //!   are grouped into transactions), and a 5,000-reply memory is pruned exactly 32 per
 //!   proposal inside one batch.
 //! - The notification lookup's shortcut for stores without registrations gives the same
 //!   events as the full lookup.
-//! - A sled snapshot exported and installed into another store (even one that already held
+//! - A store snapshot exported and installed into another store (even one that already held
 //!   other state) reproduces the digest and the store-wide counters.
 //! - The caps of the tables clients make grow (store-wide and per-key KEYNOTIFY registrations,
 //!   reply memory by count and bytes with earliest-expiry eviction) decide outcomes as the
@@ -48,7 +48,7 @@ use statestore_storage::machine::reply_rows;
 use statestore_storage::machine::{
     Applied, Machine, Mutation, Outcome, Proposal, RememberedReply, RequestId,
 };
-use statestore_storage::sled::{StateTree, Store, StoreConfig};
+use statestore_storage::store::{StateTree, Store, StoreConfig};
 use statestore_vocab::hlc::Hlc;
 
 // ---------------------------------------------------------------------------------------------
@@ -371,8 +371,9 @@ fn apply_to_map(map: &mut Map, proposal: &Proposal) -> Result<Applied, TestCaseE
     Ok(applied)
 }
 
-/// Applies a batch of proposals in one transaction (one atomic sled batch) to a sled replica.
-fn apply_batch_to_sled(
+/// Applies a batch of proposals in one transaction (one atomic state-tree commit) to a store
+/// replica.
+fn apply_batch_to_store(
     state: &StateTree,
     proposals: &[Proposal],
 ) -> Result<Vec<Applied>, TestCaseError> {
@@ -1327,13 +1328,13 @@ fn drive(
     Ok(())
 }
 
-/// Applies `ops` to a sled state tree in batches (sweeps scan the committed sled state).
-fn run_on_sled(state: &StateTree, ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
+/// Applies `ops` to a store's state tree in batches (sweeps scan the committed store state).
+fn run_on_store(state: &StateTree, ops: &[Op], batch_sizes: &[usize]) -> Result<(), TestCaseError> {
     drive(
         ops,
         batch_sizes,
         |leader, limit, stale| leader.sweep_candidates(&state.view(), limit, stale),
-        |batch| apply_batch_to_sled(state, &batch).map(drop),
+        |batch| apply_batch_to_store(state, &batch).map(drop),
     )
 }
 
@@ -1345,7 +1346,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(16))]
 
     /// Invariant: the same proposals, applied one transaction each to a BTreeMap replica and
-    /// in atomic batches of random sizes to a sled replica, give the same outcomes and
+    /// in atomic batches of random sizes to a store replica, give the same outcomes and
     /// notifications and the same `machine_read::digest` after every batch.
     #[test]
     fn replicas_reach_the_same_digest(
@@ -1366,7 +1367,7 @@ proptest! {
                 for proposal in &batch {
                     expected.push(apply_to_map(&mut map, proposal)?);
                 }
-                let got = apply_batch_to_sled(&state, &batch)?;
+                let got = apply_batch_to_store(&state, &batch)?;
                 prop_assert_eq!(got, expected, "outcomes of the batch {:?}", batch);
                 prop_assert_eq!(
                     machine_read::digest(&state.view()).map_err(fail)?,
@@ -1374,7 +1375,7 @@ proptest! {
                     "digest after the batch {:?}",
                     batch
                 );
-                assert_counters_exact(&state.view(), "on sled after a batch")?;
+                assert_counters_exact(&state.view(), "on the store after a batch")?;
                 Ok(())
             },
         )?;
@@ -1384,7 +1385,7 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
-    /// Invariant: exporting a sled replica's snapshot and installing it into another store
+    /// Invariant: exporting a store replica's snapshot and installing it into another store
     /// (which may already hold unrelated state) reproduces the exported replica's digest, and
     /// both replicas then apply further proposals identically.
     #[test]
@@ -1401,8 +1402,8 @@ proptest! {
         let source = source_store.state().map_err(fail)?;
         let target = target_store.state().map_err(fail)?;
 
-        run_on_sled(&source, &ops, &sizes)?;
-        run_on_sled(&target, &other_ops, &sizes)?;
+        run_on_store(&source, &ops, &sizes)?;
+        run_on_store(&target, &other_ops, &sizes)?;
         let exported = source.export_snapshot("1-42", b"header", Some(42)).map_err(fail)?;
         let received = target.incoming_snapshot_path();
         std::fs::copy(&exported.path, &received).map_err(fail)?;
@@ -1427,8 +1428,8 @@ proptest! {
         for op in &after {
             let Op::Request { client, remember_ms, cmd } = op else { continue };
             let proposal = leader.request(*client, *remember_ms, cmd);
-            let a = apply_batch_to_sled(&source, std::slice::from_ref(&proposal))?;
-            let b = apply_batch_to_sled(&target, std::slice::from_ref(&proposal))?;
+            let a = apply_batch_to_store(&source, std::slice::from_ref(&proposal))?;
+            let b = apply_batch_to_store(&target, std::slice::from_ref(&proposal))?;
             prop_assert_eq!(a, b, "outcome of {:?} after install", proposal);
         }
         prop_assert_eq!(
@@ -1514,11 +1515,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
 
     /// Invariant: with hundreds of proposals per transaction while replies expire faster than
-    /// one proposal may prune them, and reply-memory caps that force evictions, a sled replica
+    /// one proposal may prune them, and reply-memory caps that force evictions, a store replica
     /// applying atomic batches and a BTreeMap replica applying one transaction per proposal
-    /// give the same outcomes and events and the same `machine_read::digest` after every batch (reply
-    /// pruning and eviction do not depend on how proposals are grouped into transactions), and
-    /// the sled replica's counters equal a recount of its tables.
+    /// give the same outcomes and events and the same `machine_read::digest` after every batch
+    /// (reply pruning and eviction do not depend on how proposals are grouped into
+    /// transactions), and the store replica's counters equal a recount of its tables.
     #[test]
     fn large_batches_with_expiring_replies_reach_the_same_digest(
         // The first proposal remembers a reply under the default caps, so the check at the
@@ -1546,7 +1547,7 @@ proptest! {
                     // Counted after every proposal: a batch may prune or evict all of them.
                     most_replies.set(most_replies.get().max(stored_replies(&*map)?));
                 }
-                let got = apply_batch_to_sled(&state, &batch)?;
+                let got = apply_batch_to_store(&state, &batch)?;
                 prop_assert_eq!(got, expected, "outcomes of a batch of {}", batch.len());
                 prop_assert_eq!(
                     machine_read::digest(&state.view()).map_err(fail)?,
@@ -1554,7 +1555,7 @@ proptest! {
                     "digest after a batch of {}",
                     batch.len()
                 );
-                assert_counters_exact(&state.view(), "on sled after a large batch")?;
+                assert_counters_exact(&state.view(), "on the store after a large batch")?;
                 Ok(())
             },
         )?;
@@ -1644,7 +1645,7 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
     let dir = tempfile::tempdir().map_err(fail)?;
     let store = open_store(dir.path())?;
     let state = store.state().map_err(fail)?;
-    apply_batch_to_sled(&state, &fill)?;
+    apply_batch_to_store(&state, &fill)?;
     let mut map = Map::new();
     apply_batch_to_map(&mut map, &fill)?;
     prop_assert_eq!(stored_replies(&map)?, 5_000);
@@ -1662,7 +1663,7 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
                 leader.request((i % 3) as usize, 60_000, &cmd)
             })
             .collect();
-        let got = apply_batch_to_sled(&state, &batch)?;
+        let got = apply_batch_to_store(&state, &batch)?;
         let mut expected = Vec::new();
         for proposal in &batch {
             expected.push(apply_to_map(&mut map, proposal)?);
@@ -1684,7 +1685,7 @@ fn one_large_batch_prunes_like_one_transaction_per_proposal() -> Result<(), Test
 }
 
 /// A 5,000-reply memory whose count cap is lowered to 1,000, then whose byte cap is lowered in
-/// the middle of a batch: a sled replica applying each batch in one transaction and a BTreeMap
+/// the middle of a batch: a store replica applying each batch in one transaction and a BTreeMap
 /// replica applying one transaction per proposal evict the same replies (the first remembered
 /// reply after a lowered cap evicts down to it at once), end with the same digest and with
 /// counters equal to a recount; retries of evicted requests run again, retries of kept ones
@@ -1709,7 +1710,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
     let store = open_store(dir.path())?;
     let state = store.state().map_err(fail)?;
     let mut map = Map::new();
-    let originals = apply_batch_to_sled(&state, &fill)?;
+    let originals = apply_batch_to_store(&state, &fill)?;
     apply_batch_to_map(&mut map, &fill)?;
 
     let mut batch = vec![leader.proposal(
@@ -1746,7 +1747,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
         let (request, mutation) = leader.history[n].clone();
         batch.push(leader.proposal(Some(request), mutation));
     }
-    let got = apply_batch_to_sled(&state, &batch)?;
+    let got = apply_batch_to_store(&state, &batch)?;
     let mut expected = Vec::with_capacity(batch.len());
     for proposal in &batch {
         expected.push(apply_to_map(&mut map, proposal)?);
@@ -1756,7 +1757,7 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
         machine_read::digest(&state.view()).map_err(fail)?,
         machine_read::digest(&map).map_err(fail)?
     );
-    assert_counters_exact(&state.view(), "on sled")?;
+    assert_counters_exact(&state.view(), "on the store")?;
     assert_counters_exact(&map, "on the map")?;
     let meta = read::meta(&map).map_err(fail)?;
     prop_assert!(meta.remembered_replies <= 1_000);
@@ -1784,9 +1785,9 @@ fn caps_hit_in_large_batches_evict_like_one_transaction_per_proposal() -> Result
 }
 
 /// A retry after its request's expiry, whose expired reply pruning has not reached yet (32 are
-/// pruned per proposal, and 99 expired replies sort before it), replaces that reply: on sled in
-/// a batch as on a map one transaction each, with the same digest and counters equal to a
-/// recount (the replaced reply is subtracted).
+/// pruned per proposal, and 99 expired replies sort before it), replaces that reply: on the
+/// store in a batch as on a map one transaction each, with the same digest and counters equal
+/// to a recount (the replaced reply is subtracted).
 #[test]
 fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), TestCaseError> {
     let mut leader = Leader::new();
@@ -1795,14 +1796,14 @@ fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), T
     let store = open_store(dir.path())?;
     let state = store.state().map_err(fail)?;
     let mut map = Map::new();
-    let originals = apply_batch_to_sled(&state, &fill)?;
+    let originals = apply_batch_to_store(&state, &fill)?;
     apply_batch_to_map(&mut map, &fill)?;
     leader.advance(20); // every reply is due
     // Same expiry for all: the longest client id with the highest correlation sorts last.
     let last = 98; // 98 % 3 == 2: "ü-2", its highest correlation
     let (request, mutation) = leader.history[last].clone();
     let retry = leader.proposal(Some(request), mutation);
-    let got = apply_batch_to_sled(&state, std::slice::from_ref(&retry))?;
+    let got = apply_batch_to_store(&state, std::slice::from_ref(&retry))?;
     let expected = apply_to_map(&mut map, &retry)?;
     prop_assert_eq!(&got[0], &expected);
     prop_assert_ne!(
@@ -1818,7 +1819,7 @@ fn a_retry_replacing_an_expired_reply_keeps_the_counters_exact() -> Result<(), T
     );
     prop_assert_eq!(meta.replies_evicted, 0);
     assert_counters_exact(&map, "on the map")?;
-    assert_counters_exact(&state.view(), "on sled")?;
+    assert_counters_exact(&state.view(), "on the store")?;
     prop_assert_eq!(
         machine_read::digest(&state.view()).map_err(fail)?,
         machine_read::digest(&map).map_err(fail)?

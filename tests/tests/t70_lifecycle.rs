@@ -219,11 +219,12 @@ fn snapshot_files(node: &StatestoreNode) -> usize {
         .unwrap_or(0)
 }
 
-/// SIGKILL under writes, then the state database damaged (its main file cut to a third, as a
-/// power cut can leave sled's): the restart finds no clean-stop marker, sets the state database
-/// aside, rebuilds the state machine from the newest snapshot, applies the log after it (purged
-/// behind the snapshot, so the snapshot is needed), and serves every acknowledged write. The
-/// SIGTERM after that is a clean stop: the next start uses the state database as it is.
+/// SIGKILL under writes, then the state database damaged (every file of it cut to a third, as a
+/// power cut can leave files whose writeback had not finished): the restart finds no clean-stop
+/// marker, sets the state database aside, rebuilds the state machine from the newest snapshot,
+/// applies the log after it (purged behind the snapshot, so the snapshot is needed), and serves
+/// every acknowledged write. The SIGTERM after that is a clean stop: the next start uses the
+/// state database as it is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_node_with_a_damaged_state_database_rebuilds_it_and_keeps_acknowledged_writes() {
     let broker = Broker::start();
@@ -285,14 +286,7 @@ async fn a_killed_node_with_a_damaged_state_database_rebuilds_it_and_keeps_ackno
     for writer in writers {
         writer.await.expect("writer");
     }
-    let db = node.data_dir.join("state").join("db");
-    let len = std::fs::metadata(&db).expect("sled's file").len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&db)
-        .expect("open sled's file")
-        .set_len(len / 3)
-        .expect("truncate");
+    truncate_files(&node.data_dir.join("state"));
 
     node.spawn();
     node.wait_ready(Duration::from_secs(60)).await;
@@ -350,4 +344,23 @@ async fn a_killed_node_with_a_damaged_state_database_rebuilds_it_and_keeps_ackno
         Some(0.0)
     );
     read_all(&mut reader, "after the clean restart").await;
+}
+
+/// Cuts every file under `dir` (the state database's journals and tables) to a third of its
+/// length.
+fn truncate_files(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            truncate_files(&path);
+            continue;
+        }
+        let len = std::fs::metadata(&path).expect("metadata").len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(len / 3)
+            .expect("truncate");
+    }
 }

@@ -27,10 +27,10 @@ const VALUE_BYTES: usize = 1 << 20;
 /// Peak growth allowed over the resident size before the flood. The request path holds at most
 /// the 16 MiB budget, but the write path holds far more than that with 1 MiB values: 320
 /// sequential 1 MiB SETs to 8 keys on this configuration plateau at +285 MiB (memtable up to
-/// 64 MiB, 8 MiB log cache, sled with its 16 MiB cache, copies on their way through Raft,
-/// allocator slack; measured 2026-11-24). The bound leaves room for that and is a third of the
-/// flood: had the node kept what it read (up to `receive_maximum` = 1,024 requests in flight),
-/// it would blow through it.
+/// 64 MiB, 8 MiB log cache, the state database with its 16 MiB cache, copies on their way
+/// through Raft, allocator slack; measured 2026-11-24, when the state database was sled). The
+/// bound leaves room for that and is a third of the flood: had the node kept what it read (up
+/// to `receive_maximum` = 1,024 requests in flight), it would blow through it.
 const MAX_GROWTH_MIB: u64 = 448;
 
 /// `VmRSS` and `VmHWM` (peak) of a process, in KiB.

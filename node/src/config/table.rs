@@ -485,7 +485,7 @@ pub const SETTINGS: &[Setting] = &[
         default: D::Int(256),
         kind: Kind::at_least(0),
         table: DocTable::Node,
-        help: "sled page cache, MiB",
+        help: "state database (fjall) block cache, MiB",
     },
     Setting {
         path: "telemetry.log",

@@ -285,7 +285,7 @@ impl<O: Outbox> Service<O> {
     /// The time a linearizable read uses: never behind an earlier read on this node (a key
     /// seen expired stays expired), within the same bound the replicated floor has
     /// (`machine_read::store_time`).
-    fn read_time(&self, view: &statestore_storage::sled::StateView) -> Result<u64, Unavailable> {
+    fn read_time(&self, view: &statestore_storage::store::StateView) -> Result<u64, Unavailable> {
         let floor = read::meta(view)?
             .time_floor_ms
             .max(self.read_floor_ms.load(Ordering::SeqCst));

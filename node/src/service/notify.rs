@@ -152,7 +152,7 @@ impl Announcement {
 }
 
 /// Reads one page of `key`'s registrations from `view`, on a blocking thread (a read that
-/// misses the memtable may wait for sled).
+/// misses the memtable may wait for the disk).
 async fn observers_page<V>(
     view: &V,
     key: &[u8],

@@ -28,7 +28,7 @@ use futures::stream::BoxStream;
 use futures::{Sink, SinkExt, StreamExt};
 use openraft::error::Fatal;
 use openraft::raft::StreamAppendResult;
-use statestore_storage::sled::StateTree;
+use statestore_storage::store::StateTree;
 use statestore_storage::write_behind::{self, Due, WriteBehind};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use prometheus::Registry;
 use prometheus::proto::Metric;
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::sled::{Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 

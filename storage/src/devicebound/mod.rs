@@ -7,7 +7,7 @@
 //! feedback records and feedback batches. Reached through
 //! [`crate::machine::Mutation::Device`], so the machine's reply memory (§6 of the state store
 //! protocol) covers these commands too. A sibling of the keyspace over the engine: imports
-//! neither the keyspace nor the machine. Knows nothing about sled, openraft or MQTT, and never
+//! neither the keyspace nor the machine. Knows nothing about fjall, openraft or MQTT, and never
 //! reads a clock: time is the entry's store time handed in by [`crate::machine::Machine`].
 //!
 //! [`Txn`]: crate::engine::Txn

@@ -3,11 +3,12 @@
 //! transaction leaves for its backend to apply as one atomic batch. [`crate::engine::Overlay`]
 //! is the one [`Txn`]; a `BTreeMap` is an [`OrderedRead`] (tests, tools).
 //!
-//! Knows nothing of what the bytes mean (keys, records, devices) nor of sled.
+//! Knows nothing of what the bytes mean (keys, records, devices) nor of fjall.
 //!
 //! Hot-path reads go through [`OrderedRead::get_ref`], which lends the value instead of
 //! copying it when the backend can (the overlay's own writes, a BTreeMap); backends that
-//! cannot lend (sled hands out its own buffers) keep the default, which wraps [`OrderedRead::get`].
+//! cannot lend (the store copies each value out of its memtable or out of fjall) keep the
+//! default, which wraps [`OrderedRead::get`].
 //!
 //! Rows the semantics create (a new sequence number, a message's lock-expiry entry) are
 //! written with [`Txn::create`]: the overlay remembers that nothing was there before, so a

@@ -15,9 +15,9 @@
 //!   registration: one point read of the key's registration count (none at all while the
 //!   store holds no registration, which the meta counts), never a scan or a list of the
 //!   registrations (the notifier reads the observers later, page by page, off this thread).
-//!   A scan would not do: the memtable in front of sled copies every row of a scanned range it
-//!   holds, so right after 1,000 clients registered a key, each write of it would copy 1,000
-//!   rows.
+//!   A scan would not do: the memtable in front of the state database copies every row of a
+//!   scanned range it holds, so right after 1,000 clients registered a key, each write of it
+//!   would copy 1,000 rows.
 //! - **Copies.** Stored records are read through [`crate::engine::OrderedRead::get_ref`] and
 //!   decoded with borrowed values; records are encoded from borrowed parts, and a SET's value
 //!   is copied once, into the encoded record (plus once into the event if someone observes the

@@ -7,7 +7,7 @@
 //!
 //! A sibling of the device-bound queues over the engine ([`crate::engine`]): it imports neither
 //! them nor the machine ([`crate::machine`]), which applies each entry (store time, reply
-//! memory, limits) and opens the keyspace for the keyspace commands. Knows nothing about sled,
+//! memory, limits) and opens the keyspace for the keyspace commands. Knows nothing about fjall,
 //! openraft or MQTT, and never reads a clock.
 
 mod apply;

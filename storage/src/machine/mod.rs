@@ -8,7 +8,7 @@
 //! records the parts keep in memory while a transaction runs. Each mutation goes to its part:
 //! [`crate::keyspace`] or [`crate::devicebound`], siblings that know nothing of each other
 //! nor of the machine. Over the engine ([`crate::engine`]), like them; knows nothing about
-//! sled, openraft or MQTT, and never reads a clock.
+//! fjall, openraft or MQTT, and never reads a clock.
 
 mod apply;
 mod outcome;

@@ -86,7 +86,7 @@ fn creating_a_row_that_exists_is_caught_in_debug_builds() {
     txn.create(b"old".to_vec(), b"2".to_vec());
 }
 
-/// A backend that only has the required methods (like sled's view).
+/// A backend that only has the required methods (like the store's `StateView`).
 struct Plain(BTreeMap<Vec<u8>, Vec<u8>>);
 
 impl OrderedRead for Plain {

@@ -1,5 +1,5 @@
-//! What of the [`resident`](crate::sled::resident) tables each memtable layer must persist:
-//! a journal of entries, pure (the [`resident_log`](crate::sled::resident_log) writes them to
+//! What of the [`resident`](crate::store::resident) tables each memtable layer must persist:
+//! a journal of entries, pure (the [`resident_log`](crate::store::resident_log) writes them to
 //! their own files).
 //!
 //! A *base* entry holds every row; each later *delta* holds the rows changed since the layer
@@ -11,19 +11,20 @@
 //! instead of once per layer (the whole tables were one record rewritten by every layer: 8 MiB
 //! every few seconds at 5,000 writes/s).
 //!
-//! Every entry has a sequence number; the layer's sled batch records it (see
-//! [`seq_record`]), so a restart knows which entry sled's state goes with.
+//! Every entry has a sequence number; the layer's fjall batch records it (see
+//! [`seq_record`]), so a restart knows which entry fjall's state goes with.
 //!
 //! A layer freezes under the memtable's lock, so it only *takes* its entry there, in time that
 //! does not grow with the rows ([`ResidentJournal::take_layer`]: the set of changed keys, moved,
 //! and the tables as they are, a clone that copies nothing); the flush thread reads the changed
 //! rows from that version and encodes them ([`PendingEntry::encode`]) before it logs the entry.
 //! (Reading the rows under the lock instead cost the writer 64-234 ms per layer at 25,000
-//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.) A pending version shares every
-//! node with the live tables except those changed since it was taken, so it holds at most one
-//! copy of the tables, for as long as its layer waits for the flush thread. Whether it is a base
-//! or a delta is decided when it is taken, from an estimate of the delta's size (the changed rows
-//! at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each).
+//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.) A
+//! pending version shares every node with the live tables except those changed since it was
+//! taken, so it holds at most one copy of the tables, for as long as its layer waits for the
+//! flush thread. Whether it is a base or a delta is decided when it is taken, from an estimate
+//! of the delta's size (the changed rows at the tables' mean row size, at least
+//! [`MIN_DELTA_ROW_BYTES`] each).
 
 use std::collections::BTreeSet;
 
@@ -32,7 +33,7 @@ use serde_bytes::ByteBuf;
 use crate::codec;
 use crate::error::{Result, StorageError};
 use crate::layout;
-use crate::sled::resident::ResidentTables;
+use crate::store::resident::ResidentTables;
 
 /// A new base is written once the deltas since the last one would exceed this many times the
 /// live rows...
@@ -42,7 +43,7 @@ pub const REBASE_SLACK: usize = 1 << 20;
 /// A changed row is estimated at no less than this (a removal still writes its key).
 pub const MIN_DELTA_ROW_BYTES: usize = 32;
 
-/// Key of the record in sled that names the journal entry the state tree's resident tables are
+/// Key of the record in fjall that names the journal entry the state tree's resident tables are
 /// at (a consensus-layer record: not part of the keyspace digest or snapshot dumps).
 pub fn seq_record() -> Vec<u8> {
     layout::consensus_key(b"resident_seq")

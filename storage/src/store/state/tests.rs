@@ -1,10 +1,11 @@
-//! Unit tests of the state tree: memtable over sled, resident tables, snapshot export and install.
+//! Unit tests of the state tree: memtable over fjall, resident tables, snapshot export and install.
 
 use super::*;
 use crate::engine::TxnWrite;
+use crate::error::StorageError;
 use crate::layout::Table;
-use crate::sled::memtable::tests::writes;
-use crate::sled::{Store, StoreConfig};
+use crate::store::memtable::tests::writes;
+use crate::store::{Store, StoreConfig};
 
 /// A row of the reply table (resident): any key under its prefix.
 fn reply_row(client: &[u8], correlation: &[u8]) -> Vec<u8> {
@@ -59,9 +60,9 @@ fn unfinished_snapshot_files_are_removed_at_open() {
     assert_eq!(left, vec!["keep.bin".to_owned()]);
 }
 
-/// Reads see the newest write whether it is in memory or in sled, across a flush.
+/// Reads see the newest write whether it is in memory or in fjall, across a flush.
 #[test]
-fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
+fn reads_merge_the_memtable_over_fjall_before_and_after_a_flush() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
     let state = store.state().expect("state");
@@ -73,8 +74,8 @@ fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
         ]))
         .expect("commit");
     state.flush_memtable();
-    assert_eq!(state.memtable_bytes(), 0, "everything moved to sled");
-    // now in memory only: an overwrite, a removal and a new key between sled's keys
+    assert_eq!(state.memtable_bytes(), 0, "everything moved to fjall");
+    // now in memory only: an overwrite, a removal and a new key between fjall's keys
     state
         .commit(writes(&[
             ("a", Some("one")),
@@ -92,12 +93,12 @@ fn reads_merge_the_memtable_over_sled_before_and_after_a_flush() {
     assert_eq!(
         view.get(b"b").expect("read"),
         None,
-        "the removal hides sled's value"
+        "the removal hides fjall's value"
     );
     assert!(state.memtable_bytes() > 0);
     state.flush_memtable();
     assert_eq!(state.memtable_bytes(), 0);
-    assert_eq!(scan(&state.view()), expected, "same state once in sled");
+    assert_eq!(scan(&state.view()), expected, "same state once in fjall");
 }
 
 /// The reply memory lives in memory; a flush stores it with the layer and a reopened store
@@ -117,8 +118,8 @@ fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
         state.commit(first).expect("commit");
         assert_eq!(state.resident_size().0, 1);
         store.flush().expect("flush");
-        // Trusted as after a clean stop: what sled holds is what the reopen reads.
-        crate::sled::recovery::write_clean_marker(dir.path()).expect("marker");
+        // Trusted as after a clean stop: what fjall holds is what the reopen reads.
+        crate::store::recovery::write_clean_marker(dir.path()).expect("marker");
         let mut second = TxnWrites::new();
         second.insert(late.clone(), TxnWrite::Put(b"late".to_vec()));
         state.commit(second).expect("commit");
@@ -162,7 +163,7 @@ fn resident_ranges_cross_chunk_boundaries_in_order() {
         .collect();
     assert_eq!(keys, expected);
     assert_eq!(view.range(&start, &end).take(3).count(), 3);
-    // a range spanning everything lists sled-side and resident rows in key order
+    // a range spanning everything lists fjall-side and resident rows in key order
     let all: Vec<Vec<u8>> = view
         .range(&[0], &[0xff])
         .map(|e| e.expect("read").0)
@@ -172,7 +173,7 @@ fn resident_ranges_cross_chunk_boundaries_in_order() {
 }
 
 /// A snapshot holds the state at the start of its export, whatever is applied and written to
-/// sled meanwhile, including rows already flushed to sled and resident rows.
+/// fjall meanwhile, including rows already flushed to fjall and resident rows.
 #[test]
 fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -195,7 +196,7 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
     later.insert(b"added".to_vec(), TxnWrite::Put(b"new".to_vec()));
     later.insert(reply.clone(), TxnWrite::Put(b"new".to_vec()));
     state.commit(later).expect("commit");
-    // The later writes reach sled while the export runs (their pre-images are kept for it).
+    // The later writes reach fjall while the export runs (their pre-images are kept for it).
     state.flush_memtable();
     assert_eq!(
         export.view().get(b"flushed").expect("read"),
@@ -233,6 +234,61 @@ fn log_files(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Churn of the reply memory with no sync at all (a long load): every new base of the log is
+/// made durable as its layer is written and the files before it go, so the log stays at a file
+/// or two instead of one per base; a clean reopen still finds every reply.
+#[test]
+fn each_base_of_the_reply_memory_log_removes_the_files_before_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut config = StoreConfig::new(dir.path(), 4 << 20);
+    config.memtable.flush_bytes = 64 << 10;
+    let mut expected = std::collections::BTreeMap::new();
+    let store = Store::open(&config).expect("store");
+    let state = store.state().expect("state");
+    let mut most_files = 0;
+    for i in 0..4_000u32 {
+        let mut txn = TxnWrites::new();
+        let key = reply_row(b"client", &(i % 50).to_be_bytes());
+        let mut value = vec![b'r'; 2 << 10];
+        value[..4].copy_from_slice(&i.to_be_bytes());
+        txn.insert(key.clone(), TxnWrite::Put(value.clone()));
+        // A plain row of the same size fills the memtable: a layer every 32 writes.
+        txn.insert(format!("k{i}").into_bytes(), TxnWrite::Put(value.clone()));
+        expected.insert(key, value);
+        state.commit(txn).expect("commit");
+        if i % 500 == 499 {
+            state.flush_memtable();
+            most_files = most_files.max(log_files(dir.path()).len());
+        }
+    }
+    // 8 MiB of deltas over 100 KiB of live rows: a new base about every 1.2 MiB.
+    let bases = log_files(dir.path())
+        .last()
+        .and_then(|name| {
+            name.strip_prefix("replies-")?
+                .strip_suffix(".log")?
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("a log file");
+    assert!(
+        bases > 5,
+        "the churn started new bases (the newest at layer {bases})"
+    );
+    assert!(
+        most_files <= 2,
+        "at most {most_files} files at a time: {:?}",
+        log_files(dir.path())
+    );
+    store.close_clean().expect("clean stop");
+    drop((store, state));
+    let store = Store::open(&config).expect("reopen");
+    let state = store.state().expect("state");
+    for (key, value) in &expected {
+        assert_eq!(state.view().get(key).expect("read").as_ref(), Some(value));
+    }
 }
 
 /// Churn of the reply memory over many layers, reopened after syncs: every reopen finds the
@@ -275,56 +331,6 @@ fn the_reply_memory_survives_reopens_through_its_log() {
             "round {round}: a synced store keeps one log file"
         );
     }
-}
-
-/// A data directory of format 7 kept the whole reply memory in one sled record: it is read at
-/// open, removed by the next layer, and the rows live on in the log.
-#[test]
-fn the_single_record_of_format_7_is_converted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = StoreConfig::new(dir.path(), 4 << 20);
-    let reply = reply_row(b"old", b"1");
-    {
-        let store = Store::open(&config).expect("store");
-        let state = store.state().expect("state");
-        let mut old = ResidentTables::default();
-        old.put(reply.clone(), b"from format 7".to_vec());
-        state
-            .active()
-            .1
-            .insert(resident::legacy_record_key(), old.encode())
-            .expect("legacy record");
-        state.inner.db.flush().expect("flush");
-        crate::sled::recovery::write_clean_marker(dir.path()).expect("marker");
-    }
-    {
-        let store = Store::open(&config).expect("reopen");
-        let state = store.state().expect("state");
-        assert_eq!(
-            state.view().get(&reply).expect("read"),
-            Some(b"from format 7".to_vec())
-        );
-        let mut txn = TxnWrites::new();
-        txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
-        state.commit(txn).expect("commit");
-        store.close_clean().expect("sync");
-        assert_eq!(
-            state
-                .active()
-                .1
-                .get(resident::legacy_record_key())
-                .expect("read"),
-            None,
-            "the old record is gone"
-        );
-    }
-    let store = Store::open(&config).expect("reopen");
-    let state = store.state().expect("state");
-    assert_eq!(
-        state.view().get(&reply).expect("read"),
-        Some(b"from format 7".to_vec()),
-        "and the row lives on in the log"
-    );
 }
 
 /// A snapshot install replaces the reply memory: the new rows are there after a reopen and

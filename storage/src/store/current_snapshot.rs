@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::error::Result;
-use crate::sled::snapshot::{self, SnapshotFile};
+use crate::store::snapshot::{self, SnapshotFile};
+use crate::store::tree::Tree;
 
 /// The store record naming the current snapshot file.
 const CURRENT_SNAPSHOT_RECORD: &str = "current_snapshot";
@@ -89,9 +90,7 @@ struct Order {
 
 /// The current snapshot of one store: its record, its directory, and the lock ordering both.
 pub struct CurrentSnapshot {
-    db: ::sled::Db,
-    db_path: PathBuf,
-    records: ::sled::Tree,
+    records: Tree,
     snapshot_dir: PathBuf,
     order: Mutex<Order>,
 }
@@ -104,15 +103,8 @@ pub struct Reservation<'a> {
 
 impl CurrentSnapshot {
     /// The current snapshot of the store whose records are in `records`.
-    pub fn new(
-        db: &::sled::Db,
-        db_path: &Path,
-        records: &::sled::Tree,
-        snapshot_dir: &Path,
-    ) -> Self {
+    pub fn new(records: &Tree, snapshot_dir: &Path) -> Self {
         CurrentSnapshot {
-            db: db.clone(),
-            db_path: db_path.to_owned(),
             records: records.clone(),
             snapshot_dir: snapshot_dir.to_owned(),
             order: Mutex::new(Order {
@@ -147,7 +139,7 @@ impl CurrentSnapshot {
     }
 
     fn open_recorded(&self) -> Result<Option<OpenSnapshot>> {
-        let Some(name) = self.records.get(CURRENT_SNAPSHOT_RECORD)? else {
+        let Some(name) = self.records.get(CURRENT_SNAPSHOT_RECORD.as_bytes())? else {
             return Ok(None);
         };
         let path = self
@@ -181,10 +173,10 @@ impl CurrentSnapshot {
             return Ok(Offered::Superseded(current));
         }
         self.records
-            .insert(CURRENT_SNAPSHOT_RECORD, name.as_bytes())?;
+            .insert(CURRENT_SNAPSHOT_RECORD.as_bytes(), name.as_bytes())?;
         // The record names the new file from here on, even if the sync below fails.
         order.position = Position::Covers(last_index);
-        crate::sled::db::sync(&self.db, &self.db_path)?;
+        crate::store::db::sync(self.records.db())?;
         for entry in std::fs::read_dir(&self.snapshot_dir)? {
             let entry = entry?;
             let file_name = entry.file_name().to_string_lossy().into_owned();

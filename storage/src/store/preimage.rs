@@ -1,16 +1,16 @@
-//! Pre-images: what sled held when a snapshot export began, for the rows the flush thread
+//! Pre-images: what fjall held when a snapshot export began, for the rows the flush thread
 //! overwrites or removes while the export still has to read them.
 //!
-//! A snapshot export reads sled in key order under the memtable layers of its start (see
-//! [`Memtable::begin_export`](crate::sled::memtable::Memtable::begin_export)). The flush
+//! A snapshot export reads fjall in key order under the memtable layers of its start (see
+//! [`Memtable::begin_export`](crate::store::memtable::Memtable::begin_export)). The flush
 //! thread does not wait for it: before it writes a row of a layer frozen after the export
-//! began into sled, it keeps the row's value as sled has it then (`None`: absent) here, unless
+//! began into fjall, it keeps the row's value as fjall has it then (`None`: absent) here, unless
 //! the export has read past that key already or a pre-image of it is kept (rows of the layers
 //! in the export's view need none: the export reads them from those layers). The export reads
-//! sled and lets a kept pre-image win ([`Exported`]), so it sees sled exactly as it was at its
-//! start while sled moves on; pre-images are dropped as soon as the export's position passes
+//! fjall and lets a kept pre-image win ([`Exported`]), so it sees fjall exactly as it was at its
+//! start while fjall moves on; pre-images are dropped as soon as the export's position passes
 //! their keys (a range it finished or skipped counts as passed: ranges are read in key order).
-//! So apply never waits for an export to finish, and the memtable does not hold back what sled
+//! So apply never waits for an export to finish, and the memtable does not hold back what fjall
 //! could take.
 //!
 //! Memory is bounded: pre-images hold at most the cap given to [`Preimages::new`] (keys,
@@ -18,11 +18,12 @@
 //! read past some kept rows (or has ended), and writers then wait for memtable room as they
 //! would without an export; the waits are counted ([`Preimages::cap_waits`]).
 //!
-//! Why this is exact, whatever sled's iterator shows of concurrent writes: every pre-image is
-//! kept (under the lock) before its row is written, and the export checks the kept rows (under
-//! the same lock) after it read a row from sled. A row the export finds in sled is either
-//! unchanged since the start or has its start value kept; a row sled no longer shows but held
-//! at the start was removed after its pre-image was kept; a row new since the start has a
+//! Why this is exact, whatever fjall's iterator shows of the writes made since the export began
+//! (it reads the keyspace as of its creation, which comes after the export's start): every
+//! pre-image is kept (under the lock) before its row is written, and the export checks the kept
+//! rows (under the same lock) after it read a row from fjall. A row the export finds in fjall is
+//! either unchanged since the start or has its start value kept; a row fjall no longer shows but
+//! held at the start was removed after its pre-image was kept; a row new since the start has a
 //! pre-image of `None`.
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use crate::engine::KvPair;
 use crate::error::{Result, StorageError};
+use crate::store::tree::Tree;
 
 /// Bytes a kept row is accounted at beyond its key and value.
 const ROW_OVERHEAD: usize = 64;
@@ -146,9 +148,9 @@ impl Preimages {
     }
 
     /// For the flush thread, before it writes `key` of layer `seq` into `tree`: keeps the row's
-    /// value in sled if the export still has to read it. Waits while the pre-images are at
+    /// value in fjall if the export still has to read it. Waits while the pre-images are at
     /// their cap.
-    pub fn keep(&self, tree: &::sled::Tree, seq: u64, key: &[u8]) -> ::sled::Result<()> {
+    pub fn keep(&self, tree: &Tree, seq: u64, key: &[u8]) -> Result<()> {
         let mut state = self.lock();
         let mut waited = false;
         loop {
@@ -171,7 +173,7 @@ impl Preimages {
             state = self.moved.wait(state).unwrap_or_else(|p| p.into_inner());
         }
         // Read under the lock: the export cannot pass the key meanwhile.
-        let value = tree.get(key)?.map(|v| v.to_vec());
+        let value = tree.get(key)?;
         if let Some(tracking) = state.tracking.as_mut() {
             tracking.bytes += row_bytes(key, &value);
             tracking.rows.insert(key.to_vec(), value);
@@ -189,8 +191,8 @@ impl Preimages {
         self.lock().cap_waits
     }
 
-    /// `key` as sled held it at the export's start, for a key the export has not read past.
-    pub fn get(&self, tree: &::sled::Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// `key` as fjall held it at the export's start, for a key the export has not read past.
+    pub fn get(&self, tree: &Tree, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let state = self.lock();
         if let Some(tracking) = state.tracking.as_ref() {
             if tracking.is_behind(key) {
@@ -201,7 +203,7 @@ impl Preimages {
             }
         }
         // Under the lock: the flush thread keeps a pre-image before it writes the key.
-        Ok(tree.get(key)?.map(|v| v.to_vec()))
+        tree.get(key)
     }
 }
 
@@ -211,30 +213,30 @@ fn behind() -> StorageError {
     ))
 }
 
-/// sled's rows of a range as they were at the export's start: sled's current rows, with the
+/// fjall's rows of a range as they were at the export's start: fjall's current rows, with the
 /// kept pre-images winning (and supplying the rows removed since). Reads in key order, once.
 pub struct Exported<'a, I: Iterator<Item = Result<KvPair>>> {
-    sled: std::iter::Peekable<I>,
+    stored: std::iter::Peekable<I>,
     preimages: &'a Preimages,
     /// Inclusive start of the range.
     start: Vec<u8>,
     /// True until the position was checked (a range behind the export's position cannot be
     /// read as it was).
     unchecked: bool,
-    /// True once the end was reached (sled's iterator is not fused: it may hand out a row
-    /// written after it reported its end).
+    /// True once the end was reached (the iterator need not be fused: sled's, before fjall,
+    /// handed out a row written after it had reported its end).
     ended: bool,
-    /// Exclusive end of the range (for rows sled no longer holds).
+    /// Exclusive end of the range (for rows fjall no longer holds).
     end: Vec<u8>,
 }
 
 impl<'a, I: Iterator<Item = Result<KvPair>>> Exported<'a, I> {
-    /// `sled` iterates sled's rows with `start <= key < end`. Ranges must be read in key
+    /// `stored` iterates fjall's rows with `start <= key < end`. Ranges must be read in key
     /// order, each after the one before it: reading one that starts at or before a key an
     /// earlier range reached is an error.
-    pub fn new(sled: I, preimages: &'a Preimages, start: &[u8], end: &[u8]) -> Self {
+    pub fn new(stored: I, preimages: &'a Preimages, start: &[u8], end: &[u8]) -> Self {
         Exported {
-            sled: sled.peekable(),
+            stored: stored.peekable(),
             preimages,
             start: start.to_vec(),
             unchecked: true,
@@ -252,8 +254,8 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
             return None;
         }
         loop {
-            let next_in_sled = match self.sled.peek() {
-                Some(Err(_)) => return self.sled.next(),
+            let next_stored = match self.stored.peek() {
+                Some(Err(_)) => return self.stored.next(),
                 Some(Ok((key, _))) => Some(key.clone()),
                 None => None,
             };
@@ -270,19 +272,20 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
                 // Ranges are read in key order: nothing below this one is read any more.
                 tracking.advance(&self.start, false);
             }
-            // A row sled hands out at or behind the position (its view of a leaf may lag):
-            // read already, or new since the start.
-            if next_in_sled
+            // A row the iterator hands out at or behind the position (sled's did, its view of
+            // a leaf lagging; skipped whatever the iterator): read already, or new since the
+            // start.
+            if next_stored
                 .as_deref()
                 .is_some_and(|key| tracking.is_behind(key))
             {
                 drop(state);
-                self.sled.next();
+                self.stored.next();
                 continue;
             }
             // The first kept row ahead of the position (within the range: the position is at
-            // least the range's start), up to sled's next row (or the end).
-            let upper = match &next_in_sled {
+            // least the range's start), up to fjall's next row (or the end).
+            let upper = match &next_stored {
                 Some(key) => Included(key.as_slice()),
                 None => Excluded(self.end.as_slice()),
             };
@@ -294,13 +297,13 @@ impl<I: Iterator<Item = Result<KvPair>>> Iterator for Exported<'_, I> {
             let row = match kept {
                 Some(key) => {
                     let value = tracking.take(&key).flatten();
-                    if next_in_sled.as_ref() == Some(&key) {
-                        self.sled.next(); // sled's newer value is shadowed
+                    if next_stored.as_ref() == Some(&key) {
+                        self.stored.next(); // fjall's newer value is shadowed
                     }
                     tracking.advance(&key, true);
                     value.map(|value| (key, value))
                 }
-                None => match self.sled.next() {
+                None => match self.stored.next() {
                     Some(Ok((key, value))) => {
                         tracking.advance(&key, true);
                         Some((key, value))

@@ -1,11 +1,13 @@
-//! Tables that live in memory and reach sled as one record per flush: the reply memory (§6).
+//! Tables that live in memory and reach the disk as entries of their own journal: the reply
+//! memory (§6).
 //!
 //! Every write request adds a remembered reply and an expiry-index entry, and removes both
-//! again once the reply expires (seconds later). In sled that was four tree operations per
-//! request, the largest share of the state machine's cost under load. These two tables are now
-//! kept in an ordered map; every memtable layer carries what changed in them as records of the
-//! [`resident_journal`](crate::sled::resident_journal), next to the writes of the same layer
-//! (so sled still holds the state after a prefix of the log), and a restart loads them back.
+//! again once the reply expires (seconds later). In sled, the state database before fjall, that
+//! was four tree operations per request, the largest share of the state machine's cost under
+//! load. These two tables are now kept in an ordered map; every memtable layer carries what
+//! changed in them as an entry of the [`resident_journal`](crate::store::resident_journal),
+//! and the layer's batch in fjall records the entry's number (so fjall and the reply memory's
+//! log together still hold the state after a prefix of the log); a restart loads them back.
 //! The state machine sees no difference: reads and writes of these tables go through the same
 //! `OrderedRead`/`Txn` calls, served from here.
 //!
@@ -19,9 +21,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::codec;
-use crate::error::Result;
-use crate::layout::{self, Table};
+use crate::layout::Table;
 
 /// Bytes an entry is accounted at beyond its key and value.
 const ENTRY_OVERHEAD: usize = 48;
@@ -29,12 +29,6 @@ const ENTRY_OVERHEAD: usize = 48;
 /// The first and the last table kept here (they are adjacent in key order).
 const FIRST: Table = Table::ReplyExpiry;
 const LAST: Table = Table::Replies;
-
-/// Key of the one record that held the whole resident tables in sled before the journal (data
-/// format 7); read once when such a directory is opened, and removed by the first layer written.
-pub fn legacy_record_key() -> Vec<u8> {
-    layout::consensus_key(b"resident_tables")
-}
 
 /// `[start, end)` of the resident tables.
 pub fn bounds() -> (Vec<u8>, Vec<u8>) {
@@ -62,29 +56,6 @@ fn is_reply(key: &[u8]) -> bool {
 }
 
 impl ResidentTables {
-    /// Rows from the record [`ResidentTables::encode`] wrote.
-    pub fn decode(bytes: &[u8]) -> Result<ResidentTables> {
-        let rows: Vec<(serde_bytes::ByteBuf, serde_bytes::ByteBuf)> =
-            codec::decode("resident tables", bytes)?;
-        let mut tables = ResidentTables::default();
-        for (key, value) in rows {
-            tables.put(key.into_vec(), value.into_vec());
-        }
-        Ok(tables)
-    }
-
-    /// The record that stores every row (sorted, so equal tables encode equally): the legacy
-    /// layout, written only by tests that open such a directory.
-    #[cfg(test)]
-    pub fn encode(&self) -> Vec<u8> {
-        let rows: Vec<(&serde_bytes::Bytes, &serde_bytes::Bytes)> = self
-            .rows
-            .iter()
-            .map(|(k, v)| (serde_bytes::Bytes::new(k), serde_bytes::Bytes::new(v)))
-            .collect();
-        codec::encode(&rows)
-    }
-
     /// Sets a row.
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         let (key_len, value_len, reply) = (key.len(), value.len(), is_reply(&key));

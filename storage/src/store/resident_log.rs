@@ -1,20 +1,20 @@
-//! The files the [`resident_journal`](crate::sled::resident_journal)'s entries are written to:
-//! the reply memory's own log, beside sled.
+//! The files the [`resident_journal`](crate::store::resident_journal)'s entries are written to:
+//! the reply memory's own log, beside the state database (fjall).
 //!
 //! The reply memory changes by some megabytes a second under load (every write request adds a
-//! remembered reply, and removes it seconds later). In sled, whose log-structured segments are
-//! reclaimed only once half of them is garbage and only as fast as pages are rewritten, that
-//! churn stayed on disk: as one record per layer it left 400 MiB of blob files after a million
-//! SETs, as journal records inside sled it grew the database to 630 MiB for 100 MiB of keys
-//! (BENCHMARKS.md, issue 30). Here every entry is appended to a plain file and a new base
-//! starts a new file; files older than the newest base that sled's durable state has reached
-//! are deleted.
+//! remembered reply, and removes it seconds later). In sled, the state database before fjall,
+//! whose log-structured segments were reclaimed only once half of them was garbage and only as
+//! fast as pages were rewritten, that churn stayed on disk: as one record per layer it left
+//! 400 MiB of blob files after a million SETs, as journal records inside sled it grew the
+//! database to 630 MiB for 100 MiB of keys (BENCHMARKS.md, issue 30). Here every entry is
+//! appended to a plain file and a new base starts a new file; files older than the newest base
+//! that fjall's durable state has reached are deleted.
 //!
 //! Layout: `replies-<base seq, 20 digits>.log`, starting with [`MAGIC`]; then frames of
 //! `u32 length, body, u64 xxh3(body)`, the body being `u64 seq, u8 base` and the entry's rows.
-//! The first frame of a file is its base. Each append is `fdatasync`ed before the layer's sled
-//! batch is written, so every entry sled's state names is on disk; a torn last frame can only
-//! belong to an entry sled never recorded, and is ignored.
+//! The first frame of a file is its base. Each append is `fdatasync`ed before the layer's fjall
+//! batch is written, so every entry fjall's state names is on disk; a torn last frame can only
+//! belong to an entry fjall never recorded, and is ignored.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Write};
@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::error::{Result, StorageError};
-use crate::sled::resident::ResidentTables;
-use crate::sled::resident_journal::{self, JournalEntry};
+use crate::store::resident::ResidentTables;
+use crate::store::resident_journal::{self, JournalEntry};
 
 /// First bytes of every file.
 pub const MAGIC: &[u8; 8] = b"SSREPL01";
@@ -79,9 +79,9 @@ pub struct Opened {
 }
 
 impl ResidentLog {
-    /// Opens the log in `dir` and rebuilds the tables as of entry `at` (the entry sled's state
-    /// records; `None`: sled has none, the tables are empty and any file is a leftover).
-    /// Files that start after `at` belong to layers sled never recorded and are removed.
+    /// Opens the log in `dir` and rebuilds the tables as of entry `at` (the entry fjall's state
+    /// records; `None`: fjall has none, the tables are empty and any file is a leftover).
+    /// Files that start after `at` belong to layers fjall never recorded and are removed.
     pub fn open(dir: &Path, at: Option<u64>) -> Result<Opened> {
         crate::dirs::create_durable(dir)?;
         let mut files: Vec<u64> = Vec::new();
@@ -96,7 +96,7 @@ impl ResidentLog {
         for stale in files.drain(keep..) {
             tracing::info!(
                 file = file_name(stale),
-                "removing a reply memory log file sled never reached"
+                "removing a reply memory log file the state database never reached"
             );
             std::fs::remove_file(dir.join(file_name(stale)))?;
         }
@@ -212,7 +212,7 @@ impl ResidentLog {
     }
 
     /// Removes the files before the newest one whose base is at or below `durable` (the entry
-    /// sled's durable state records): nothing a restart can need.
+    /// fjall's durable state records): nothing a restart can need.
     pub fn prune(&mut self, durable: u64) -> Result<()> {
         let keep_from = self
             .files

@@ -102,7 +102,7 @@ fn newest_write_wins_across_layers_and_removals_are_remembered() {
         Some(None),
         "a removal hides the older write"
     );
-    assert!(found(table.get(b"c")).is_none(), "unknown keys go to sled");
+    assert!(found(table.get(b"c")).is_none(), "unknown keys go to fjall");
     assert_eq!(
         table.range(b"a", b"z"),
         vec![
@@ -169,7 +169,7 @@ fn a_writer_waits_for_room_until_flushes_free_it() {
 }
 
 #[test]
-fn an_export_sees_its_start_and_newer_maps_still_reach_sled() {
+fn an_export_sees_its_start_and_newer_maps_still_reach_fjall() {
     let table = unbounded();
     table.commit(writes(&[("a", Some("1"))]));
     let export = table.begin_export();
@@ -182,7 +182,7 @@ fn an_export_sees_its_start_and_newer_maps_still_reach_sled() {
     table.commit(writes(&[("a", Some("2")), ("b", Some("3"))]));
     table.flush_now();
     assert_eq!(found(table.get(b"a")), Some(Some(b"2".to_vec())));
-    assert_eq!(table.writable(), 2, "the newer map may reach sled too");
+    assert_eq!(table.writable(), 2, "the newer map may reach fjall too");
     let exported = table.next_to_write().expect("the exported map");
     assert_eq!(exported.writes.get(&b"a"[..]), Some(&Some(b"1".to_vec())));
     table.written();
@@ -212,9 +212,9 @@ fn writers_wait_at_the_same_limit_during_an_export() {
     let _export = table.begin_export();
     assert!(
         table.is_full(),
-        "an export does not hold sled back: no extra room"
+        "an export does not hold fjall back: no extra room"
     );
     table.next_to_write().expect("the full map");
     table.written();
-    assert!(!table.is_full(), "written to sled during the export");
+    assert!(!table.is_full(), "written to fjall during the export");
 }

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::engine::{OrderedRead, TxnWrite, TxnWrites};
 use crate::layout::{self, Table};
-use crate::sled::{SnapshotWriter, StateTree, Store, StoreConfig};
+use crate::store::{SnapshotWriter, StateTree, Store, StoreConfig};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn config(dir: &Path) -> StoreConfig {
     let mut config = StoreConfig::new(dir, 4 << 20);
-    // Small layers: most writes reach sled (and its files) before the stop.
+    // Small layers: most writes reach the state database (and its files) before the stop.
     config.memtable.flush_bytes = 4 << 10;
     config
 }
@@ -87,7 +87,7 @@ fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
     write(&state, &mut model, "after", 600);
     store
         .flush()
-        .expect("sync: sled holds the writes after the snapshot");
+        .expect("sync: the state database holds the writes after the snapshot");
     assert_ne!(
         rows(&state),
         at_snapshot,
@@ -140,14 +140,7 @@ fn a_clean_stop_reopens_with_its_state_and_no_rebuild() {
 fn an_unclean_stop_with_a_truncated_state_database_rebuilds_from_the_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
     let at_snapshot = crashed_after_snapshot(dir.path(), 7);
-    let db = dir.path().join(STATE_DIR).join("db");
-    let len = std::fs::metadata(&db).expect("db").len();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&db)
-        .expect("db")
-        .set_len(len / 3)
-        .expect("truncate");
+    truncate_files(&dir.path().join(STATE_DIR));
 
     let (store, state, recovery) = open_and_recover(dir.path());
     assert_eq!(recovery.kind, OpenKind::Unclean);
@@ -178,6 +171,59 @@ fn an_unclean_stop_with_a_truncated_state_database_rebuilds_from_the_snapshot() 
     drop((store, state));
     let (_store, state, recovery) = open_and_recover(dir.path());
     assert_eq!(recovery.kind, OpenKind::Clean);
+    assert_eq!(rows(&state), at_snapshot);
+}
+
+/// Cuts every file under `dir` to a third of its length.
+fn truncate_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("list") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            truncate_files(&path);
+            continue;
+        }
+        let len = std::fs::metadata(&path).expect("metadata").len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(len / 3)
+            .expect("truncate");
+    }
+}
+
+/// A data directory of format 8 held the state in sled 0.34, which this build does not read:
+/// even after that build's clean stop, the open rebuilds the state from the newest snapshot (the
+/// consensus layer applies its log after it), as after an unclean stop.
+#[test]
+fn a_format_8_directory_is_rebuilt_from_its_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at_snapshot = crashed_after_snapshot(dir.path(), 8);
+    // What a format 8 build leaves after a clean stop: its marker, the clean-stop marker and
+    // sled's files in `state/`.
+    std::fs::write(dir.path().join("FORMAT"), "statestore-data 8\n").expect("format 8");
+    write_clean_marker(dir.path()).expect("clean marker");
+    let state_dir = dir.path().join(STATE_DIR);
+    std::fs::remove_dir_all(&state_dir).expect("remove");
+    std::fs::create_dir(&state_dir).expect("mkdir");
+    for name in ["db", "conf"] {
+        std::fs::write(state_dir.join(name), b"sled 0.34").expect("sled file");
+    }
+
+    let (store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert!(
+        recovery
+            .rebuilt_from
+            .as_ref()
+            .is_some_and(|p| p.ends_with("snapshot-1-8-1.bin")),
+        "{recovery:?}"
+    );
+    assert_eq!(rows(&state), at_snapshot, "exactly the snapshot's state");
+    store.close_clean().expect("clean stop");
+    drop((store, state));
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Clean, "converted once");
     assert_eq!(rows(&state), at_snapshot);
 }
 
@@ -225,7 +271,7 @@ fn an_unclean_stop_without_a_snapshot_starts_empty() {
 }
 
 /// Writes a snapshot file of `rows` straight into the snapshot directory, as a crash between
-/// its rename and sled's record of it leaves one.
+/// its rename and the state database's record of it leaves one.
 fn snapshot_file(dir: &Path, id: &str, index: u64, rows: &Map) -> PathBuf {
     let snapshots = dir.join("snapshots");
     let tmp = snapshots.join(format!("{id}.tmp"));
@@ -239,7 +285,7 @@ fn snapshot_file(dir: &Path, id: &str, index: u64, rows: &Map) -> PathBuf {
 }
 
 #[test]
-fn the_newest_complete_snapshot_on_disk_wins_over_the_one_sled_names() {
+fn the_newest_complete_snapshot_on_disk_wins_over_the_one_the_database_names() {
     let dir = tempfile::tempdir().expect("tempdir");
     crashed_after_snapshot(dir.path(), 7);
     let newer: Map = (0..50u32)

@@ -1,37 +1,37 @@
-//! The write-back layer in front of the sled state tree.
+//! The write-back layer in front of the state keyspace in fjall.
 //!
-//! sled 0.34 copies a leaf and its page fragments on every insert: under sustained writes the
-//! state machine spent about half of a follower's CPU inside `Tree::apply_batch` (see
-//! BENCHMARKS.md). Applied writes now land here first, in an ordered map that later writes to
-//! the same key overwrite; once it holds [`MemtableConfig::flush_bytes`] or is
-//! [`MemtableConfig::flush_interval`] old it is frozen, and a background thread moves frozen maps
-//! into sled, oldest first, key by key (never as one sled batch: see
-//! [`write_each`](crate::sled::state)). Keys written many times (hot keys, the keyspace
-//! counters) reach sled once per interval.
+//! The layer was added for sled 0.34, the state database before fjall, which copied a leaf and
+//! its page fragments on every insert: under sustained writes the state machine spent about half
+//! of a follower's CPU inside sled's `Tree::apply_batch` (see BENCHMARKS.md). Applied writes land
+//! here first, in an ordered map that later writes to the same key overwrite; once it holds
+//! [`MemtableConfig::flush_bytes`] or is [`MemtableConfig::flush_interval`] old it is frozen, and
+//! a background thread writes frozen maps into fjall, oldest first, each as one atomic batch
+//! ([`Tree::write`](crate::store::tree::Tree::write)). Keys written many times (hot keys, the
+//! keyspace counters) reach fjall once per interval.
 //!
-//! Every map holds the consensus records of the entries it covers, written last, so a map that
-//! reached sled whole leaves sled at the state after some prefix of the log. A map written in
-//! part (a stop in the middle of its flush) is never read back: a clean stop writes every map
+//! Every map holds the consensus records of the entries it covers and reaches fjall in one
+//! batch, so fjall's state is always the state after some prefix of the log. Whatever a stop
+//! leaves of batches not yet synced is never read back: a clean stop writes every map and syncs
 //! first, and after an unclean one the state is rebuilt from a snapshot and the Raft log.
-//! Readers see the active map, then the frozen ones newest first, then sled. If memory reaches
+//! Readers see the active map, then the frozen ones newest first, then fjall. If memory reaches
 //! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
 //!
 //! A snapshot export ([`Memtable::begin_export`]) freezes the active map and takes the frozen
-//! maps; the flush thread goes on writing newer maps into sled, keeping the
-//! [`preimage`](crate::sled::preimage)s of the rows the export has not read yet, so the export
-//! reads exactly the state at its start (sled as it was, under the maps it took) while apply
+//! maps; the flush thread goes on writing newer maps into fjall, keeping the
+//! [`preimage`](crate::store::preimage)s of the rows the export has not read yet, so the export
+//! reads exactly the state at its start (fjall as it was, under the maps it took) while apply
 //! and flushes go on.
 //!
-//! The [`resident`](crate::sled::resident) tables bypass the layers: their rows stay in memory
+//! The [`resident`](crate::store::resident) tables bypass the layers: their rows stay in memory
 //! and every frozen map carries what changed in them as an entry of the
-//! [`resident_journal`](crate::sled::resident_journal), which the flush thread writes to the
-//! reply memory's own log before the map's sled batch (that batch records the entry's number).
+//! [`resident_journal`](crate::store::resident_journal), which the flush thread writes to the
+//! reply memory's own log before the map's fjall batch (that batch records the entry's number).
 //!
 //! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
 //! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
 //! it from the active map instead of writing a tombstone, so rows created and removed while
 //! one map is active (a device-bound message delivered and completed, and its index entries)
-//! never reach sled, and range scans do not wade through their tombstones. A row
+//! never reach fjall, and range scans do not wade through their tombstones. A row
 //! whose map froze in between is removed with a tombstone, as any other. The active map is a
 //! plain map of writes (which keys are fresh is kept beside it), so freezing it moves the map
 //! as it is, and the set of fresh keys is freed after the lock is let go: a commit that
@@ -44,9 +44,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::engine::{TxnWrite, TxnWrites};
-use crate::sled::preimage::Preimages;
-use crate::sled::resident::{self, ResidentTables};
-use crate::sled::resident_journal::{self, PendingEntry, ResidentJournal};
+use crate::store::preimage::Preimages;
+use crate::store::resident::{self, ResidentTables};
+use crate::store::resident_journal::{self, PendingEntry, ResidentJournal};
 
 /// Buffered writes: `None` removes the key.
 pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -55,7 +55,7 @@ pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
 /// The pre-images an export keeps may hold this many times [`MemtableConfig::max_bytes`]: with
-/// the maps in memory and those the export took (which it keeps after they reach sled), at
+/// the maps in memory and those the export took (which it keeps after they reach fjall), at
 /// most four times [`MemtableConfig::max_bytes`] while an export runs, as when newer maps were
 /// held back.
 pub const PREIMAGE_ROOM_FACTOR: usize = 2;
@@ -63,7 +63,7 @@ pub const PREIMAGE_ROOM_FACTOR: usize = 2;
 /// Bytes a write is accounted at beyond its key and value (map node, vectors).
 const ENTRY_OVERHEAD: usize = 64;
 
-/// When the layer is written to sled, and how large it may grow.
+/// When the layer is written to fjall, and how large it may grow.
 #[derive(Debug, Clone, Copy)]
 pub struct MemtableConfig {
     /// Freeze the active map once it holds this many bytes.
@@ -77,8 +77,9 @@ pub struct MemtableConfig {
 impl Default for MemtableConfig {
     fn default() -> Self {
         MemtableConfig {
-            // A flush holds sled's process-wide batch lock while it writes (every sled read
-            // waits): keep batches near 20k keys.
+            // Layers near 20k keys, each written to fjall as one batch. The size dates from
+            // sled, whose batches held a process-wide lock that every read waited for; fjall's
+            // readers do not wait for a batch.
             flush_bytes: 4 << 20,
             flush_interval: Duration::from_secs(15),
             max_bytes: 64 << 20,
@@ -97,9 +98,7 @@ pub struct ResidentState {
     pub tables: ResidentTables,
     /// The journal, its next entry a base.
     pub journal: ResidentJournal,
-    /// The record of an earlier layout still in sled, to remove with the next layer.
-    pub legacy_record: Option<Vec<u8>>,
-    /// The journal entry sled's state records.
+    /// The journal entry fjall's state records.
     pub written_entry: Option<u64>,
 }
 
@@ -125,12 +124,12 @@ struct Frozen {
 #[derive(Default)]
 struct Layers {
     active: Writes,
-    /// Keys of `active` created in it: no older map and not sled holds them.
+    /// Keys of `active` created in it: no older map and not fjall holds them.
     fresh: BTreeSet<Vec<u8>>,
     active_bytes: usize,
     /// When the first write of `active` arrived.
     active_since: Option<Instant>,
-    /// Frozen maps not yet in sled, oldest first.
+    /// Frozen maps not yet in fjall, oldest first.
     frozen: VecDeque<Frozen>,
     frozen_bytes: usize,
     next_seq: u64,
@@ -145,10 +144,7 @@ struct Layers {
     resident: ResidentTables,
     /// What of the resident tables the log holds, and which rows changed since.
     journal: ResidentJournal,
-    /// The single record of the whole resident tables an earlier layout kept in sled: removed
-    /// by the next layer.
-    legacy_record: Option<Vec<u8>>,
-    /// The journal entry of the newest layer written to sled.
+    /// The journal entry of the newest layer written to fjall.
     written_entry: Option<u64>,
 }
 
@@ -172,7 +168,7 @@ pub struct Memtable {
     /// Signalled when there is a frozen map to write, or on stop.
     to_write: Condvar,
     config: MemtableConfig,
-    /// What sled held at the start of the export in progress, for the rows written since.
+    /// What fjall held at the start of the export in progress, for the rows written since.
     preimages: Preimages,
 }
 
@@ -180,11 +176,11 @@ pub struct Memtable {
 pub enum Lookup {
     /// The key's newest write (`None`: removed).
     Found(Option<Vec<u8>>),
-    /// Not in memory: read sled.
+    /// Not in memory: read fjall.
     Absent,
 }
 
-/// The state at the start of a snapshot export: sled as it was then (the flush thread keeps the
+/// The state at the start of a snapshot export: fjall as it was then (the flush thread keeps the
 /// pre-images of what it writes meanwhile) under `layers` (oldest first), and the resident
 /// tables of that moment.
 pub struct ExportLayers {
@@ -201,7 +197,6 @@ impl Memtable {
             layers: Mutex::new(Layers {
                 resident: resident.tables,
                 journal: resident.journal,
-                legacy_record: resident.legacy_record,
                 written_entry: resident.written_entry,
                 ..Layers::default()
             }),
@@ -351,9 +346,6 @@ impl Memtable {
             );
             Arc::new(entry)
         });
-        if let Some(legacy) = layers.legacy_record.take() {
-            writes.insert(legacy, None);
-        }
         let seq = layers.next_seq;
         layers.next_seq += 1;
         layers.frozen.push_back(Frozen {
@@ -482,7 +474,7 @@ impl Memtable {
         }
     }
 
-    /// For the flush thread: the oldest frozen map is in sled now.
+    /// For the flush thread: the oldest frozen map is in fjall now.
     pub fn written(&self) {
         let mut layers = self.lock();
         if let Some(done) = layers.frozen.pop_front() {
@@ -494,12 +486,12 @@ impl Memtable {
         self.changed.notify_all();
     }
 
-    /// The journal entry of the newest layer in sled (what sled's state records), if any.
+    /// The journal entry of the newest layer in fjall (what fjall's state records), if any.
     pub fn written_entry(&self) -> Option<u64> {
         self.lock().written_entry
     }
 
-    /// Waits until every write committed so far is in sled (the flush thread must run).
+    /// Waits until every write committed so far is in fjall (the flush thread must run).
     pub fn flush_all(&self) {
         let mut layers = self.lock();
         if !layers.nothing_active() {
@@ -576,7 +568,6 @@ impl Memtable {
         layers.resident = ResidentTables::default();
         let next = layers.journal.next_seq();
         layers.journal = ResidentJournal::idle(next);
-        layers.legacy_record = None;
         next
     }
 

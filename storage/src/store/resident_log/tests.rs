@@ -1,8 +1,8 @@
-//! Unit tests of the reply memory's log files: what a restart reads back at each point sled
-//! may have reached, torn tails, leftovers and pruning.
+//! Unit tests of the reply memory's log files: what a restart reads back at each point the
+//! state database may have reached, torn tails, leftovers and pruning.
 
 use super::*;
-use crate::sled::resident_journal::ResidentJournal;
+use crate::store::resident_journal::ResidentJournal;
 
 fn row(i: u32) -> Vec<u8> {
     let mut key = b"r".to_vec();
@@ -33,7 +33,7 @@ fn write_layers(dir: &Path, layers: u32, rebase_at: &[u32]) -> Vec<ResidentTable
 }
 
 #[test]
-fn a_restart_reads_the_tables_as_of_every_entry_sled_may_name() {
+fn a_restart_reads_the_tables_as_of_every_entry_the_state_may_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let after = write_layers(dir.path(), 6, &[]);
     for at in 0..6u64 {
@@ -50,13 +50,14 @@ fn a_new_base_starts_a_new_file_and_older_files_stay_until_pruned() {
     let opened = ResidentLog::open(dir.path(), Some(7)).expect("open");
     assert_eq!(opened.log.files(), &[0, 3, 6]);
     assert_eq!(opened.tables, after[7]);
-    // sled still at entry 4: the file of base 3 is read, and only the newer one is dropped
+    // the state database still at entry 4: the file of base 3 is read, and only the newer one
+    // is dropped
     let mut opened = ResidentLog::open(dir.path(), Some(4)).expect("open");
     assert_eq!(opened.tables, after[4]);
     assert_eq!(
         opened.log.files(),
         &[0, 3],
-        "the file sled never reached is removed"
+        "the file the state database never reached is removed"
     );
     opened.log.prune(4).expect("prune");
     assert_eq!(opened.log.files(), &[3]);
@@ -71,7 +72,7 @@ fn a_new_base_starts_a_new_file_and_older_files_stay_until_pruned() {
 }
 
 #[test]
-fn pruning_keeps_the_newest_base_sled_has_reached() {
+fn pruning_keeps_the_newest_base_the_state_has_reached() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_layers(dir.path(), 8, &[3, 6]);
     let mut log = ResidentLog::open(dir.path(), Some(7)).expect("open").log;
@@ -82,7 +83,7 @@ fn pruning_keeps_the_newest_base_sled_has_reached() {
 }
 
 #[test]
-fn a_torn_last_frame_is_ignored_when_sled_never_named_it() {
+fn a_torn_last_frame_is_ignored_when_the_state_never_named_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let after = write_layers(dir.path(), 4, &[]);
     let path = dir.path().join(file_name(0));
@@ -123,7 +124,7 @@ fn a_state_naming_an_entry_with_no_file_is_refused() {
 }
 
 #[test]
-fn without_an_entry_in_sled_every_file_is_a_leftover() {
+fn without_an_entry_in_the_state_every_file_is_a_leftover() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_layers(dir.path(), 3, &[]);
     let opened = ResidentLog::open(dir.path(), None).expect("open");

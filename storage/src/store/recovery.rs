@@ -1,27 +1,32 @@
 //! What an open does about how the node last stopped.
 //!
-//! sled 0.34 is not crash consistent across a power cut (its flush is `sync_file_range`, it
-//! rewrites segments in place; a cut has left it panicking in recovery, reading back a mix of
-//! page versions, and naming an older snapshot than the newest one on disk). So sled's state is
-//! trusted only after a clean stop, which [`write_clean_marker`] records as the last act of a
-//! graceful shutdown (after the final sync). An open removes the marker durably before anything
-//! is written ([`take_clean_marker`]), so a crash after that open is unclean again.
+//! The state database is trusted only after a clean stop, which [`write_clean_marker`] records
+//! as the last act of a graceful shutdown (after the final sync). An open removes the marker
+//! durably before anything is written ([`take_clean_marker`]), so a crash after that open is
+//! unclean again. The rule came from sled 0.34, the state database before fjall, which was not
+//! crash consistent across a power cut (its flush was `sync_file_range`, it rewrote segments in
+//! place; a cut left it panicking in recovery, reading back a mix of page versions, and naming
+//! an older snapshot than the newest one on disk). It stays with fjall, whose journal is made
+//! durable only at a sync (`manual_journal_persist`, see `db`): after any other stop its state
+//! is whatever part of the writes since the last sync survived, and the rebuild below does not
+//! depend on what that was.
 //!
 //! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
-//! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before sled
+//! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before fjall
 //! opens, and the state machine is rebuilt from the newest snapshot file that is complete and
-//! verified, chosen by the log position its header covers ([`newest_snapshots`]), not by sled's
-//! record of the current one. The consensus layer then applies its log after the snapshot: the
-//! rebuilt state carries exactly the snapshot's last-applied id and membership. The Raft log is
-//! durable on its own (fsynced per append) and is never purged past a snapshot before that
-//! snapshot file is durable, so the two together hold every committed entry.
+//! verified, chosen by the log position its header covers ([`newest_snapshots`]), not by the
+//! database's record of the current one. The consensus layer then applies its log after the
+//! snapshot: the rebuilt state carries exactly the snapshot's last-applied id and membership.
+//! The Raft log is durable on its own (fsynced per append) and is never purged past a snapshot
+//! before that snapshot file is durable, so the two together hold every committed entry.
 //!
-//! The reply memory (`replies/`) goes with sled's state: it is part of every snapshot (its
-//! tables are exported with the others), and its journal files are an extension of sled's state
-//! (they record the entries sled's batches name). The new sled names none, so opening the state
-//! tree removes every old journal file, and the rebuild starts the journal afresh with a base of
-//! the snapshot's reply memory, as a snapshot install does; replaying the log re-applies the
-//! requests after the snapshot, remembering their replies again.
+//! The reply memory (`replies/`) goes with the database's state: it is part of every snapshot
+//! (its tables are exported with the others), and its journal files are an extension of the
+//! database's state (they record the entries the database's batches name). The new database
+//! names none, so opening the state tree removes every old journal file, and the rebuild starts
+//! the journal afresh with a base of the snapshot's reply memory, as a snapshot install does;
+//! replaying the log re-applies the requests after the snapshot, remembering their replies
+//! again.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,11 +34,11 @@ use std::time::Duration;
 use crate::dirs;
 use crate::engine::KvPair;
 use crate::error::{Result, StorageError};
-use crate::sled::snapshot;
+use crate::store::snapshot;
 
 /// The clean-stop marker, in the data directory.
 pub const CLEAN_STOP_FILE: &str = "CLEAN_STOP";
-/// sled's directory, in the data directory.
+/// The state database's (fjall's) directory, in the data directory.
 pub const STATE_DIR: &str = "state";
 /// Prefix of a `state/` set aside after an unclean stop (removed at once; one left by a crash
 /// during the removal is removed by the next open).
@@ -46,10 +51,10 @@ const NOT_DATA: [&str; 4] = ["FORMAT", "FORMAT.tmp", "LOCK", CLEAN_STOP_FILE];
 pub enum OpenKind {
     /// Nothing stored yet (a first start): nothing to trust or rebuild.
     New,
-    /// A clean stop: sled's state is used as it is.
+    /// A clean stop: the state database is used as it is.
     Clean,
-    /// No clean stop: sled's state was discarded, the state machine is rebuilt from the newest
-    /// snapshot and the log.
+    /// No clean stop: the state database was discarded, the state machine is rebuilt from the
+    /// newest snapshot and the log.
     Unclean,
 }
 
@@ -75,7 +80,7 @@ pub struct SnapshotCovers {
     pub records: Vec<KvPair>,
 }
 
-/// What [`crate::sled::Store::recover`] did.
+/// What [`crate::store::Store::recover`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
     /// How the open found the directory.

@@ -1,13 +1,14 @@
-//! Opening the state-machine database and the handles the rest of the crate uses; the
-//! data-directory format marker and lock; what an open does after an unclean stop (see
-//! `recovery`: sled's state is trusted only after a clean stop); and [`sync`], a flush that
-//! really reaches the disk.
+//! Opening the state-machine database (fjall, an LSM tree) and the handles the rest of the crate
+//! uses; the data-directory format marker and lock; what an open does after an unclean stop
+//! (see `recovery`: the database's state is trusted only after a clean stop); and [`sync`], the
+//! durability point.
 //!
-//! sled 0.34 "flushes" with `sync_file_range`, which neither flushes the device's write cache
-//! nor the file's metadata, and writes large nodes as files under `blobs/` that it never
-//! fsyncs. Where statestore needs a state-machine write to be durable (the record naming the
-//! current snapshot, the switch to a freshly installed tree) it calls [`sync`]: sled's flush,
-//! then `fdatasync` of the data file, every blob file and the directories.
+//! fjall writes every batch to its journal (here without a flush per batch:
+//! `manual_journal_persist`), flushes full memtables to sorted table files and compacts them in
+//! its own worker threads. Where statestore needs a state-machine write to be durable (the
+//! record naming the current snapshot, the switch to a freshly installed tree, a clean stop) it
+//! calls [`sync`]: fjall's `persist(SyncAll)`, which `fsync`s the journal (table files are
+//! synced by fjall when it writes them).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use crate::dirs;
 use crate::error::{Result, StorageError};
-use crate::sled::memtable::MemtableConfig;
-use crate::sled::recovery::{self, OpenKind, Recovery, STATE_DIR, SnapshotCovers};
-use crate::sled::state::StateTree;
+use crate::store::memtable::MemtableConfig;
+use crate::store::recovery::{self, OpenKind, Recovery, STATE_DIR, SnapshotCovers};
+use crate::store::state::StateTree;
 
 /// Name of the marker file that records the data-directory layout.
 const FORMAT_FILE: &str = "FORMAT";
-/// Layout written by this build: sled holds the state machine only; the Raft log is a WAL in
+/// Layout written by this build: fjall holds the state machine only; the Raft log is a WAL in
 /// `raft-log/`; the keyspace meta counts registrations and the reply memory, the replicated
 /// limits include their caps, and reply-expiry index entries hold the reply's counted size;
 /// the device-bound queue tables and their meta record sit next to the keyspace, and log
@@ -41,25 +42,27 @@ const FORMAT_FILE: &str = "FORMAT";
 /// secret and remembered replies without the digest of their request, so neither its state,
 /// nor its snapshots, nor its log entries decode here; format 7 kept the reply memory in one
 /// record rewritten whole by every memtable layer, which this build reads and converts to the
-/// resident-tables journal when it opens such a directory.)
-const FORMAT: &str = "statestore-data 8\n";
+/// resident-tables journal when it opens such a directory; format 8 held the state machine in
+/// sled 0.34. Both are converted on open by rebuilding the state from their newest snapshot and
+/// the Raft log, as after an unclean stop: their snapshots and log entries are this build's.)
+const FORMAT: &str = "statestore-data 9\n";
 
-/// Formats this build converts on open (their snapshots and log entries are this build's).
-const CONVERTED_FORMATS: [&str; 1] = ["statestore-data 7\n"];
+/// Formats this build converts on open by rebuilding the state machine (see [`FORMAT`]).
+const CONVERTED_FORMATS: [&str; 2] = ["statestore-data 8\n", "statestore-data 7\n"];
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// Data directory; holds `state/` (sled), `snapshots/` and the consensus layer's files.
+    /// Data directory; holds `state/` (fjall), `snapshots/` and the consensus layer's files.
     pub dir: PathBuf,
-    /// sled page cache size in bytes (sled's own default is 1 GiB; set it explicitly).
+    /// fjall's block cache in bytes.
     pub cache_capacity_bytes: u64,
-    /// The write-back layer in front of sled.
+    /// The write-back layer in front of fjall.
     pub memtable: MemtableConfig,
 }
 
 impl StoreConfig {
-    /// A store in `dir` with a sled cache of `cache_capacity_bytes` and default memtable.
+    /// A store in `dir` with a block cache of `cache_capacity_bytes` and default memtable.
     pub fn new(dir: impl Into<PathBuf>, cache_capacity_bytes: u64) -> StoreConfig {
         StoreConfig {
             dir: dir.into(),
@@ -75,7 +78,7 @@ const LOCK_FILE: &str = "LOCK";
 /// The opened store: the state-machine database and the snapshot directory.
 #[derive(Clone)]
 pub struct Store {
-    db: ::sled::Db,
+    db: fjall::Database,
     dir: PathBuf,
     memtable: MemtableConfig,
     state: Arc<OnceLock<StateTree>>,
@@ -97,7 +100,8 @@ struct Opened {
 impl Store {
     /// Opens (or creates) the store under `config.dir`. Refuses a data directory written in
     /// another layout, or one another process holds. Without the clean-stop marker of the last
-    /// run, sled's state is set aside before sled opens and the store opens empty: call
+    /// run (or when converting an earlier format), the database's state is set aside before it
+    /// opens and the store opens empty: call
     /// [`Store::recover`] before using the state (see `recovery`).
     pub fn open(config: &StoreConfig) -> Result<Store> {
         dirs::create_durable(&config.dir)?;
@@ -124,14 +128,7 @@ impl Store {
         }
         dirs::create_durable(&config.dir.join("snapshots"))?;
         dirs::create_durable(&config.dir.join(STATE_DIR))?;
-        let sled_config = ::sled::Config::new()
-            .path(config.dir.join(STATE_DIR))
-            .cache_capacity(config.cache_capacity_bytes)
-            // The state machine is rebuilt from the last snapshot and the Raft log after a
-            // crash, so its own flushes only bound how much replay a restart costs.
-            .flush_every_ms(Some(1_000))
-            .mode(::sled::Mode::HighThroughput);
-        let db = open_when_released(&sled_config)?;
+        let db = open_when_released(&config.dir.join(STATE_DIR), config.cache_capacity_bytes)?;
         Ok(Store {
             db,
             dir: config.dir.clone(),
@@ -225,7 +222,6 @@ impl Store {
         let opened = StateTree::open(
             &self.db,
             self.lock.clone(),
-            &self.dir.join(STATE_DIR),
             &self.dir.join("snapshots"),
             &self.dir.join("replies"),
             self.memtable,
@@ -238,13 +234,13 @@ impl Store {
     pub fn flush(&self) -> Result<()> {
         match self.state.get() {
             Some(state) => state.sync(),
-            None => sync(&self.db, &self.dir.join(STATE_DIR)),
+            None => sync(&self.db),
         }
     }
 
-    /// Bytes the state-machine database occupies on disk.
+    /// Bytes the state-machine database occupies on disk (its journals and table files).
     pub fn size_on_disk(&self) -> Result<u64> {
-        Ok(self.db.size_on_disk()?)
+        Ok(self.db.disk_space()?)
     }
 
     /// The data directory.
@@ -252,6 +248,9 @@ impl Store {
         &self.dir
     }
 }
+
+/// The most fjall keeps in its journals (the smallest it accepts).
+const JOURNAL_CAP_BYTES: u64 = 64 << 20;
 
 /// How long [`open_when_released`] waits for an earlier handle's threads to let go.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -284,17 +283,25 @@ fn lock_when_released(dir: &Path) -> Result<std::fs::File> {
     }
 }
 
-/// Opens sled; while its file lock is held, tries again for up to [`RELEASE_WAIT`]: a store
-/// dropped in this process releases the lock only once sled's own I/O threads finish (a
-/// restart in tests, a snapshot install's reopen). Another process holding the directory is
-/// still refused, after the wait.
-fn open_when_released(config: &::sled::Config) -> Result<::sled::Db> {
+/// Opens fjall in `path` with a block cache of `cache_bytes`; while its lock is held, tries
+/// again for up to [`RELEASE_WAIT`]: a database dropped in this process releases its lock only
+/// once fjall's worker threads stop (a restart in tests). Another process holding the directory
+/// is still refused, after the wait.
+fn open_when_released(path: &Path, cache_bytes: u64) -> Result<fjall::Database> {
     let deadline = std::time::Instant::now() + RELEASE_WAIT;
     loop {
-        match config.open() {
-            Err(::sled::Error::Io(err))
-                if is_lock_held(&err) && std::time::Instant::now() < deadline =>
-            {
+        let opened = fjall::Database::builder(path)
+            .cache_size(cache_bytes)
+            // Batches stay in fjall's journal buffer until [`sync`]: the state machine is
+            // rebuilt from the last snapshot and the Raft log after a crash, so only a clean
+            // stop and the records `sync` covers need the journal on disk.
+            .manual_journal_persist(true)
+            // fjall's smallest cap on its journals (default 512 MiB): past it, it flushes the
+            // memtables the oldest journal holds so the journal can go. Disk, not durability.
+            .max_journaling_size(JOURNAL_CAP_BYTES)
+            .open();
+        match opened {
+            Err(fjall::Error::Locked) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             opened => return Ok(opened?),
@@ -302,36 +309,10 @@ fn open_when_released(config: &::sled::Config) -> Result<::sled::Db> {
     }
 }
 
-/// Whether sled refused to open because another handle holds its file lock. sled 0.34 reports
-/// it only as an `Other` error whose text names it (`config.rs`: "could not acquire lock on
-/// ...: Os { code: 11, kind: WouldBlock, .. }"), so the text is what can be matched.
-fn is_lock_held(err: &std::io::Error) -> bool {
-    err.kind() == std::io::ErrorKind::WouldBlock
-        || err.to_string().starts_with("could not acquire lock on")
-}
-
-/// Flushes `db` (stored at `path`) and fsyncs its files: the durability point of the state
-/// machine.
-pub(crate) fn sync(db: &::sled::Db, path: &Path) -> Result<()> {
-    db.flush()?;
-    sync_files(path)
-}
-
-fn sync_files(path: &Path) -> Result<()> {
-    File::open(path.join("db"))?.sync_data()?;
-    let blobs = path.join("blobs");
-    if let Ok(entries) = std::fs::read_dir(&blobs) {
-        for entry in entries {
-            // sled deletes blobs it no longer needs at any time: a vanished one needs no sync.
-            match File::open(entry?.path()) {
-                Ok(blob) => blob.sync_data()?,
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
-        File::open(&blobs)?.sync_all()?;
-    }
-    File::open(path)?.sync_all()?;
+/// Makes every batch written to `db` so far durable: the durability point of the state machine
+/// (fjall `fsync`s its journal; its table files were synced when written).
+pub(crate) fn sync(db: &fjall::Database) -> Result<()> {
+    db.persist(fjall::PersistMode::SyncAll)?;
     Ok(())
 }
 
@@ -370,7 +351,9 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
 }
 
 /// Accepts an empty directory or one of this format (writing the marker if new), converts one
-/// of [`CONVERTED_FORMATS`]; refuses anything else.
+/// of [`CONVERTED_FORMATS`]; refuses anything else. A conversion removes the clean-stop marker
+/// (durably, before the new format's marker is written), so the open that follows rebuilds the
+/// state from the snapshot and the log.
 fn check_format(dir: &Path) -> Result<()> {
     dirs::create_durable(dir)?;
     let marker = dir.join(FORMAT_FILE);
@@ -381,8 +364,10 @@ fn check_format(dir: &Path) -> Result<()> {
                 dir = %dir.display(),
                 from = found.trim(),
                 to = FORMAT.trim(),
-                "converting the data directory (the reply memory moves to its journal)"
+                "converting the data directory: the state machine is rebuilt into fjall from the \
+                 newest snapshot and the Raft log"
             );
+            recovery::take_clean_marker(dir)?;
             write_marker(dir, &marker)
         }
         Ok(found) if let Some(why) = earlier_format(&found) => Err(StorageError::DataDir(format!(

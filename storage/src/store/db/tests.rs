@@ -49,31 +49,43 @@ fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
     }
 
     let other = tempfile::tempdir().expect("tempdir");
-    std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
+    std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 10\n").expect("write");
     assert!(matches!(
         check_format(other.path()),
         Err(StorageError::DataDir(_))
     ));
 }
 
+/// Formats 7 and 8 (sled) are converted: the marker is rewritten, and the clean-stop marker is
+/// gone first, so the open rebuilds the state (see the recovery tests).
 #[test]
-fn a_format_7_directory_is_converted_and_its_marker_rewritten() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join(FORMAT_FILE), "statestore-data 7\n").expect("write");
-    check_format(dir.path()).expect("format 7 is converted, not refused");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
-        FORMAT
-    );
-    assert!(
-        !dir.path().join(format!("{FORMAT_FILE}.tmp")).exists(),
-        "no temporary marker is left behind"
-    );
+fn formats_7_and_8_are_converted_and_their_clean_marker_removed() {
+    for earlier in ["statestore-data 7\n", "statestore-data 8\n"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(FORMAT_FILE), earlier).expect("write");
+        crate::store::recovery::write_clean_marker(dir.path()).expect("clean marker");
+        check_format(dir.path()).expect("converted, not refused");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+            FORMAT
+        );
+        assert!(
+            !dir.path().join(format!("{FORMAT_FILE}.tmp")).exists(),
+            "no temporary marker is left behind"
+        );
+        assert!(
+            !dir.path()
+                .join(crate::store::recovery::CLEAN_STOP_FILE)
+                .exists(),
+            "{earlier}: the state is rebuilt, not trusted"
+        );
+    }
 }
 
-/// A store dropped in this process may keep sled's file lock a moment (its I/O threads still
-/// finish); opening again waits for it instead of failing — the proptest model's reopen failed
-/// with "could not acquire lock" in CI. A store that stays open is still refused after the wait.
+/// A store dropped in this process may keep the data directory's lock and fjall's a moment
+/// (fjall's worker threads still finish); opening again waits for them instead of failing — the
+/// proptest model's reopen failed with "could not acquire lock" in CI (with sled). A store that
+/// stays open is still refused after the wait.
 #[test]
 fn a_reopen_waits_for_a_dropped_handle_and_a_live_one_is_still_refused() {
     let dir = tempfile::tempdir().expect("tempdir");

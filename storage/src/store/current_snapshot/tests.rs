@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::{CurrentSnapshot, Offered, Rule};
 use crate::engine::{TxnWrite, TxnWrites};
-use crate::sled::snapshot::{SnapshotFile, SnapshotWriter};
-use crate::sled::{StateTree, Store, StoreConfig};
+use crate::store::snapshot::{SnapshotFile, SnapshotWriter};
+use crate::store::tree::Tree;
+use crate::store::{StateTree, Store, StoreConfig};
 
 fn put(state: &StateTree, key: &str, value: &str) {
     let mut txn = TxnWrites::new();
@@ -68,12 +69,13 @@ struct Bare {
 
 fn bare() -> Bare {
     let dir = tempfile::tempdir().expect("tempdir");
-    let db_path = dir.path().join("sled");
-    let db = ::sled::Config::new().path(&db_path).open().expect("sled");
-    let records = db.open_tree("store_records").expect("records");
+    let db = fjall::Database::builder(dir.path().join("state"))
+        .open()
+        .expect("fjall");
+    let records = Tree::open(&db, "store_records").expect("records");
     let snapshots = dir.path().join("snapshots");
     std::fs::create_dir_all(&snapshots).expect("snapshot dir");
-    let current = CurrentSnapshot::new(&db, &db_path, &records, &snapshots);
+    let current = CurrentSnapshot::new(&records, &snapshots);
     Bare {
         _dir: dir,
         snapshots,

@@ -1,0 +1,32 @@
+//! The only module that touches the state database (fjall): one [`fjall::Database`] per process
+//! for the state machine, with a keyspace of small store records (which state keyspace is
+//! active, the current snapshot) and the state keyspace itself; plus the snapshot files beside
+//! it. (The Raft log is not here: it is a WAL owned by the consensus layer.)
+//!
+//! The database's own state is trusted only after a clean stop (`recovery`): after any other
+//! stop it is rebuilt from the newest snapshot file, and the consensus layer applies its log
+//! after it.
+//!
+//! Everything here moves bytes: the state machine encodes its records. Durability points are
+//! explicit and really reach the disk ([`Store::flush`]; see `db`: fjall's journal is not
+//! persisted per batch, only at these points).
+
+pub mod background;
+mod current_snapshot;
+mod db;
+mod memtable;
+mod preimage;
+mod recovery;
+mod resident;
+mod resident_journal;
+mod resident_log;
+mod snapshot;
+mod state;
+mod tree;
+
+pub use current_snapshot::{Offered, OpenSnapshot};
+pub use db::{Store, StoreConfig};
+pub use memtable::MemtableConfig;
+pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};
+pub use snapshot::{SnapshotFile, SnapshotWriter};
+pub use state::{ExportView, SnapshotExport, StateTree, StateView};
