@@ -3,7 +3,7 @@ use super::*;
 #[test]
 fn section_9_default_limits() {
     let limits = ProtocolLimits::default();
-    assert_eq!(limits.max_key_bytes, 64 * 1024);
+    assert_eq!(limits.max_key_bytes, 60 * 1024);
     assert_eq!(limits.max_value_bytes, 4 * 1024 * 1024);
     assert_eq!(limits.max_array_len, 8);
     assert_eq!(limits.max_px_ms, 2_592_000_000);

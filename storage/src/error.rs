@@ -8,6 +8,14 @@ pub enum StorageError {
     /// The state database (fjall) reported a failure (I/O or a corrupt database).
     #[error("state database: {0}")]
     Engine(#[from] fjall::Error),
+    /// A key longer than the state database stores (admission keeps user keys below it).
+    #[error("a key of {len} bytes is longer than the state database stores ({max})")]
+    KeyTooLong {
+        /// Its length.
+        len: usize,
+        /// The longest stored key.
+        max: usize,
+    },
     /// File-system I/O outside the state database (snapshots, the reply memory's log).
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),

@@ -34,3 +34,4 @@ pub mod store;
 pub mod write_behind;
 
 pub use error::{Result, StorageError};
+pub use store::{MAX_STORED_KEY_BYTES, MAX_USER_KEY_BYTES};

@@ -350,11 +350,12 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         path: "limits.max_key_bytes",
         flag: flag("max-key-bytes", "BYTES"),
-        default: D::Int(64 << 10),
-        kind: Kind::at_least(1),
+        default: D::Int(60 << 10),
+        kind: Kind::between(1, statestore_storage::MAX_USER_KEY_BYTES as i64),
         table: DocTable::Node,
         help: "longest key, bytes; longer keys: `syntax error`. The protocol's 1 KiB is raised \
-               because the SDKs' own tests write 6,500-byte keys. A KEYNOTIFY on a key longer \
+               because the SDKs' own tests write 6,500-byte keys; at most 65,526, as the state \
+               database stores keys of up to 65,535 bytes with a 9-byte prefix. A KEYNOTIFY on a key longer \
                than about 32 KiB is also `syntax error`: its notification topic (hex of the \
                client id and of the key) would exceed MQTT's 65,535 bytes",
     },

@@ -10,7 +10,7 @@ mod peers;
 fn defaults_are_valid_and_match_the_spec_limits() {
     let config = Config::default();
     config.validate().expect("defaults validate");
-    assert_eq!(config.limits.max_key_bytes, 64 * 1024);
+    assert_eq!(config.limits.max_key_bytes, 60 * 1024);
     assert_eq!(config.limits.max_value_bytes, 4 << 20);
     assert_eq!(config.limits.max_array_len, 8);
     assert_eq!(config.limits.max_keys, 1_000_000);
@@ -70,7 +70,7 @@ fn toml_file_overrides_defaults_and_rejects_unknown_keys() {
     );
     assert_eq!(
         config.limits.max_key_bytes,
-        64 * 1024,
+        60 * 1024,
         "unset keys keep defaults"
     );
     assert_eq!(config.initial_members().expect("members").len(), 2);

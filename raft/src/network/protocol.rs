@@ -31,8 +31,11 @@ use crate::types::{NodeId, SnapshotMeta, TypeConfig, Vote};
 /// store-wide message cap), 5 with data format 7 (the limits carry the per-key observer cap, a
 /// KEYNOTIFY registration stores a floor, device-bound entries carry the seed of their lock
 /// tokens' secrets, request ids and remembered replies a request digest), 6: typed errors in
-/// responses ([`RemoteError`] where a string was).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// responses ([`RemoteError`] where a string was), 7 with data format 9 (the state database is
+/// fjall, whose keys are at most 65,535 bytes: this build admits keys of at most
+/// [`statestore_storage::MAX_USER_KEY_BYTES`], and an entry of an earlier build holding a
+/// longer one could not be written into its state).
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Largest frame accepted once the hello was: a full AppendEntries of proposal batches (the
 /// batcher keeps a batch near 4 MiB plus one value of at most 4 MiB; openraft sends at most
 /// `max_payload_entries`).

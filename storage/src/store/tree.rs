@@ -9,6 +9,11 @@ use std::ops::Bound;
 use crate::engine::KvPair;
 use crate::error::{Result, StorageError};
 
+/// Longest key fjall stores (`lsm_tree::InternalKey::new` asserts it: a longer key would panic
+/// the thread that writes or seeks it). [`Tree`] refuses longer keys as errors and maps longer
+/// range bounds to equivalent ones.
+pub const MAX_STORED_KEY_BYTES: usize = u16::MAX as usize;
+
 /// fjall's memtable per keyspace (its default is 64 MiB). The store's own memtable already
 /// gathers writes in front of fjall and hands them over in batches of a few MiB: a smaller fjall
 /// memtable keeps memory and the journal on disk (which fjall deletes once its memtables reach
@@ -49,13 +54,17 @@ impl Tree {
         Ok(())
     }
 
-    /// The value of `key`, copied out.
+    /// The value of `key`, copied out (a key too long to be stored has none).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if key.len() > MAX_STORED_KEY_BYTES {
+            return Ok(None);
+        }
         Ok(self.keyspace.get(key)?.map(|value| value.to_vec()))
     }
 
     /// Sets `key` to `value` on its own (one batch of one write).
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_stored_key(key)?;
         self.keyspace.insert(key, value)?;
         Ok(())
     }
@@ -63,10 +72,7 @@ impl Tree {
     /// The rows with `start <= key < end`, in key order, copied out (a fjall iterator reads the
     /// keyspace as it was when it was created).
     pub fn range(&self, start: &[u8], end: &[u8]) -> impl Iterator<Item = Result<KvPair>> + use<> {
-        let bounds = (
-            Bound::Included(start.to_vec()),
-            Bound::Excluded(end.to_vec()),
-        );
+        let bounds = (stored_lower_bound(start), stored_upper_bound(end));
         self.keyspace.range(bounds).map(|guard| {
             let (key, value) = guard.into_inner()?;
             Ok((key.to_vec(), value.to_vec()))
@@ -81,6 +87,7 @@ impl Tree {
     ) -> Result<()> {
         let mut batch = self.db.batch();
         for (key, value) in writes {
+            check_stored_key(key)?;
             match value {
                 Some(value) => batch.insert(&self.keyspace, key, value),
                 None => batch.remove(&self.keyspace, key),
@@ -107,6 +114,12 @@ impl Tree {
                     reason: "rows are not in ascending key order".to_owned(),
                 });
             }
+            if key.len() > MAX_STORED_KEY_BYTES {
+                return Err(StorageError::Corrupt {
+                    what: "snapshot",
+                    reason: format!("a key of {} bytes", key.len()),
+                });
+            }
             ingestion.write(key, value)?;
             let last = last.get_or_insert_with(Vec::new);
             last.clear();
@@ -122,3 +135,37 @@ impl Tree {
         &self.db
     }
 }
+
+/// Refuses a key fjall cannot store.
+fn check_stored_key(key: &[u8]) -> Result<()> {
+    if key.len() > MAX_STORED_KEY_BYTES {
+        return Err(StorageError::KeyTooLong {
+            len: key.len(),
+            max: MAX_STORED_KEY_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// `key >= start` for every storable key, as a bound fjall accepts: a longer `start` is
+/// replaced by its first [`MAX_STORED_KEY_BYTES`] bytes, excluded (a storable key at least
+/// `start` is greater than that prefix, and the prefix itself is less than `start`).
+fn stored_lower_bound(start: &[u8]) -> Bound<Vec<u8>> {
+    match start.get(..MAX_STORED_KEY_BYTES) {
+        Some(prefix) if start.len() > MAX_STORED_KEY_BYTES => Bound::Excluded(prefix.to_vec()),
+        _ => Bound::Included(start.to_vec()),
+    }
+}
+
+/// `key < end` for every storable key, as a bound fjall accepts: a longer `end` is replaced by
+/// its first [`MAX_STORED_KEY_BYTES`] bytes, included (that prefix is less than `end`, and a
+/// storable key greater than it is greater than `end`).
+fn stored_upper_bound(end: &[u8]) -> Bound<Vec<u8>> {
+    match end.get(..MAX_STORED_KEY_BYTES) {
+        Some(prefix) if end.len() > MAX_STORED_KEY_BYTES => Bound::Included(prefix.to_vec()),
+        _ => Bound::Excluded(end.to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests;
