@@ -890,7 +890,7 @@ async fn scans_beyond_the_slots_wait_for_one_and_are_all_answered() {
     assert_eq!(h.metrics.service.scan_pages_waiting.get(), 0);
 }
 
-/// Keys up to the 64 KiB default round-trip, one byte more is `syntax error`; KEYNOTIFY on a
+/// Keys up to the 60 KiB default round-trip, one byte more is `syntax error`; KEYNOTIFY on a
 /// key whose notification topic would not fit MQTT's 65,535 bytes is refused.
 #[tokio::test]
 async fn the_largest_key_round_trips_and_keynotify_refuses_unpublishable_topics() {

@@ -469,23 +469,30 @@ async fn s2_random_garbage_is_syntax_error() {
     assert_healthy(&node, &mut c).await;
 }
 
-/// §9: a key over 1024 bytes, a value over `--max-value-bytes 1024`, and arrays over 8
-/// elements are `-ERR syntax error`; exactly 1024-byte keys and values are accepted; the
-/// node stays live, ready and serving.
+/// §9: a key over `--max-key-bytes 65526` (the most the node accepts: the state database
+/// stores keys of up to 65,535 bytes, and the expiry index adds 9), a value over
+/// `--max-value-bytes 1024`, and arrays over 8 elements are `-ERR syntax error`; the longest
+/// key with an expiry and exactly 1024-byte values are accepted; the node stays live, ready
+/// and serving.
 #[tokio::test]
 async fn s9_size_limits_are_syntax_error() {
-    let (broker, node) = start_single(&["--max-value-bytes", "1024"]).await;
+    let (broker, node) =
+        start_single(&["--max-value-bytes", "1024", "--max-key-bytes", "65526"]).await;
     let mut c = connect(&broker, "t60-limits").await;
-    // The default key limit: 64 KiB (issue 12: the SDKs' own tests write 6,500-byte keys).
-    let key_max = vec![b'k'; 65_536];
-    let key_over = vec![b'k'; 65_537];
+    let key_max = vec![b'k'; 65_526];
+    let key_over = vec![b'k'; 65_527];
     let value_max = vec![b'v'; 1024];
     let value_over = vec![b'v'; 1025];
 
-    let ok = cmd(&mut c, "SET 64 KiB key", &[b"SET", &key_max, b"v"]).await;
-    assert_payload("SET 64 KiB key", &ok, b"+OK\r\n");
-    let get = cmd(&mut c, "GET 64 KiB key", &[b"GET", &key_max]).await;
-    assert_payload("GET 64 KiB key", &get, &bulk(b"v"));
+    let ok = cmd(
+        &mut c,
+        "SET longest key",
+        &[b"SET", &key_max, b"v", b"PX", b"600000"],
+    )
+    .await;
+    assert_payload("SET longest key", &ok, b"+OK\r\n");
+    let get = cmd(&mut c, "GET longest key", &[b"GET", &key_max]).await;
+    assert_payload("GET longest key", &get, &bulk(b"v"));
     let ok = cmd(&mut c, "SET 1024-byte value", &[b"SET", b"big", &value_max]).await;
     assert_payload("SET 1024-byte value", &ok, b"+OK\r\n");
     let get = cmd(&mut c, "GET 1024-byte value", &[b"GET", b"big"]).await;
@@ -497,22 +504,22 @@ async fn s9_size_limits_are_syntax_error() {
     hundred.extend(many.iter().map(|m| m.as_slice()));
     let cases: Vec<(String, Vec<u8>)> = vec![
         (
-            "SET 64 KiB + 1 key".into(),
+            "SET longest + 1 key".into(),
             resp(&[b"SET", &key_over, b"v"]),
         ),
-        ("GET 64 KiB + 1 key".into(), resp(&[b"GET", &key_over])),
-        ("DEL 64 KiB + 1 key".into(), resp(&[b"DEL", &key_over])),
+        ("GET longest + 1 key".into(), resp(&[b"GET", &key_over])),
+        ("DEL longest + 1 key".into(), resp(&[b"DEL", &key_over])),
         (
-            "KEYNOTIFY 64 KiB + 1 key".into(),
+            "KEYNOTIFY longest + 1 key".into(),
             resp(&[b"KEYNOTIFY", &key_over]),
         ),
         (
             // Within the key limit, but HEX(key) would not fit a notification topic.
-            "KEYNOTIFY 64 KiB key".into(),
+            "KEYNOTIFY longest key".into(),
             resp(&[b"KEYNOTIFY", &key_max]),
         ),
         (
-            "SCAN 64 KiB + 1 pattern".into(),
+            "SCAN longest + 1 pattern".into(),
             resp(&[b"SCAN", &key_over]),
         ),
         (

@@ -26,8 +26,8 @@ fn section_5_the_session_accepts_the_largest_send() {
         ..Config::default()
     };
     let session = config.session().expect("session settings");
-    // The largest body, plus the longest key (64 KiB by default), plus 64 KiB of headroom.
-    assert_eq!(session.max_packet_size, 262_144 + 65_536 + 65_536);
+    // The largest body, plus the longest key (60 KiB by default), plus 64 KiB of headroom.
+    assert_eq!(session.max_packet_size, 262_144 + 61_440 + 65_536);
 }
 
 /// The table's defaults are the subsystems' own (which the table does not import).
