@@ -2,11 +2,10 @@
 # Alternating `statestore-bench scale` runs of several node binaries (A/B), each run printing one
 # line: load rate, p99 / p99.9 / max, apply stalls, space amplification after the load and after
 # the stop (per node), and the slow raft-log fdatasync warnings the nodes logged (count, slow
-# appends summed, worst wait). Each run keeps its files until that
-# line is printed, then removes them.
+# appends summed, worst wait). Each run keeps its files until that line is printed.
 # usage: bench/scale-ab.sh BIN_A BIN_B [...]
-#   env: ROUNDS (2), KEYS (1000000), VALUES (pattern or random; pattern), OUT (a new directory under /tmp), BENCH (statestore-bench
-#        in $CARGO_TARGET_DIR/release or target/release)
+#   env: ROUNDS (2), KEYS (1000000), VALUES (pattern or random; pattern), OUT (a new directory
+#        under /tmp), BENCH (statestore-bench in $CARGO_TARGET_DIR/release or target/release)
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n 2,8p "$0"; exit 2; }
 bench=${BENCH:-${CARGO_TARGET_DIR:-target}/release/statestore-bench}

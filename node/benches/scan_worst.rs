@@ -7,7 +7,7 @@
 //! Keys: 9,000 `user:NNNNN:<letters>` and 1,000 attacker-chosen `aaaa…a:NNNNN` (runs of `a`,
 //! for the literal-run patterns), lengths spread over 16–64 bytes. The hostile patterns are at
 //! the caps or just over them (refused rows print only their compile cost). A last table
-//! times one key at the 64 KiB key limit against the costliest pattern for it: the work one key
+//! times one key at the default key limit (60 KiB) against the costliest pattern for it: the work one key
 //! can cost, which a page finishes even past its budget and deadline (a page always makes
 //! progress).
 //!
@@ -162,7 +162,7 @@ fn patterns() -> Vec<(&'static str, Vec<u8>)> {
             cost_per_character.into_bytes(),
         ),
         (
-            "64 KiB of unclosed [",
+            "the default key limit (60 KiB) of unclosed [",
             vec![b'['; statestore_protocol::ProtocolLimits::DEFAULT_MAX_KEY_BYTES],
         ),
         (

@@ -1,6 +1,6 @@
-//! openraft's storage conformance suite against the sled-backed log store and state machine.
+//! openraft's storage conformance suite against the raft-log WAL log store and the fjall-backed state machine.
 //!
-//! Invariant: `LogStore` (the raft-log WAL) and `StateMachine` (sled) behave as openraft
+//! Invariant: `LogStore` (the raft-log WAL) and `StateMachine` (fjall) behave as openraft
 //! requires (log ids, purge and truncate edges, vote persistence, applied state, membership,
 //! snapshot transfer).
 
@@ -13,9 +13,9 @@ use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachin
 use statestore_raft::types::{StorageError, TypeConfig};
 use statestore_storage::store::{Store, StoreConfig};
 
-struct SledBuilder;
+struct StoreBuilderImpl;
 
-impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for SledBuilder {
+impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for StoreBuilderImpl {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError> {
         let dir = tempfile::tempdir().expect("temp dir");
         let store =
@@ -38,10 +38,10 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Sle
     }
 }
 
-/// The whole openraft storage suite passes on our WAL log store and sled state machine.
+/// The whole openraft storage suite passes on our WAL log store and fjall state machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stores_pass_the_openraft_storage_suite() {
-    if let Err(err) = Suite::test_all(SledBuilder).await {
+    if let Err(err) = Suite::test_all(StoreBuilderImpl).await {
         panic!("storage suite failed: {err}");
     }
 }

@@ -8,9 +8,16 @@ pub enum StorageError {
     /// The state database (fjall) reported a failure (I/O or a corrupt database).
     #[error("state database: {0}")]
     Engine(#[from] fjall::Error),
-    /// A key longer than the state database stores (admission keeps user keys below it).
-    #[error("a key of {len} bytes is longer than the state database stores ({max})")]
-    KeyTooLong {
+    /// The state database failed in a way no retry gets past (fjall refuses every write after a
+    /// failed journal write or sync): the state machine cannot go on.
+    #[error("the state database failed: {0}")]
+    Failed(String),
+    /// A key the state database cannot store: empty, or longer than it stores (admission keeps
+    /// user keys below that; every table's key starts with its prefix byte).
+    #[error(
+        "a key of {len} bytes cannot be stored: the state database stores keys of 1 to {max} bytes"
+    )]
+    UnstorableKey {
         /// Its length.
         len: usize,
         /// The longest stored key.

@@ -97,8 +97,9 @@ pub fn notify_topic_len(client_id: &str, key: &[u8]) -> usize {
         + 2 * key.len()
 }
 
-/// Whether notifications to `client_id` about `key` fit in an MQTT topic: with 64 KiB keys
-/// allowed, a KEYNOTIFY on a key longer than about 32 KiB cannot be served and is refused.
+/// Whether notifications to `client_id` about `key` fit in an MQTT topic: with keys of up to
+/// 60 KiB allowed (65,526 at most), a KEYNOTIFY on a key longer than about 32 KiB cannot be
+/// served and is refused.
 pub fn notify_topic_fits(client_id: &str, key: &[u8]) -> bool {
     notify_topic_len(client_id, key) <= MAX_TOPIC_BYTES
 }

@@ -41,8 +41,7 @@ const FORMAT_FILE: &str = "FORMAT";
 /// format 6 has no per-key observer cap in its limits and meta, issued lock tokens without a
 /// secret and remembered replies without the digest of their request, so neither its state,
 /// nor its snapshots, nor its log entries decode here; format 7 kept the reply memory in one
-/// record rewritten whole by every memtable layer, which this build reads and converts to the
-/// resident-tables journal when it opens such a directory; format 8 held the state machine in
+/// record rewritten whole by every memtable layer; format 8 held the state machine in
 /// sled 0.34. Both are converted on open by rebuilding the state from their newest snapshot and
 /// the Raft log, as after an unclean stop: their snapshots and log entries are this build's.)
 const FORMAT: &str = "statestore-data 9\n";

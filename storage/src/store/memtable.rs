@@ -136,6 +136,9 @@ struct Layers {
     /// True while an export runs.
     exporting: bool,
     stopped: bool,
+    /// Why the flush thread stopped for good (an error no retry gets past): writers stop
+    /// waiting for room, and the state tree refuses further commits and syncs.
+    failed: Option<String>,
     /// Writers currently waiting for room.
     waiting: usize,
     /// Times a writer had to wait for room.
@@ -239,7 +242,7 @@ impl Memtable {
             let (bytes, exporting) = (layers.bytes(), layers.exporting);
             layers.stalls += 1;
             layers.waiting += 1;
-            while self.full(&layers) {
+            while self.full(&layers) && layers.failed.is_none() {
                 layers = self.wait_changed(layers);
             }
             layers.waiting -= 1;
@@ -498,7 +501,7 @@ impl Memtable {
             drop(self.freeze(&mut layers));
         }
         let newest = layers.next_seq;
-        while layers.frozen.front().is_some_and(|f| f.seq < newest) {
+        while layers.failed.is_none() && layers.frozen.front().is_some_and(|f| f.seq < newest) {
             layers = self.wait_changed(layers);
         }
     }
@@ -584,6 +587,23 @@ impl Memtable {
     pub fn stop(&self) {
         self.lock().stopped = true;
         self.to_write.notify_all();
+    }
+
+    /// For the flush thread, on an error no retry gets past: records `reason` and stops
+    /// writing; whoever waits for room or for a flush goes on (and learns of it through
+    /// [`Memtable::failure`]).
+    pub fn fail(&self, reason: String) {
+        let mut layers = self.lock();
+        layers.failed = Some(reason);
+        layers.stopped = true;
+        drop(layers);
+        self.changed.notify_all();
+        self.to_write.notify_all();
+    }
+
+    /// Why the flush thread stopped for good, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
     }
 }
 

@@ -25,16 +25,17 @@ mod state;
 mod tree;
 
 pub use current_snapshot::{Offered, OpenSnapshot};
-pub use tree::MAX_STORED_KEY_BYTES;
-
-/// Longest user key the state can hold: the longest key the database stores, less the table
-/// prefix and the 8-byte instant of the expiry index, the longest row a key is part of (the
-/// KEYNOTIFY rows that also hold a client id are bounded far below by their topic). Requests
-/// with longer keys must be refused before they are replicated: the node's `max_key_bytes` is
-/// capped at this.
-pub const MAX_USER_KEY_BYTES: usize = MAX_STORED_KEY_BYTES - 1 - 8;
 pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
 pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};
 pub use snapshot::{SnapshotFile, SnapshotWriter};
 pub use state::{ExportView, SnapshotExport, StateTree, StateView};
+pub use tree::MAX_STORED_KEY_BYTES;
+
+/// Longest user key the state can hold: the longest key the database stores, less the table
+/// prefix and the 8-byte instant of the expiry index, the longest row a key is part of (the
+/// KEYNOTIFY rows that also hold a client id are bounded far below by their topic: a KEYNOTIFY
+/// STOP skips that check, but it only removes rows, found by reading the key first). Requests
+/// with longer keys must be refused before they are replicated: the node's `max_key_bytes` is
+/// capped at this.
+pub const MAX_USER_KEY_BYTES: usize = MAX_STORED_KEY_BYTES - 1 - 8;

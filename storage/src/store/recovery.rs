@@ -6,10 +6,11 @@
 //! unclean again. The rule came from sled 0.34, the state database before fjall, which was not
 //! crash consistent across a power cut (its flush was `sync_file_range`, it rewrote segments in
 //! place; a cut left it panicking in recovery, reading back a mix of page versions, and naming
-//! an older snapshot than the newest one on disk). It stays with fjall, whose journal is made
-//! durable only at a sync (`manual_journal_persist`, see `db`): after any other stop its state
-//! is whatever part of the writes since the last sync survived, and the rebuild below does not
-//! depend on what that was.
+//! an older snapshot than the newest one on disk). It stays with fjall: statestore asks fjall
+//! for durability only at a sync (`manual_journal_persist`, see `db`; fjall itself also syncs
+//! its journal when it rotates it and before it flushes a memtable), so after any other stop its
+//! state is whatever part of the writes since then survived, and the Raft log may already be
+//! purged past it. The rebuild below does not depend on what that was.
 //!
 //! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
 //! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before fjall

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::devicebound::DeviceIndex;
 use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::layout::Table;
 use crate::store::current_snapshot::{CurrentSnapshot, Offered, OpenSnapshot, Rule};
 use crate::store::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
@@ -30,7 +30,9 @@ const ACTIVE_TREE_RECORD: &str = "active_state_tree";
 #[derive(Clone)]
 pub struct StateView {
     memtable: Arc<Memtable>,
-    tree: Tree,
+    /// The active keyspace, looked up at every read: a view may outlive a snapshot install
+    /// (the notifier keeps one for its whole life), and the keyspace it replaced is deleted.
+    active: Arc<RwLock<(String, Tree)>>,
     devices: Arc<Mutex<DeviceIndex>>,
 }
 
@@ -38,7 +40,7 @@ impl OrderedRead for StateView {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         match self.memtable.get(key) {
             Lookup::Found(value) => Ok(value),
-            Lookup::Absent => self.tree.get(key),
+            Lookup::Absent => self.tree().get(key),
         }
     }
 
@@ -98,6 +100,14 @@ impl Iterator for ResidentIter<'_> {
 }
 
 impl StateView {
+    /// The keyspace the state is in now.
+    fn tree(&self) -> Tree {
+        match self.active.read() {
+            Ok(guard) => guard.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
+        }
+    }
+
     /// The device queues' index as of the last committed transaction: apply holds it for a
     /// whole transaction, from its first proposal to its commit (CPU work only: it waits for
     /// memtable room before it takes the lock), and a snapshot install holds it until the index
@@ -111,7 +121,7 @@ impl StateView {
         if start >= end {
             return Box::new(std::iter::empty());
         }
-        Layered::over(&self.tree, start, end, self.memtable.range(start, end))
+        Layered::over(&self.tree(), start, end, self.memtable.range(start, end))
     }
 }
 
@@ -268,11 +278,14 @@ fn flush_loop(
             return;
         };
         let started = std::time::Instant::now();
-        let written =
-            write_layer(&tree, memtable.preimages(), &frozen).and_then(|()| match &frozen.entry {
-                Some(pending) if pending.base => prune_log_to_base(&tree, &log, pending.seq),
-                _ => Ok(()),
-            });
+        let written = write_layer(&tree, memtable.preimages(), &frozen);
+        if written.is_ok()
+            && let Some(pending) = frozen.entry.as_ref().filter(|pending| pending.base)
+            && let Err(err) = prune_log_to_base(&tree, &log, pending.seq)
+        {
+            // The layer is written: the next base or sync prunes again.
+            tracing::warn!(error = %err, "removing the reply memory's older log files failed");
+        }
         tracing::debug!(
             keys = frozen.writes.len(),
             ms = started.elapsed().as_millis() as u64,
@@ -283,12 +296,28 @@ fn flush_loop(
         drop(tree);
         match written {
             Ok(()) => memtable.written(),
+            Err(err) if is_permanent(&err) => {
+                tracing::error!(error = %err, "writing the state machine's memtable to the state database failed for good; the state machine stops");
+                memtable.fail(err.to_string());
+                return;
+            }
             Err(err) => {
                 tracing::error!(error = %err, "writing the state machine's memtable to the state database failed; retrying");
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
     }
+}
+
+/// Whether a failed layer write would fail the same way however often it is retried: fjall
+/// refuses every write after a failed journal write or sync (it is poisoned), and a key it
+/// cannot store stays one.
+fn is_permanent(err: &StorageError) -> bool {
+    matches!(
+        err,
+        StorageError::Engine(fjall::Error::Poisoned | fjall::Error::Unrecoverable)
+            | StorageError::UnstorableKey { .. }
+    )
 }
 
 /// After a layer that starts a new base of the reply memory's log is written: makes it durable
@@ -323,7 +352,7 @@ impl StateTree {
         let devices = Arc::new(Mutex::new(DeviceIndex::default()));
         *lock_index(&devices) = DeviceIndex::load(&StateView {
             memtable: memtable.clone(),
-            tree,
+            active: active.clone(),
             devices: devices.clone(),
         })?;
         let flusher = {
@@ -368,7 +397,7 @@ impl StateTree {
     pub fn view(&self) -> StateView {
         StateView {
             memtable: self.inner.memtable.clone(),
-            tree: self.active().1,
+            active: self.inner.active.clone(),
             devices: self.inner.devices.clone(),
         }
     }
@@ -399,6 +428,9 @@ impl StateTree {
     /// receives them in one batch with the rest of their memtable layer (rows created and
     /// removed again while one layer is active never reach it).
     pub fn commit(&self, writes: TxnWrites) -> Result<()> {
+        if let Some(reason) = self.inner.memtable.failure() {
+            return Err(StorageError::Failed(reason));
+        }
         self.inner.memtable.commit(writes);
         Ok(())
     }
@@ -523,7 +555,9 @@ impl StateTree {
         let file = match loaded {
             Ok(file) => file,
             Err(err) => {
-                tree.delete()?;
+                if let Err(deleting) = tree.delete() {
+                    tracing::warn!(keyspace = %new_name, error = %deleting, "could not remove the keyspace of a failed snapshot install");
+                }
                 return Err(err);
             }
         };
@@ -572,7 +606,10 @@ impl StateTree {
         lock_log(&self.inner.log).prune(base.seq)?;
         self.reload_device_index(&mut index)?;
         drop(index);
-        Tree::drop_named(&self.inner.db, &old_name)?;
+        // The switch is durable: a keyspace left behind costs disk, not correctness.
+        if let Err(err) = Tree::drop_named(&self.inner.db, &old_name) {
+            tracing::warn!(keyspace = %old_name, error = %err, "could not remove the state's previous keyspace");
+        }
         let file = SnapshotFile {
             path: final_path,
             ..file
@@ -584,6 +621,9 @@ impl StateTree {
     /// Makes every write so far durable (memtable included).
     pub fn sync(&self) -> Result<()> {
         self.flush_memtable();
+        if let Some(reason) = self.inner.memtable.failure() {
+            return Err(StorageError::Failed(reason));
+        }
         crate::store::db::sync(&self.inner.db)?;
         // The database's durable state now records the newest written entry: older log files are
         // no longer needed.

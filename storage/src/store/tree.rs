@@ -23,7 +23,9 @@ const MEMTABLE_BYTES: u64 = 16 << 20;
 /// Size of the table files compaction writes (fjall's default is 64 MiB). fjall writes a table
 /// and then `fsync`s it whole, so the disk takes a table's bytes at once, and a Raft log
 /// `fdatasync` queued behind them waits: with 64 MiB tables the nodes' worst log fsync in a
-/// 1M-key load was 196-198 ms. Tables the size of a memtable flush bound that burst.
+/// 1M-key load was 196-198 ms. Tables the size of a memtable flush bound that burst. (A bulk
+/// load, [`Tree::load_sorted`], still writes 64 MiB tables: lsm-tree's ingestion does not take
+/// the strategy's size.)
 const TABLE_BYTES: u64 = 16 << 20;
 
 /// A keyspace and the database that owns it (cheap to clone: both are shared handles).
@@ -82,6 +84,8 @@ impl Tree {
     /// The rows with `start <= key < end`, in key order, copied out (a fjall iterator reads the
     /// keyspace as it was when it was created).
     pub fn range(&self, start: &[u8], end: &[u8]) -> impl Iterator<Item = Result<KvPair>> + use<> {
+        // An empty range is asked of fjall as `start..start`, which it answers empty.
+        let end = end.max(start);
         let bounds = (stored_lower_bound(start), stored_upper_bound(end));
         self.keyspace.range(bounds).map(|guard| {
             let (key, value) = guard.into_inner()?;
@@ -124,7 +128,7 @@ impl Tree {
                     reason: "rows are not in ascending key order".to_owned(),
                 });
             }
-            if key.len() > MAX_STORED_KEY_BYTES {
+            if key.is_empty() || key.len() > MAX_STORED_KEY_BYTES {
                 return Err(StorageError::Corrupt {
                     what: "snapshot",
                     reason: format!("a key of {} bytes", key.len()),
@@ -146,10 +150,10 @@ impl Tree {
     }
 }
 
-/// Refuses a key fjall cannot store.
+/// Refuses a key fjall cannot store (it asserts keys are neither empty nor too long).
 fn check_stored_key(key: &[u8]) -> Result<()> {
-    if key.len() > MAX_STORED_KEY_BYTES {
-        return Err(StorageError::KeyTooLong {
+    if key.is_empty() || key.len() > MAX_STORED_KEY_BYTES {
+        return Err(StorageError::UnstorableKey {
             len: key.len(),
             max: MAX_STORED_KEY_BYTES,
         });

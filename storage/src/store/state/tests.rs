@@ -421,3 +421,58 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     );
     assert_eq!(state.view().get(b"k050").expect("read"), None);
 }
+
+/// A view kept across a snapshot install (the notifier keeps one for its whole life) reads the
+/// installed state, not the keyspace the install replaced.
+#[test]
+fn a_view_taken_before_an_install_reads_the_installed_state() {
+    let source_dir = tempfile::tempdir().expect("tempdir");
+    let source = Store::open(&StoreConfig::new(source_dir.path(), 4 << 20)).expect("store");
+    let source_state = source.state().expect("state");
+    let mut txn = TxnWrites::new();
+    txn.insert(b"theirs".to_vec(), TxnWrite::Put(b"installed".to_vec()));
+    source_state.commit(txn).expect("commit");
+    let file = source_state
+        .export_snapshot("one", b"header", Some(1))
+        .expect("export");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    txn.insert(b"mine".to_vec(), TxnWrite::Put(b"replaced".to_vec()));
+    state.commit(txn).expect("commit");
+    store
+        .flush()
+        .expect("sync: the row is in the database, not the memtable");
+    let kept = state.view();
+    let received = state.incoming_snapshot_path();
+    std::fs::copy(&file.path, &received).expect("copy");
+    state
+        .install_snapshot(&received, "one", Some(1), Vec::new())
+        .expect("install");
+    assert_eq!(kept.get(b"mine").expect("read"), None);
+    assert_eq!(
+        kept.get(b"theirs").expect("read"),
+        Some(b"installed".to_vec())
+    );
+    assert_eq!(scan(&kept), scan(&state.view()));
+}
+
+/// A layer the database refuses for good (here a key it cannot store, which admission keeps
+/// out) stops the state machine: commits and syncs fail instead of waiting for a flush that
+/// never comes.
+#[test]
+fn a_layer_the_database_refuses_for_good_stops_the_state_machine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    txn.insert(vec![b'k'; 70_000], TxnWrite::Put(b"v".to_vec()));
+    state.commit(txn).expect("commit: the memtable takes it");
+    assert!(matches!(store.flush(), Err(StorageError::Failed(_))));
+    let mut txn = TxnWrites::new();
+    txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
+    assert!(matches!(state.commit(txn), Err(StorageError::Failed(_))));
+    state.wait_for_room();
+}

@@ -26,15 +26,19 @@ fn a_key_longer_than_fjall_stores_is_an_error_and_has_no_value() {
         .expect("the longest key is stored");
     assert!(matches!(
         tree.write([(too_long.as_slice(), Some(b"v".as_slice()))]),
-        Err(StorageError::KeyTooLong { .. })
+        Err(StorageError::UnstorableKey { .. })
     ));
     assert!(matches!(
         tree.write([(too_long.as_slice(), None)]),
-        Err(StorageError::KeyTooLong { .. })
+        Err(StorageError::UnstorableKey { .. })
     ));
     assert!(matches!(
         tree.insert(&too_long, b"v"),
-        Err(StorageError::KeyTooLong { .. })
+        Err(StorageError::UnstorableKey { .. })
+    ));
+    assert!(matches!(
+        tree.write([(b"".as_slice(), Some(b"v".as_slice()))]),
+        Err(StorageError::UnstorableKey { .. })
     ));
     assert_eq!(tree.get(&longest).expect("get"), Some(b"v".to_vec()));
     assert_eq!(tree.get(&too_long).expect("get"), None);
@@ -57,7 +61,7 @@ fn a_batch_with_one_key_too_long_writes_nothing() {
 /// Bounds longer than a storable key, against the rows a plain comparison selects.
 #[test]
 fn long_range_bounds_select_what_the_bounds_say() {
-    let tree = tree();
+    let in_memtable = tree();
     let max = MAX_STORED_KEY_BYTES;
     let stored: Vec<Vec<u8>> = vec![
         b"a".to_vec(),
@@ -66,8 +70,14 @@ fn long_range_bounds_select_what_the_bounds_say() {
         [vec![b'm'; max - 1], vec![b'n']].concat(),
         b"z".to_vec(),
     ];
-    tree.write(stored.iter().map(|k| (k.as_slice(), Some(b"v".as_slice()))))
+    in_memtable
+        .write(stored.iter().map(|k| (k.as_slice(), Some(b"v".as_slice()))))
         .expect("write");
+    // The same rows in a table file (fjall reads tables by another path).
+    let in_table = Tree::open(in_memtable.db(), "tables").expect("tree");
+    in_table
+        .load_sorted(|load| stored.iter().try_for_each(|k| load(k, b"v")))
+        .expect("load");
     let long = |byte: u8, tail: u8| [vec![byte; max], vec![tail; 3]].concat();
     let bounds = [
         (b"a".to_vec(), b"zz".to_vec()),
@@ -83,18 +93,24 @@ fn long_range_bounds_select_what_the_bounds_say() {
             .filter(|k| k.as_slice() >= start.as_slice() && k.as_slice() < end.as_slice())
             .cloned()
             .collect();
-        assert_eq!(
-            keys(tree.range(&start, &end)),
-            expected,
-            "start {} bytes, end {} bytes",
-            start.len(),
-            end.len()
-        );
+        for (place, tree) in [("memtable", &in_memtable), ("table", &in_table)] {
+            assert_eq!(
+                keys(tree.range(&start, &end)),
+                expected,
+                "{place}: start {} bytes, end {} bytes",
+                start.len(),
+                end.len()
+            );
+        }
     }
+    assert!(
+        keys(in_table.range(b"z", b"a")).is_empty(),
+        "an empty range"
+    );
 }
 
 #[test]
-fn a_bulk_load_refuses_rows_out_of_order_and_keys_too_long() {
+fn a_bulk_load_refuses_rows_out_of_order_and_keys_it_cannot_store() {
     let tree = tree();
     let out_of_order = tree.load_sorted(|load| {
         load(b"b", b"1")?;
@@ -105,6 +121,19 @@ fn a_bulk_load_refuses_rows_out_of_order_and_keys_too_long() {
     let too_long = vec![b'k'; MAX_STORED_KEY_BYTES + 1];
     let long = other.load_sorted(|load| load(&too_long, b"v"));
     assert!(matches!(long, Err(StorageError::Corrupt { .. })));
+    let empty = Tree::open(tree.db(), "v").expect("tree");
+    assert!(matches!(
+        empty.load_sorted(|load| load(b"", b"v")),
+        Err(StorageError::Corrupt { .. })
+    ));
+    let duplicate = Tree::open(tree.db(), "x").expect("tree");
+    assert!(matches!(
+        duplicate.load_sorted(|load| {
+            load(b"a", b"1")?;
+            load(b"a", b"2")
+        }),
+        Err(StorageError::Corrupt { .. })
+    ));
     let fresh = Tree::open(tree.db(), "w").expect("tree");
     fresh
         .load_sorted(|load| {
