@@ -1,26 +1,34 @@
-//! Snapshot files: a streamed, checksummed dump of the state machine tree.
+//! Snapshot files: a streamed, compressed, checksummed dump of the state machine tree.
 //!
-//! Layout: magic `SSSNAP01`, `u32` header length, header (opaque bytes from the consensus
-//! layer: which log id the snapshot covers), then entries `u32 klen, key, u32 vlen, value`,
-//! an end marker `u32::MAX`, the entry count `u64`, and an xxh3-64 of every byte before it.
+//! Layout: magic `SSSNAP02`, then one LZ4 frame (256 KiB linked blocks) holding the body:
+//! `u32` header length, header (opaque bytes from the consensus layer: which log id the
+//! snapshot covers), then entries `u32 klen, key, u32 vlen, value`, an end marker `u32::MAX`,
+//! the entry count `u64`, and an xxh3-64 of the magic and every body byte before it. Files of
+//! the format before (magic `SSSNAP01`: the same body, not compressed) are still read: a data
+//! directory converted from sled is rebuilt from one.
 //! Written to a temporary name, fsynced, then renamed, so a crash never leaves a torn
 //! snapshot under a final name; its writeback starts as it is written (`write_behind`), so
 //! the final fsync does not put the whole file on the disk at once. Read back with bounded
-//! allocations: a corrupt or hostile file is an error, never an out-of-memory.
+//! allocations: a corrupt or hostile file is an error ([`StorageError::Corrupt`]), never an
+//! out-of-memory or a panic.
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
+use lz4_flex::frame::{BlockMode, BlockSize, FrameDecoder, FrameEncoder, FrameInfo};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::engine::KvPair;
 use crate::error::{Result, StorageError};
 use crate::write_behind::WriteBehindFile;
 
-const MAGIC: &[u8; 8] = b"SSSNAP01";
+/// The magic of the files this build writes: the body is one LZ4 frame.
+const MAGIC: &[u8; 8] = b"SSSNAP02";
+/// The magic of files written before compression: the body is not compressed.
+const PLAIN_MAGIC: &[u8; 8] = b"SSSNAP01";
 const END_MARKER: u32 = u32::MAX;
-/// Largest header or entry part accepted when reading (keys and values are far smaller).
+/// Largest header or entry part accepted (keys and values are far smaller).
 const MAX_PART_BYTES: u32 = 256 << 20;
 
 /// A finished snapshot on disk.
@@ -38,7 +46,7 @@ pub struct SnapshotFile {
 
 /// Streams entries into a new snapshot file.
 pub struct SnapshotWriter {
-    out: HashingWriter<BufWriter<WriteBehindFile>>,
+    out: HashingWriter<FrameEncoder<BufWriter<WriteBehindFile>>>,
     tmp_path: PathBuf,
     entries: u64,
 }
@@ -47,11 +55,14 @@ impl SnapshotWriter {
     /// Starts `tmp_path` with `header`.
     pub fn create(tmp_path: &Path, header: &[u8]) -> Result<Self> {
         let file = File::create(tmp_path)?;
-        let mut out = HashingWriter::new(BufWriter::with_capacity(
-            1 << 20,
-            WriteBehindFile::new(file),
-        ));
-        out.write_all(MAGIC)?;
+        let mut raw = BufWriter::with_capacity(1 << 20, WriteBehindFile::new(file));
+        raw.write_all(MAGIC)?;
+        // Linked blocks: each block may refer to the 64 KiB before it (sorted keys repeat).
+        let frame = FrameInfo::new()
+            .block_size(BlockSize::Max256KB)
+            .block_mode(BlockMode::Linked);
+        let mut out = HashingWriter::new(FrameEncoder::with_frame_info(frame, raw));
+        out.hasher.update(MAGIC);
         write_part(&mut out, header)?;
         Ok(SnapshotWriter {
             out,
@@ -73,9 +84,10 @@ impl SnapshotWriter {
         self.out.write_all(&END_MARKER.to_be_bytes())?;
         self.out.write_all(&self.entries.to_be_bytes())?;
         let checksum = self.out.digest();
-        let mut inner = self.out.into_inner();
-        inner.write_all(&checksum.to_be_bytes())?;
-        let file = inner.into_inner().map_err(|e| e.into_error())?.into_inner();
+        let mut frame = self.out.into_inner();
+        frame.write_all(&checksum.to_be_bytes())?;
+        let raw = frame.finish().map_err(io::Error::from)?;
+        let file = raw.into_inner().map_err(|e| e.into_error())?.into_inner();
         file.sync_all()?;
         let size = file.metadata()?.len();
         drop(file);
@@ -96,14 +108,7 @@ fn sync_dir(path: &Path) -> Result<()> {
 
 /// Reads the header of a snapshot file without reading the entries.
 pub fn read_header(path: &Path) -> Result<SnapshotFile> {
-    let file = File::open(path)?;
-    let size = file.metadata()?.len();
-    let mut input = BufReader::new(file);
-    let mut magic = [0u8; 8];
-    input.read_exact(&mut magic)?;
-    if &magic != MAGIC {
-        return Err(corrupt("bad magic"));
-    }
+    let (size, mut input) = open_body(path, 64 << 10)?;
     let header = read_part(&mut input)?.ok_or_else(|| corrupt("missing header"))?;
     Ok(SnapshotFile {
         path: path.to_owned(),
@@ -120,14 +125,7 @@ pub fn read_entries(
     path: &Path,
     mut sink: impl FnMut(KvPair) -> Result<()>,
 ) -> Result<SnapshotFile> {
-    let file = File::open(path)?;
-    let size = file.metadata()?.len();
-    let mut input = HashingReader::new(BufReader::with_capacity(1 << 20, file));
-    let mut magic = [0u8; 8];
-    input.read_exact(&mut magic)?;
-    if &magic != MAGIC {
-        return Err(corrupt("bad magic"));
-    }
+    let (size, mut input) = open_body(path, 1 << 20)?;
     let header = read_part(&mut input)?.ok_or_else(|| corrupt("missing header"))?;
     let mut entries = 0u64;
     while let Some(key) = read_part(&mut input)? {
@@ -136,15 +134,23 @@ pub fn read_entries(
         entries += 1;
     }
     let mut count = [0u8; 8];
-    input.read_exact(&mut count)?;
+    read_exact(&mut input, &mut count)?;
     if u64::from_be_bytes(count) != entries {
         return Err(corrupt("entry count mismatch"));
     }
     let expected = input.digest();
+    let mut rest = input.into_inner();
     let mut checksum = [0u8; 8];
-    input.into_inner().read_exact(&mut checksum)?;
+    read_exact(&mut rest, &mut checksum)?;
     if u64::from_be_bytes(checksum) != expected {
         return Err(corrupt("checksum mismatch"));
+    }
+    // The body ends here. A compressed one: the first read ends the frame, the second finds
+    // no frame after it (the decoder would read a second frame as more body).
+    for _ in 0..2 {
+        if rest.read(&mut [0u8; 1]).map_err(read_failure)? != 0 {
+            return Err(corrupt("bytes after the checksum"));
+        }
     }
     Ok(SnapshotFile {
         path: path.to_owned(),
@@ -152,6 +158,60 @@ pub fn read_entries(
         entries,
         size,
     })
+}
+
+/// A snapshot file's bytes after its magic: decompressed, or as they are in a file of the
+/// format before compression.
+enum Body {
+    Compressed(FrameDecoder<BufReader<File>>),
+    Plain(BufReader<File>),
+}
+
+impl Read for Body {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Body::Compressed(frame) => frame.read(buf),
+            Body::Plain(input) => input.read(buf),
+        }
+    }
+}
+
+/// Opens `path` (reading through a buffer of `buffer_bytes`), checks its magic and returns its
+/// size on disk and its body, hashed from the magic on.
+fn open_body(path: &Path, buffer_bytes: usize) -> Result<(u64, HashingReader<Body>)> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut input = BufReader::with_capacity(buffer_bytes, file);
+    let mut magic = [0u8; 8];
+    read_exact(&mut input, &mut magic)?;
+    let body = match &magic {
+        MAGIC => Body::Compressed(FrameDecoder::new(input)),
+        PLAIN_MAGIC => Body::Plain(input),
+        _ => return Err(corrupt("bad magic")),
+    };
+    let mut body = HashingReader::new(body);
+    body.hasher.update(&magic);
+    Ok((size, body))
+}
+
+/// Fills `buf` (see [`read_failure`]).
+fn read_exact(input: &mut impl Read, buf: &mut [u8]) -> Result<()> {
+    input.read_exact(buf).map_err(read_failure)
+}
+
+/// A file that ends early or a compressed body that does not decode is corrupt; any other
+/// failure is the disk's.
+fn read_failure(err: io::Error) -> StorageError {
+    if err.kind() == io::ErrorKind::UnexpectedEof {
+        corrupt("truncated")
+    } else if err
+        .get_ref()
+        .is_some_and(|inner| inner.is::<lz4_flex::frame::Error>())
+    {
+        corrupt(&format!("compressed body: {err}"))
+    } else {
+        err.into()
+    }
 }
 
 fn corrupt(reason: &str) -> StorageError {
@@ -174,7 +234,7 @@ fn write_part(out: &mut impl Write, bytes: &[u8]) -> Result<()> {
 /// Reads one length-prefixed part; `None` at the end marker.
 fn read_part(input: &mut impl Read) -> Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
-    input.read_exact(&mut len)?;
+    read_exact(input, &mut len)?;
     let len = u32::from_be_bytes(len);
     if len == END_MARKER {
         return Ok(None);
@@ -182,8 +242,14 @@ fn read_part(input: &mut impl Read) -> Result<Option<Vec<u8>>> {
     if len > MAX_PART_BYTES {
         return Err(corrupt("part length out of bounds"));
     }
-    let mut bytes = vec![0u8; len as usize];
-    input.read_exact(&mut bytes)?;
+    // Grown as the bytes arrive: a length the file does not back allocates nothing.
+    let mut bytes = Vec::new();
+    Read::take(&mut *input, u64::from(len))
+        .read_to_end(&mut bytes)
+        .map_err(read_failure)?;
+    if bytes.len() != len as usize {
+        return Err(corrupt("truncated"));
+    }
     Ok(Some(bytes))
 }
 

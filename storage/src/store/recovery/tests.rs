@@ -309,7 +309,7 @@ fn the_newest_complete_snapshot_on_disk_wins_over_the_one_the_database_names() {
     // And one whose header does not read.
     std::fs::write(
         dir.path().join("snapshots/snapshot-1-40-7.bin"),
-        b"SSSNAP01\0",
+        b"SSSNAP02\0",
     )
     .expect("bad");
 
