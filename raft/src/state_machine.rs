@@ -312,13 +312,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .map_err(io_err)?;
         // The snapshot file is durable (fsynced, renamed, directory fsynced); the log it covers
         // may be purged from now on.
+        let took = self.started.elapsed();
         self.metrics
             .snapshot_seconds
             .with_label_values(&["build"])
-            .observe(self.started.elapsed().as_secs_f64());
+            .observe(took.as_secs_f64());
         match offered {
             Offered::Current(open) => {
-                tracing::info!(entries = open.file.entries, bytes = open.file.size, last_log_id = ?meta.last_log_id, "snapshot built");
+                tracing::info!(entries = open.file.entries, bytes = open.file.size, took_ms = took.as_millis() as u64, last_log_id = ?meta.last_log_id, "snapshot built");
                 Ok(Snapshot {
                     meta,
                     snapshot: SnapshotData::from_open(open),
@@ -428,11 +429,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.entries_since_snapshot = 0;
         self.log_bytes_since_snapshot = 0;
         self.applier.reset();
+        let took = started.elapsed();
         self.metrics
             .snapshot_seconds
             .with_label_values(&["install"])
-            .observe(started.elapsed().as_secs_f64());
-        tracing::info!(entries = file.entries, bytes = file.size, last_log_id = ?meta.last_log_id, "snapshot installed");
+            .observe(took.as_secs_f64());
+        tracing::info!(entries = file.entries, bytes = file.size, took_ms = took.as_millis() as u64, last_log_id = ?meta.last_log_id, "snapshot installed");
         Ok(())
     }
 
