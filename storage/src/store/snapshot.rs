@@ -145,13 +145,7 @@ pub fn read_entries(
     if u64::from_be_bytes(checksum) != expected {
         return Err(corrupt("checksum mismatch"));
     }
-    // The body ends here. A compressed one: the first read ends the frame, the second finds
-    // no frame after it (the decoder would read a second frame as more body).
-    for _ in 0..2 {
-        if rest.read(&mut [0u8; 1]).map_err(read_failure)? != 0 {
-            return Err(corrupt("bytes after the checksum"));
-        }
-    }
+    rest.finish()?;
     Ok(SnapshotFile {
         path: path.to_owned(),
         header,
@@ -163,7 +157,7 @@ pub fn read_entries(
 /// A snapshot file's bytes after its magic: decompressed, or as they are in a file of the
 /// format before compression.
 enum Body {
-    Compressed(FrameDecoder<BufReader<File>>),
+    Compressed(FrameDecoder<FrameSource>),
     Plain(BufReader<File>),
 }
 
@@ -176,6 +170,46 @@ impl Read for Body {
     }
 }
 
+impl Body {
+    /// Checks that the body ends where its checksum was read: nothing more decodes, and a
+    /// compressed file ends with its frame's end mark. The decoder takes the end of the file
+    /// where a block should start for an end mark, and stops at the end of a frame without
+    /// looking for another: a frame that ends properly never makes it reach the end of the
+    /// file, and after it the file must be at its end.
+    fn finish(mut self) -> Result<()> {
+        if self.read(&mut [0u8; 1]).map_err(read_failure)? != 0 {
+            return Err(corrupt("bytes after the checksum"));
+        }
+        let Body::Compressed(mut frame) = self else {
+            return Ok(());
+        };
+        let source = frame.get_mut();
+        if source.reached_end {
+            return Err(corrupt("the compressed body has no end mark"));
+        }
+        if source.read(&mut [0u8; 1]).map_err(read_failure)? != 0 {
+            return Err(corrupt("bytes after the compressed body"));
+        }
+        Ok(())
+    }
+}
+
+/// The file under the frame decoder, noting whether the decoder reached its end.
+struct FrameSource {
+    inner: BufReader<File>,
+    reached_end: bool,
+}
+
+impl Read for FrameSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.reached_end = true;
+        }
+        Ok(n)
+    }
+}
+
 /// Opens `path` (reading through a buffer of `buffer_bytes`), checks its magic and returns its
 /// size on disk and its body, hashed from the magic on.
 fn open_body(path: &Path, buffer_bytes: usize) -> Result<(u64, HashingReader<Body>)> {
@@ -185,7 +219,10 @@ fn open_body(path: &Path, buffer_bytes: usize) -> Result<(u64, HashingReader<Bod
     let mut magic = [0u8; 8];
     read_exact(&mut input, &mut magic)?;
     let body = match &magic {
-        MAGIC => Body::Compressed(FrameDecoder::new(input)),
+        MAGIC => Body::Compressed(FrameDecoder::new(FrameSource {
+            inner: input,
+            reached_end: false,
+        })),
         PLAIN_MAGIC => Body::Plain(input),
         _ => return Err(corrupt("bad magic")),
     };
@@ -242,8 +279,8 @@ fn read_part(input: &mut impl Read) -> Result<Option<Vec<u8>>> {
     if len > MAX_PART_BYTES {
         return Err(corrupt("part length out of bounds"));
     }
-    // Grown as the bytes arrive: a length the file does not back allocates nothing.
-    let mut bytes = Vec::new();
+    // Grown as the bytes arrive: a length the file does not back allocates little.
+    let mut bytes = Vec::with_capacity((len as usize).min(64 << 10));
     Read::take(&mut *input, u64::from(len))
         .read_to_end(&mut bytes)
         .map_err(read_failure)?;
