@@ -181,5 +181,17 @@ fn stored_upper_bound(end: &[u8]) -> Bound<Vec<u8>> {
     }
 }
 
+/// A tree named `t` in a temporary fjall database, removed when the database is dropped.
+#[cfg(test)]
+pub(crate) fn temporary_tree() -> Tree {
+    // The directory is kept past this function: fjall removes it when the database is dropped.
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    let db = fjall::Database::builder(dir)
+        .temporary(true)
+        .open()
+        .expect("temporary fjall");
+    Tree::open(&db, "t").expect("tree")
+}
+
 #[cfg(test)]
 mod tests;

@@ -7,21 +7,12 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::*;
+use crate::store::tree::temporary_tree;
 
 /// The layer number of a write from a map frozen after the export began.
 const NEWER: u64 = 1;
 /// The first layer number after the export's view.
 const FIRST_AFTER: u64 = 1;
-
-fn tree() -> Tree {
-    // Kept past this function: fjall removes it when the database is dropped.
-    let dir = tempfile::tempdir().expect("tempdir").keep();
-    let db = fjall::Database::builder(dir)
-        .temporary(true)
-        .open()
-        .expect("temporary fjall");
-    Tree::open(&db, "t").expect("tree")
-}
 
 fn fill(tree: &Tree, rows: &[(&str, &str)]) {
     for (key, value) in rows {
@@ -53,7 +44,7 @@ fn pairs(rows: &[(&str, &str)]) -> Vec<KvPair> {
 
 #[test]
 fn an_export_reads_the_start_whatever_was_written_before_it_read() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]);
     let preimages = Preimages::new(1 << 20);
     preimages.begin(FIRST_AFTER);
@@ -74,7 +65,7 @@ fn an_export_reads_the_start_whatever_was_written_before_it_read() {
 
 #[test]
 fn rows_behind_the_export_keep_no_preimage_and_rows_ahead_do() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]);
     let preimages = Preimages::new(1 << 20);
     preimages.begin(FIRST_AFTER);
@@ -101,7 +92,7 @@ fn rows_behind_the_export_keep_no_preimage_and_rows_ahead_do() {
 
 #[test]
 fn get_answers_the_start_ahead_of_the_export_and_refuses_behind_it() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1"), ("m", "2"), ("z", "3")]);
     let preimages = Preimages::new(1 << 20);
     preimages.begin(FIRST_AFTER);
@@ -128,7 +119,7 @@ fn get_answers_the_start_ahead_of_the_export_and_refuses_behind_it() {
 
 #[test]
 fn nothing_is_kept_without_an_export_and_an_ended_export_drops_its_rows() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1")]);
     let preimages = Preimages::new(1 << 20);
     flush(&preimages, &tree, b"a", Some(b"2"));
@@ -150,7 +141,7 @@ fn nothing_is_kept_without_an_export_and_an_ended_export_drops_its_rows() {
 /// again: their pre-images are dropped and no new ones are kept.
 #[test]
 fn finished_ranges_and_gaps_keep_nothing() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1"), ("m", "2"), ("x", "3")]);
     let preimages = Preimages::new(1 << 20);
     preimages.begin(FIRST_AFTER);
@@ -189,7 +180,7 @@ fn finished_ranges_and_gaps_keep_nothing() {
 /// does; a row an iterator hands back behind the export's position is skipped.
 #[test]
 fn an_export_that_reached_its_end_stays_there() {
-    let tree = tree();
+    let tree = temporary_tree();
     fill(&tree, &[("a", "1")]);
     let preimages = Preimages::new(1 << 20);
     preimages.begin(FIRST_AFTER);
@@ -209,7 +200,7 @@ fn an_export_that_reached_its_end_stays_there() {
 /// reached it).
 #[test]
 fn the_flush_thread_waits_at_the_cap_until_the_export_moves_on() {
-    let tree = tree();
+    let tree = temporary_tree();
     let start: BTreeMap<Vec<u8>, Vec<u8>> = (0..200u32)
         .map(|i| (format!("k{i:04}").into_bytes(), vec![b'v'; 100]))
         .collect();
@@ -276,7 +267,7 @@ proptest! {
         initial in proptest::collection::btree_map(0u8..24, any::<u8>(), 0..24),
         steps in proptest::collection::vec(step(), 0..80),
     ) {
-        let tree = tree();
+        let tree = temporary_tree();
         let key = |k: u8| vec![b'k', k];
         let start: Vec<KvPair> = initial.iter().map(|(k, v)| (key(*k), vec![*v])).collect();
         for (k, v) in &start {

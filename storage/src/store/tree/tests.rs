@@ -3,23 +3,13 @@
 
 use super::*;
 
-fn tree() -> Tree {
-    // Kept past this function: fjall removes it when the database is dropped.
-    let dir = tempfile::tempdir().expect("tempdir").keep();
-    let db = fjall::Database::builder(dir)
-        .temporary(true)
-        .open()
-        .expect("temporary fjall");
-    Tree::open(&db, "t").expect("tree")
-}
-
 fn keys(rows: impl Iterator<Item = Result<KvPair>>) -> Vec<Vec<u8>> {
     rows.map(|row| row.expect("row").0).collect()
 }
 
 #[test]
 fn a_key_longer_than_fjall_stores_is_an_error_and_has_no_value() {
-    let tree = tree();
+    let tree = temporary_tree();
     let longest = vec![b'k'; MAX_STORED_KEY_BYTES];
     let too_long = vec![b'k'; MAX_STORED_KEY_BYTES + 1];
     tree.write([(longest.as_slice(), Some(b"v".as_slice()))])
@@ -46,7 +36,7 @@ fn a_key_longer_than_fjall_stores_is_an_error_and_has_no_value() {
 
 #[test]
 fn a_batch_with_one_key_too_long_writes_nothing() {
-    let tree = tree();
+    let tree = temporary_tree();
     let too_long = vec![b'k'; MAX_STORED_KEY_BYTES + 1];
     assert!(
         tree.write([
@@ -61,7 +51,7 @@ fn a_batch_with_one_key_too_long_writes_nothing() {
 /// Bounds longer than a storable key, against the rows a plain comparison selects.
 #[test]
 fn long_range_bounds_select_what_the_bounds_say() {
-    let in_memtable = tree();
+    let in_memtable = temporary_tree();
     let max = MAX_STORED_KEY_BYTES;
     let stored: Vec<Vec<u8>> = vec![
         b"a".to_vec(),
@@ -111,7 +101,7 @@ fn long_range_bounds_select_what_the_bounds_say() {
 
 #[test]
 fn a_bulk_load_refuses_rows_out_of_order_and_keys_it_cannot_store() {
-    let tree = tree();
+    let tree = temporary_tree();
     let out_of_order = tree.load_sorted(|load| {
         load(b"b", b"1")?;
         load(b"a", b"2")
@@ -152,7 +142,7 @@ fn a_bulk_load_refuses_rows_out_of_order_and_keys_it_cannot_store() {
 #[test]
 fn the_longest_admitted_key_fits_in_every_row_that_holds_it() {
     use crate::keyspace::layout::{expiry_key, record_key};
-    let tree = tree();
+    let tree = temporary_tree();
     let key = vec![b'k'; crate::store::MAX_USER_KEY_BYTES];
     let rows = [record_key(&key), expiry_key(u64::MAX, &key)];
     tree.write(
