@@ -3,12 +3,13 @@
 //! (see `recovery`: the database's state is trusted only after a clean stop); and [`sync`], the
 //! durability point.
 //!
-//! fjall writes every batch to its journal (here without a flush per batch:
-//! `manual_journal_persist`), flushes full memtables to sorted table files and compacts them in
-//! its own worker threads. Where statestore needs a state-machine write to be durable (the
-//! record naming the current snapshot, the switch to a freshly installed tree, a clean stop) it
-//! calls [`sync`]: fjall's `persist(SyncAll)`, which `fsync`s the journal (table files are
-//! synced by fjall when it writes them).
+//! The memtable layers, nearly every byte the state machine writes, bypass fjall's journal: each
+//! is ingested as a table file of its own, which fjall `fsync`s with the version naming it (see
+//! [`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)), and fjall compacts tables in
+//! its own worker threads. The few other writes (the record naming the current snapshot, the
+//! switch to a freshly installed tree) are batches through fjall's journal, without a flush per
+//! batch (`manual_journal_persist`); where one must be durable, and at a clean stop, statestore
+//! calls [`sync`]: fjall's `persist(SyncAll)`, which `fsync`s the journal.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -203,11 +204,16 @@ impl Store {
         Ok(report)
     }
 
-    /// Records a clean stop: writes every buffered change durably (as [`Store::flush`]), then
+    /// Records a clean stop: stops a snapshot export in progress (its unfinished file removed:
+    /// [`StateTree::abandon_exports`]), writes every buffered change durably (as
+    /// [`Store::flush`]), then
     /// the clean-stop marker (fsynced with its directory), so the next open trusts the state
     /// database. The last thing a graceful shutdown does with the store: nothing may be
     /// written after it.
     pub fn close_clean(&self) -> Result<()> {
+        if let Some(state) = self.state.get() {
+            state.abandon_exports();
+        }
         self.flush()?;
         recovery::write_clean_marker(&self.dir)
     }

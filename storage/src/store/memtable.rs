@@ -5,13 +5,13 @@
 //! of a follower's CPU inside sled's `Tree::apply_batch` (see BENCHMARKS.md). Applied writes land
 //! here first, in an ordered map that later writes to the same key overwrite; once it holds
 //! [`MemtableConfig::flush_bytes`] or is [`MemtableConfig::flush_interval`] old it is frozen, and
-//! a background thread writes frozen maps into fjall, oldest first, each as one atomic batch
-//! ([`Tree::write`](crate::store::tree::Tree::write)). Keys written many times (hot keys, the
+//! a background thread writes frozen maps into fjall, oldest first, each as one table file that
+//! joins the keyspace atomically ([`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)). Keys written many times (hot keys, the
 //! keyspace counters) reach fjall once per interval.
 //!
 //! Every map holds the consensus records of the entries it covers and reaches fjall in one
-//! batch, so fjall's state is always the state after some prefix of the log. Whatever a stop
-//! leaves of batches not yet synced is never read back: a clean stop writes every map and syncs
+//! table, so fjall's state is always the state after some prefix of the log. Whatever a stop
+//! leaves of writes not yet synced is never read back: a clean stop writes every map and syncs
 //! first, and after an unclean one the state is rebuilt from a snapshot and the Raft log.
 //! Readers see the active map, then the frozen ones newest first, then fjall. If memory reaches
 //! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
@@ -25,7 +25,7 @@
 //! The [`resident`](crate::store::resident) tables bypass the layers: their rows stay in memory
 //! and every frozen map carries what changed in them as an entry of the
 //! [`resident_journal`](crate::store::resident_journal), which the flush thread writes to the
-//! reply memory's own log before the map's fjall batch (that batch records the entry's number).
+//! reply memory's own log before the map's fjall table (that table records the entry's number).
 //!
 //! A row a transaction created ([`TxnWrite::Create`]: absent before it) that is still in the
 //! active map is *fresh*: nothing under the active map holds it. Removing a fresh row drops
@@ -77,10 +77,12 @@ pub struct MemtableConfig {
 impl Default for MemtableConfig {
     fn default() -> Self {
         MemtableConfig {
-            // Layers near 20k keys, each written to fjall as one batch. The size dates from
-            // sled, whose batches held a process-wide lock that every read waited for; fjall's
-            // readers do not wait for a batch.
-            flush_bytes: 4 << 20,
+            // Layers near 100k keys of 16-byte keys and 64-byte values, each ingested into
+            // fjall as one table. Each table is a file of level 0 until compaction merges it, and
+            // with keys spread over the keyspace every merge rewrites the tables of level 1:
+            // 4 MiB layers left the tree larger at rest than 16 MiB ones (1M keys: 2.81-3.85×
+            // the data on disk after a stop, against 2.56-2.79×; BENCHMARKS.md).
+            flush_bytes: 16 << 20,
             flush_interval: Duration::from_secs(15),
             max_bytes: 64 << 20,
         }
@@ -539,6 +541,24 @@ impl Memtable {
         drop(layers);
         drop(fresh);
         export
+    }
+
+    /// Waits until no export is in progress, up to `within`; false if one still is.
+    pub fn wait_export_ended(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut layers = self.lock();
+        while layers.exporting {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            layers = self
+                .changed
+                .wait_timeout(layers, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
     }
 
     /// Ends the export begun last: its pre-images are dropped.

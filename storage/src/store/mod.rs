@@ -29,7 +29,7 @@ pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
 pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};
 pub use snapshot::{SnapshotFile, SnapshotWriter};
-pub use state::{ExportView, SnapshotExport, StateTree, StateView};
+pub use state::{ExportView, SnapshotExport, StateTree, StateView, verify_snapshot};
 pub use tree::MAX_STORED_KEY_BYTES;
 
 /// Longest user key the state can hold: the longest key the database stores, less the table

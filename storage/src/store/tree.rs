@@ -4,6 +4,7 @@
 //! A [`Tree`] carries its database: a fjall keyspace alone does not keep the journal and worker
 //! threads alive, and a handle that outlived them would fail its writes.
 
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use crate::engine::KvPair;
@@ -14,10 +15,10 @@ use crate::error::{Result, StorageError};
 /// range bounds to equivalent ones.
 pub const MAX_STORED_KEY_BYTES: usize = u16::MAX as usize;
 
-/// fjall's memtable per keyspace (its default is 64 MiB). The store's own memtable already
-/// gathers writes in front of fjall and hands them over in batches of a few MiB: a smaller fjall
-/// memtable keeps memory and the journal on disk (which fjall deletes once its memtables reach
-/// table files) small.
+/// fjall's memtable per keyspace (its default is 64 MiB). It holds only the few writes that go
+/// through fjall's journal ([`Tree::write`], [`Tree::insert`]): the store's own memtable layers
+/// are ingested as table files ([`Tree::ingest_layer`]), and each ingestion flushes this one
+/// first.
 const MEMTABLE_BYTES: u64 = 16 << 20;
 
 /// Size of the table files compaction writes (fjall's default is 64 MiB). fjall writes a table
@@ -81,8 +82,9 @@ impl Tree {
         Ok(())
     }
 
-    /// The rows with `start <= key < end`, in key order, copied out (a fjall iterator reads the
-    /// keyspace as it was when it was created).
+    /// The rows with `start <= key < end`, in key order, copied out. The iterator reads the table
+    /// files as they were when it was created (so no layer ingested after that), but fjall's
+    /// memtable, which holds only journalled writes ([`Tree::write`]), as it is when read.
     pub fn range(&self, start: &[u8], end: &[u8]) -> impl Iterator<Item = Result<KvPair>> + use<> {
         // An empty range is asked of fjall as `start..start`, which it answers empty.
         let end = end.max(start);
@@ -111,6 +113,30 @@ impl Tree {
         Ok(())
     }
 
+    /// Writes `layer` (`None` removes the key) straight into a new table file: fjall's
+    /// ingestion, which bypasses its journal and memtable. Readers see all of the writes or none
+    /// (the table joins the keyspace in one version change), and they are durable when this
+    /// returns: lsm-tree `fsync`s the table and the version file naming it. The keys come in
+    /// ascending order, as ingestion requires, because a `BTreeMap` holds them.
+    ///
+    /// Through the journal, every layer was written twice (journal, then fjall's memtable
+    /// flushed to a table), and the active journal file, which fjall rotates only past
+    /// 64,000,000 bytes, held up to 61 MiB per node at rest (BENCHMARKS.md).
+    pub fn ingest_layer(&self, layer: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
+        for key in layer.keys() {
+            check_stored_key(key)?;
+        }
+        let mut ingestion = self.keyspace.start_ingestion()?;
+        for (key, value) in layer {
+            match value {
+                Some(value) => ingestion.write(key.as_slice(), value.as_slice())?,
+                None => ingestion.write_tombstone(key.as_slice())?,
+            }
+        }
+        ingestion.finish()?;
+        Ok(())
+    }
+
     /// Bulk-loads an empty keyspace: `fill` is handed a sink for rows in strictly ascending key
     /// order, which fjall writes straight into sorted table files (no journal, no memtable). A
     /// row out of order is refused (as a corrupt snapshot): fjall would panic on it. If `fill`
@@ -120,24 +146,10 @@ impl Tree {
         fill: impl FnOnce(&mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<T>,
     ) -> Result<T> {
         let mut ingestion = self.keyspace.start_ingestion()?;
-        let mut last: Option<Vec<u8>> = None;
+        let mut rows = SortedRows::default();
         let filled = fill(&mut |key, value| {
-            if last.as_deref().is_some_and(|last| key <= last) {
-                return Err(StorageError::Corrupt {
-                    what: "snapshot",
-                    reason: "rows are not in ascending key order".to_owned(),
-                });
-            }
-            if key.is_empty() || key.len() > MAX_STORED_KEY_BYTES {
-                return Err(StorageError::Corrupt {
-                    what: "snapshot",
-                    reason: format!("a key of {} bytes", key.len()),
-                });
-            }
+            rows.admit(key)?;
             ingestion.write(key, value)?;
-            let last = last.get_or_insert_with(Vec::new);
-            last.clear();
-            last.extend_from_slice(key);
             Ok(())
         })?;
         ingestion.finish()?;
@@ -147,6 +159,36 @@ impl Tree {
     /// The database this keyspace belongs to.
     pub fn db(&self) -> &fjall::Database {
         &self.db
+    }
+}
+
+/// Checks the rows of a bulk load ([`Tree::load_sorted`]) one at a time, before fjall sees
+/// them: keys strictly ascending and storable (fjall would panic on either). A refused row is a
+/// corrupt snapshot.
+#[derive(Default)]
+pub(crate) struct SortedRows {
+    last: Option<Vec<u8>>,
+}
+
+impl SortedRows {
+    /// Admits `key` as the next row's, or refuses it.
+    pub(crate) fn admit(&mut self, key: &[u8]) -> Result<()> {
+        if self.last.as_deref().is_some_and(|last| key <= last) {
+            return Err(StorageError::Corrupt {
+                what: "snapshot",
+                reason: "rows are not in ascending key order".to_owned(),
+            });
+        }
+        if key.is_empty() || key.len() > MAX_STORED_KEY_BYTES {
+            return Err(StorageError::Corrupt {
+                what: "snapshot",
+                reason: format!("a key of {} bytes", key.len()),
+            });
+        }
+        let last = self.last.get_or_insert_with(Vec::new);
+        last.clear();
+        last.extend_from_slice(key);
+        Ok(())
     }
 }
 

@@ -218,3 +218,22 @@ fn writers_wait_at_the_same_limit_during_an_export() {
     table.written();
     assert!(!table.is_full(), "written to fjall during the export");
 }
+
+/// Waiting for the end of an export: false at the deadline while one runs, true once it ended
+/// (from another thread, during the wait), and at once when none runs.
+#[test]
+fn waiting_for_an_export_ends_with_it_or_at_the_deadline() {
+    let memtable = Arc::new(unbounded());
+    assert!(memtable.wait_export_ended(Duration::ZERO));
+    let _export = memtable.begin_export();
+    assert!(!memtable.wait_export_ended(Duration::from_millis(20)));
+    let ender = {
+        let memtable = memtable.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            memtable.end_export();
+        })
+    };
+    assert!(memtable.wait_export_ended(Duration::from_secs(30)));
+    ender.join().expect("join");
+}

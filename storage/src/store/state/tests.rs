@@ -422,6 +422,122 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     assert_eq!(state.view().get(b"k050").expect("read"), None);
 }
 
+/// What a receiving node checks before it hands a snapshot to Raft: an exported snapshot passes
+/// with its row count; the same file with one byte flipped, and files whose rows the bulk load
+/// would refuse (out of order, an empty key), are corrupt. Resident rows (the reply memory) are
+/// not bulk-loaded and pass in any order, as the install takes them.
+#[test]
+fn verify_snapshot_passes_what_an_install_takes_and_refuses_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    for i in 0..100u32 {
+        txn.insert(
+            format!("k{i:03}").into_bytes(),
+            TxnWrite::Put(b"v".to_vec()),
+        );
+    }
+    state.commit(txn).expect("commit");
+    let exported = state
+        .export_snapshot("s", b"header", Some(1))
+        .expect("export");
+    let verified = verify_snapshot(&exported.path).expect("an exported snapshot passes");
+    assert_eq!(verified.entries, exported.entries);
+
+    let mut bytes = std::fs::read(&exported.path).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    let flipped = dir.path().join("flipped.bin");
+    std::fs::write(&flipped, &bytes).expect("write");
+    assert!(matches!(
+        verify_snapshot(&flipped),
+        Err(StorageError::Corrupt { .. })
+    ));
+
+    let written = |name: &str, rows: &[&[u8]]| {
+        let path = dir.path().join(format!("{name}.bin"));
+        let mut writer =
+            SnapshotWriter::create(&dir.path().join(format!("{name}.tmp")), b"h").expect("create");
+        for key in rows {
+            writer.push(key, b"v").expect("row");
+        }
+        writer.finish(&path, b"h").expect("finish");
+        path
+    };
+    let replies = [reply_row(b"c2", b"1"), reply_row(b"c1", b"1")];
+    let ordered = written("ordered", &[b"a", b"b", &replies[0], &replies[1]]);
+    assert_eq!(
+        verify_snapshot(&ordered)
+            .expect("ordered rows pass")
+            .entries,
+        4
+    );
+    for (name, rows) in [
+        ("descending", [b"b".as_slice(), b"a".as_slice()]),
+        ("repeated", [b"a".as_slice(), b"a".as_slice()]),
+        ("empty-key", [b"".as_slice(), b"a".as_slice()]),
+    ] {
+        assert!(
+            matches!(
+                verify_snapshot(&written(name, &rows)),
+                Err(StorageError::Corrupt { .. })
+            ),
+            "{name}"
+        );
+    }
+}
+
+/// A clean stop abandons a snapshot export in progress: the closing store waits for it, the
+/// export stops with an error and removes its unfinished file, no snapshot becomes current, and
+/// an export begun after that stops at once.
+#[test]
+fn a_closing_store_abandons_its_export_and_leaves_no_unfinished_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    for i in 0..10_000u32 {
+        txn.insert(format!("k{i:05}").into_bytes(), TxnWrite::Put(vec![1; 64]));
+    }
+    state.commit(txn).expect("commit");
+    let unfinished = || -> Vec<String> {
+        std::fs::read_dir(dir.path().join("snapshots"))
+            .expect("snapshot dir")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|name| name.ends_with(".tmp"))
+            .collect()
+    };
+
+    let export = state.begin_export();
+    let closing = {
+        let state = state.clone();
+        std::thread::spawn(move || state.abandon_exports())
+    };
+    while !state.is_closing() {
+        std::thread::yield_now();
+    }
+    assert!(matches!(
+        export.write("s", b"header", Some(1)),
+        Err(StorageError::Failed(_))
+    ));
+    assert!(closing.join().expect("join"), "the export ended in time");
+    assert_eq!(unfinished(), Vec::<String>::new());
+    assert!(state.current_snapshot().expect("current").is_none());
+
+    assert!(matches!(
+        state.begin_export().write("t", b"header", Some(2)),
+        Err(StorageError::Failed(_))
+    ));
+    assert_eq!(unfinished(), Vec::<String>::new());
+}
+
 /// A view kept across a snapshot install (the notifier keeps one for its whole life) reads the
 /// installed state, not the keyspace the install replaced.
 #[test]

@@ -1,5 +1,6 @@
 //! Unit tests of the keyspace handle: keys fjall cannot store are errors or empty answers,
-//! never a panic, and long range bounds select exactly the rows the bounds say.
+//! never a panic; long range bounds select exactly the rows the bounds say; an ingested layer is
+//! atomic, durable and newer than everything before it.
 
 use super::*;
 
@@ -155,4 +156,160 @@ fn the_longest_admitted_key_fits_in_every_row_that_holds_it() {
         tree.write([(longer.as_slice(), Some(b"v".as_slice()))])
             .is_err()
     );
+}
+
+fn layer(writes: &[(&[u8], Option<&[u8]>)]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+    writes
+        .iter()
+        .map(|(key, value)| (key.to_vec(), value.map(<[u8]>::to_vec)))
+        .collect()
+}
+
+/// A layer overrides what is older, whether that sits in fjall's memtable (a journalled write)
+/// or in an earlier table, and its tombstones remove.
+#[test]
+fn an_ingested_layer_overrides_older_rows_wherever_they_are() {
+    let tree = temporary_tree();
+    tree.ingest_layer(&layer(&[
+        (b"in-table", Some(b"1")),
+        (b"removed-from-table", Some(b"1")),
+    ]))
+    .expect("first layer");
+    tree.write([
+        (b"in-memtable".as_slice(), Some(b"1".as_slice())),
+        (b"removed-from-memtable".as_slice(), Some(b"1".as_slice())),
+    ])
+    .expect("journalled write");
+    tree.ingest_layer(&layer(&[
+        (b"in-memtable", Some(b"2")),
+        (b"in-table", Some(b"2")),
+        (b"new", Some(b"2")),
+        (b"never-there", None),
+        (b"removed-from-memtable", None),
+        (b"removed-from-table", None),
+    ]))
+    .expect("second layer");
+    let rows: Vec<KvPair> = tree
+        .range(b"", b"\xff")
+        .collect::<Result<_>>()
+        .expect("range");
+    assert_eq!(
+        rows,
+        vec![
+            (b"in-memtable".to_vec(), b"2".to_vec()),
+            (b"in-table".to_vec(), b"2".to_vec()),
+            (b"new".to_vec(), b"2".to_vec()),
+        ]
+    );
+    // A write after the layer is newer than it.
+    tree.write([(b"new".as_slice(), Some(b"3".as_slice()))])
+        .expect("write after");
+    assert_eq!(tree.get(b"new").expect("get"), Some(b"3".to_vec()));
+}
+
+/// A reader that started before a layer sees none of it; an empty layer changes nothing; a key
+/// fjall cannot store fails the whole layer before any of it is written.
+#[test]
+fn an_ingested_layer_is_seen_whole_or_not_at_all() {
+    let tree = temporary_tree();
+    tree.ingest_layer(&layer(&[(b"a", Some(b"1")), (b"b", Some(b"1"))]))
+        .expect("first layer");
+    let before = tree.range(b"", b"\xff");
+    tree.ingest_layer(&layer(&[
+        (b"a", None),
+        (b"b", Some(b"2")),
+        (b"c", Some(b"2")),
+    ]))
+    .expect("second layer");
+    assert_eq!(
+        before.collect::<Result<Vec<_>>>().expect("range"),
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"1".to_vec())
+        ]
+    );
+    tree.ingest_layer(&BTreeMap::new()).expect("empty layer");
+    let too_long = vec![b'z'; MAX_STORED_KEY_BYTES + 1];
+    assert!(matches!(
+        tree.ingest_layer(&layer(&[(b"d", Some(b"3")), (&too_long, Some(b"3"))])),
+        Err(StorageError::UnstorableKey { .. })
+    ));
+    assert_eq!(
+        keys(tree.range(b"", b"\xff")),
+        vec![b"b".to_vec(), b"c".to_vec()]
+    );
+}
+
+/// An ingested layer bypasses fjall's journal (a journalled batch of the same rows grows it by
+/// their size), and it is there after the database is opened again.
+#[test]
+fn an_ingested_layer_bypasses_the_journal_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Values that do not compress (fjall compresses large values in its journal).
+    let mut noise = 0x9e37_79b9_u32;
+    let mut value = || -> Vec<u8> {
+        (0..1_000)
+            .map(|_| {
+                noise ^= noise << 13;
+                noise ^= noise >> 17;
+                noise ^= noise << 5;
+                noise.to_le_bytes()[0]
+            })
+            .collect()
+    };
+    let rows: BTreeMap<Vec<u8>, Option<Vec<u8>>> = (0..1_000u32)
+        .map(|i| (format!("key-{i:06}").into_bytes(), Some(value())))
+        .collect();
+    let row_bytes: u64 = 1_000 * 1_000;
+    {
+        let db = fjall::Database::builder(dir.path()).open().expect("open");
+        let tree = Tree::open(&db, "t").expect("tree");
+        // Bytes the journal files really occupy: fjall sizes a new one at 64 MiB without
+        // writing it (a sparse file).
+        let journal = || {
+            crate::store::db::sync(&db).expect("sync");
+            allocated_bytes(dir.path(), "jnl")
+        };
+        let before = journal();
+        tree.ingest_layer(&rows).expect("layer");
+        assert!(
+            journal() - before < row_bytes / 100,
+            "ingestion wrote the journal"
+        );
+        let journalled = Tree::open(&db, "journalled").expect("tree");
+        journalled
+            .write(rows.iter().map(|(k, v)| (k.as_slice(), v.as_deref())))
+            .expect("batch");
+        let after = journal();
+        assert!(
+            after - before >= row_bytes,
+            "the batch bypassed the journal: {before} -> {after}"
+        );
+    }
+    let db = fjall::Database::builder(dir.path()).open().expect("reopen");
+    let tree = Tree::open(&db, "t").expect("tree");
+    assert_eq!(tree.range(b"", b"\xff").count(), rows.len());
+    assert_eq!(
+        tree.get(b"key-000999").expect("get"),
+        rows[b"key-000999".as_slice()].clone()
+    );
+}
+
+/// Disk space allocated to the files under `dir` whose names end in `.{extension}`.
+fn allocated_bytes(dir: &std::path::Path, extension: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|entry| entry.expect("entry").path())
+        .map(|path| {
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            if meta.is_dir() {
+                allocated_bytes(&path, extension)
+            } else if path.extension().is_some_and(|e| e == extension) {
+                meta.blocks() * 512
+            } else {
+                0
+            }
+        })
+        .sum()
 }
