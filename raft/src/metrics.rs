@@ -240,8 +240,9 @@ pub const CONNECTION_REFUSALS: [&str; 4] = [
 
 /// The `reason` label of `statestore_raft_snapshots_refused_total`: `too_large` (the transfer
 /// passed `cluster.max_snapshot_mb`; the partial file is removed), `busy` (another snapshot was
-/// still being received).
-pub const SNAPSHOT_REFUSALS: [&str; 2] = SnapshotRefusal::LABELS;
+/// still being received), `corrupt` (the received file failed its checks before Raft saw it; it
+/// is removed and the leader sends it again).
+pub const SNAPSHOT_REFUSALS: [&str; 3] = SnapshotRefusal::LABELS;
 
 /// The `side` label of `statestore_raft_peer_tls_failures_total`: `client` (this node dialled
 /// a peer and the handshake failed, e.g. the peer's certificate is not of the cluster CA or

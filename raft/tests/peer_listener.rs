@@ -1,8 +1,9 @@
 //! The Raft listener against connections that do not behave like peers, over real loopback
 //! TCP (plain; the TLS side is in `peer_tls.rs`): a first frame whose header claims 100 MiB,
-//! a connection that says nothing, connections beyond the cap, and a snapshot larger than the
-//! node accepts. Each is closed (and counted in `statestore_raft_peer_connections_refused_total`
-//! or `statestore_raft_snapshots_refused_total`) while a well-behaved peer keeps being served.
+//! a connection that says nothing, connections beyond the cap, a snapshot larger than the
+//! node accepts, and one that fails its checks. Each is refused or closed (and counted in
+//! `statestore_raft_peer_connections_refused_total` or `statestore_raft_snapshots_refused_total`)
+//! while a well-behaved peer keeps being served.
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +11,10 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use prometheus::Registry;
 use statestore_raft::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
-use statestore_raft::types::{SnapshotMeta, Vote};
+use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership, Vote};
 use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig, RaftNode};
+use statestore_storage::codec;
+use statestore_storage::store::SnapshotWriter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -285,4 +288,92 @@ async fn hostile_connections_are_closed_and_a_peer_is_still_served() {
 
     // And the listener still serves a peer.
     drop(listener.greeted().await);
+}
+
+/// A snapshot of one row covering the log up to `index`, as a leader would send it.
+fn snapshot_file(dir: &std::path::Path, index: u64) -> (SnapshotMeta, Vec<u8>) {
+    let meta = SnapshotMeta {
+        last_log_id: Some(LogId::new(
+            CommittedLeaderId {
+                term: 1,
+                node_id: 2,
+            },
+            index,
+        )),
+        last_membership: StoredMembership::default(),
+    };
+    let header = codec::encode(&meta);
+    let path = dir.join(format!("sent-{index}.bin"));
+    let mut writer =
+        SnapshotWriter::create(&dir.join(format!("sent-{index}.tmp")), &header).expect("create");
+    writer.push(b"\x01row", b"value").expect("row");
+    writer.finish(&path, &header).expect("finish");
+    (meta, std::fs::read(&path).expect("read"))
+}
+
+/// Sends a whole snapshot transfer and returns the answer.
+async fn transfer(
+    conn: &mut Framed<TcpStream, LengthDelimitedCodec>,
+    meta: SnapshotMeta,
+    bytes: &[u8],
+) -> Option<Response> {
+    // A leader's vote, as openraft sends it with a snapshot.
+    let begin = Request::SnapshotBegin {
+        vote: Vote::new_committed(1, 2),
+        meta,
+    };
+    conn.send(protocol::encode(&begin)).await.expect("begin");
+    for chunk in bytes.chunks(1 << 10) {
+        conn.send(protocol::encode(&Request::SnapshotChunk(chunk.to_vec())))
+            .await
+            .expect("chunk");
+    }
+    conn.send(protocol::encode(&Request::SnapshotEnd))
+        .await
+        .expect("end");
+    answer(conn).await
+}
+
+/// A received snapshot with one byte flipped is refused before Raft sees it (openraft would
+/// stop this node's Raft on the install's error), counted and removed; the same snapshot sent
+/// again intact is installed on the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_snapshot_is_refused_and_the_intact_one_installs_after_it() {
+    let listener = start().await;
+    let sent = tempfile::tempdir().expect("tempdir");
+    let (meta, bytes) = snapshot_file(sent.path(), 7);
+    let mut damaged = bytes.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x01;
+
+    let mut leader = listener.greeted().await;
+    match transfer(&mut leader, meta.clone(), &damaged).await {
+        Some(Response::Refused(reason)) => {
+            assert!(reason.contains("failed this node's checks"), "{reason}")
+        }
+        _ => panic!("no refusal of the damaged snapshot"),
+    }
+    assert_eq!(listener.snapshots_refused("corrupt"), 1);
+    assert!(
+        listener.partial_snapshots().is_empty(),
+        "received files left: {:?}",
+        listener.partial_snapshots()
+    );
+    assert_eq!(
+        listener.node.metrics().snapshot.as_ref().map(|s| s.index),
+        None,
+        "nothing was installed"
+    );
+
+    match transfer(&mut leader, meta, &bytes).await {
+        Some(Response::Snapshot(Ok(_))) => {}
+        Some(Response::Snapshot(Err(err))) => panic!("the intact snapshot failed: {err}"),
+        Some(Response::Refused(reason)) => panic!("the intact snapshot was refused: {reason}"),
+        _ => panic!("no answer to the intact snapshot"),
+    }
+    assert_eq!(
+        listener.node.metrics().snapshot.as_ref().map(|s| s.index),
+        Some(7)
+    );
+    assert_eq!(listener.snapshots_refused("corrupt"), 1);
 }

@@ -6,7 +6,9 @@
 //! - one inbound snapshot at a time (Raft sends a follower one); another waits up to
 //!   [`SNAPSHOT_PERMIT_WAIT`] for it, then is refused (`busy`);
 //! - a snapshot transfer of at most [`InboundLimits::max_snapshot_bytes`]; past it the transfer
-//!   is refused (`too_large`) and its partial file removed.
+//!   is refused (`too_large`) and its partial file removed;
+//! - a received snapshot that fails its checks is refused (`corrupt`) and removed before Raft
+//!   sees it (the check itself is in [`super::server`]).
 //!
 //! The hello's frame limit and deadline are in [`super::server`] (they need the connection).
 
@@ -101,6 +103,14 @@ impl Inbound {
             Ok(Ok(permit)) => Ok(permit),
             _ => self.refused_snapshot(SnapshotRefusal::Busy),
         }
+    }
+
+    /// Counts a received snapshot that failed its checks, and returns the refusal.
+    pub(crate) fn corrupt_snapshot(&self) -> SnapshotRefusal {
+        self.metrics
+            .snapshots_refused(SnapshotRefusal::Corrupt.label())
+            .inc();
+        SnapshotRefusal::Corrupt
     }
 
     /// Counts `refusal` and returns it.

@@ -122,17 +122,22 @@ pub enum SnapshotRefusal {
     /// Another snapshot was still being received.
     #[error("another snapshot is being received")]
     Busy,
+    /// The received file failed its checks (framing, checksum, row order): it is removed
+    /// before Raft sees it, and the leader sends it again.
+    #[error("the snapshot failed this node's checks (framing, checksum or row order)")]
+    Corrupt,
 }
 
 impl SnapshotRefusal {
     /// Every label, in label order.
-    pub const LABELS: [&'static str; 2] = ["too_large", "busy"];
+    pub const LABELS: [&'static str; 3] = ["too_large", "busy", "corrupt"];
 
     /// The metric label.
     pub const fn label(&self) -> &'static str {
         match self {
             SnapshotRefusal::TooLarge { .. } => Self::LABELS[0],
             SnapshotRefusal::Busy => Self::LABELS[1],
+            SnapshotRefusal::Corrupt => Self::LABELS[2],
         }
     }
 }

@@ -28,6 +28,7 @@ use futures::stream::BoxStream;
 use futures::{Sink, SinkExt, StreamExt};
 use openraft::error::Fatal;
 use openraft::raft::StreamAppendResult;
+use statestore_storage::StorageError;
 use statestore_storage::store::StateTree;
 use statestore_storage::write_behind::{self, Due, WriteBehind};
 use tokio::io::AsyncWriteExt;
@@ -349,7 +350,8 @@ impl Connection {
                     };
                     partial.0 = None; // from here the state machine owns the file
                     let raft = self.raft.clone();
-                    Pending::Install(tokio::spawn(install(raft, receiving)))
+                    let inbound = self.inbound.clone();
+                    Pending::Install(tokio::spawn(install(raft, receiving, inbound)))
                 }
             };
             send(pending, work).await?;
@@ -521,8 +523,11 @@ async fn start_writeback(file: &tokio::fs::File, due: Due) {
     }
 }
 
-/// Makes a received snapshot durable and hands it to Raft.
-async fn install(raft: Raft, incoming: Incoming) -> Response {
+/// Makes a received snapshot durable, checks it whole, and hands it to Raft. A file that fails
+/// the check is refused (counted as `corrupt`) and removed: the state machine would refuse it
+/// too, but openraft stops this node's Raft on any state-machine error, and the leader sends
+/// a refused snapshot again.
+async fn install(raft: Raft, incoming: Incoming, inbound: Inbound) -> Response {
     let Incoming {
         vote,
         meta,
@@ -532,16 +537,31 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
         budget: _,
         permit: _permit,
     } = incoming;
-    let prepared = async {
+    let stored = async {
         file.flush().await?;
         file.sync_all().await?;
         drop(file);
-        SnapshotData::open(path.clone()).await
+        Ok(())
     }
-    .await;
-    let data = match prepared {
+    .await
+    .map_err(|e: std::io::Error| Unusable::Storage(e.to_string()));
+    let opened = match stored {
+        Ok(()) => match check_received(&path).await {
+            Ok(()) => SnapshotData::open(path.clone())
+                .await
+                .map_err(|e| Unusable::Storage(e.to_string())),
+            Err(unusable) => Err(unusable),
+        },
+        Err(unusable) => Err(unusable),
+    };
+    let data = match opened {
         Ok(data) => data,
-        Err(e) => {
+        Err(Unusable::Corrupt(err)) => {
+            let _ = std::fs::remove_file(&path);
+            tracing::warn!(error = %err, last_log_id = ?meta.last_log_id, "refusing a received snapshot that failed its checks; the leader sends it again");
+            return Response::Refused(inbound.corrupt_snapshot().to_string());
+        }
+        Err(Unusable::Storage(e)) => {
             let _ = std::fs::remove_file(&path);
             return Response::Snapshot(Err(RemoteError::new(
                 RemoteErrorKind::Storage,
@@ -564,6 +584,38 @@ async fn install(raft: Raft, incoming: Incoming) -> Response {
         let _ = std::fs::remove_file(&path);
     }
     Response::Snapshot(result)
+}
+
+/// Why a received snapshot is not handed to Raft.
+enum Unusable {
+    /// It failed its checks.
+    Corrupt(StorageError),
+    /// Storing or reading it failed.
+    Storage(String),
+}
+
+/// Checks a received snapshot file whole (framing, checksum, row order: what an install would
+/// refuse), on a blocking thread: it reads and hashes every byte.
+async fn check_received(path: &std::path::Path) -> Result<(), Unusable> {
+    let path = path.to_owned();
+    let started = Instant::now();
+    let checked =
+        tokio::task::spawn_blocking(move || statestore_storage::store::verify_snapshot(&path))
+            .await;
+    match checked {
+        Ok(Ok(file)) => {
+            tracing::debug!(
+                entries = file.entries,
+                bytes = file.size,
+                took_ms = started.elapsed().as_millis() as u64,
+                "received snapshot checked"
+            );
+            Ok(())
+        }
+        Ok(Err(err @ StorageError::Corrupt { .. })) => Err(Unusable::Corrupt(err)),
+        Ok(Err(err)) => Err(Unusable::Storage(err.to_string())),
+        Err(join) => Err(Unusable::Storage(join.to_string())),
+    }
 }
 
 #[cfg(test)]

@@ -9,9 +9,10 @@ fn labels_are_the_metrics_reason_values() {
         CONNECTION_REFUSALS,
         ["limit", "timeout", "oversized", "bad_hello"]
     );
-    assert_eq!(SNAPSHOT_REFUSALS, ["too_large", "busy"]);
+    assert_eq!(SNAPSHOT_REFUSALS, ["too_large", "busy", "corrupt"]);
     assert_eq!(SnapshotRefusal::TooLarge { max: 1 }.label(), "too_large");
     assert_eq!(SnapshotRefusal::Busy.label(), "busy");
+    assert_eq!(SnapshotRefusal::Corrupt.label(), "corrupt");
 }
 
 #[test]
