@@ -3,6 +3,7 @@
 //! each killed when its guard is dropped (normal return, error, panic or Ctrl-C cancelling
 //! the command). Also the measurements of a process from outside: RSS and on-disk size.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::net::TcpStream;
@@ -225,13 +226,16 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
         .and_then(|kib| kib.parse().ok())
 }
 
-/// Bytes of every file under `path` (0 if missing).
+/// Disk space the files under `path` occupy, as `du` counts it: allocated blocks, not file
+/// lengths (0 if missing). A file sized ahead of its writes without allocating (fjall creates
+/// each journal file at 64 MiB this way) occupies only what was written into it.
 pub fn dir_size(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else {
         return 0;
     };
     if !meta.is_dir() {
-        return meta.len();
+        return meta.blocks() * 512;
     }
     std::fs::read_dir(path)
         .map(|entries| {
@@ -241,6 +245,43 @@ pub fn dir_size(path: &Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// What one entry of a data directory holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiskPart {
+    /// Allocated bytes, as [`dir_size`] counts them.
+    pub bytes: u64,
+    /// Files under it (1 for a file).
+    pub files: u64,
+}
+
+/// [`DiskPart`] of each entry of `dir` (empty if missing).
+pub fn dir_parts(dir: &Path) -> BTreeMap<String, DiskPart> {
+    fn files(path: &Path) -> u64 {
+        match std::fs::read_dir(path) {
+            Ok(entries) => entries
+                .map_while(Result::ok)
+                .map(|e| files(&e.path()))
+                .sum(),
+            Err(_) => 1,
+        }
+    }
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map_while(Result::ok)
+                .map(|entry| {
+                    let path = entry.path();
+                    let part = DiskPart {
+                        bytes: dir_size(&path),
+                        files: files(&path),
+                    };
+                    (entry.file_name().to_string_lossy().into_owned(), part)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Waits until something accepts TCP connections on 127.0.0.1:`port`.
@@ -624,6 +665,12 @@ impl StatestoreCluster {
         self.nodes.iter().map(|n| dir_size(&n.data_dir)).collect()
     }
 
+    /// On-disk size of each entry of every node's data directory (`state`, `snapshots`,
+    /// `raft-log`, ...), bytes, with the number of files under it.
+    pub fn disk_parts(&self) -> Vec<BTreeMap<String, DiskPart>> {
+        self.nodes.iter().map(|n| dir_parts(&n.data_dir)).collect()
+    }
+
     /// An error with the end of its log if node index `i` has exited.
     pub fn check_alive(&mut self, i: usize) -> anyhow::Result<()> {
         match self.nodes[i].process.as_mut() {
@@ -777,13 +824,23 @@ mod tests {
     }
 
     #[test]
-    fn dir_size_sums_files() -> anyhow::Result<()> {
+    fn dir_size_sums_allocated_space_not_lengths() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
-        std::fs::write(dir.path().join("a"), [0u8; 100])?;
+        std::fs::write(dir.path().join("a"), vec![1u8; 100_000])?;
         std::fs::create_dir(dir.path().join("sub"))?;
-        std::fs::write(dir.path().join("sub/b"), [0u8; 23])?;
-        assert_eq!(dir_size(dir.path()), 123);
+        std::fs::write(dir.path().join("sub/b"), vec![1u8; 50_000])?;
+        // 64 MiB long, nothing written: no blocks.
+        std::fs::File::create(dir.path().join("sparse"))?.set_len(64 << 20)?;
+        // Whole file-system blocks hold the written bytes (up to a block of slack per file).
+        let size = dir_size(dir.path());
+        assert!((150_000..150_000 + 2 * 65_536).contains(&size), "{size}");
         assert_eq!(dir_size(&dir.path().join("missing")), 0);
+        let parts = dir_parts(dir.path());
+        assert_eq!(parts.keys().collect::<Vec<_>>(), ["a", "sparse", "sub"]);
+        assert_eq!(parts["sparse"], DiskPart { bytes: 0, files: 1 });
+        assert_eq!(parts["sub"].files, 1);
+        assert!(parts["sub"].bytes >= 50_000, "{:?}", parts["sub"]);
+        assert!(dir_parts(&dir.path().join("missing")).is_empty());
         Ok(())
     }
 
