@@ -226,8 +226,8 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
         .and_then(|kib| kib.parse().ok())
 }
 
-/// Disk space the files under `path` occupy, as `du` counts it: allocated blocks, not file
-/// lengths (0 if missing). A file sized ahead of its writes without allocating (fjall creates
+/// Disk space the files under `path` occupy: their allocated blocks, not their lengths (as
+/// `du` counts files; directories' own blocks are left out). 0 if missing. A file sized ahead of its writes without allocating (fjall creates
 /// each journal file at 64 MiB this way) occupies only what was written into it.
 pub fn dir_size(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -831,7 +831,8 @@ mod tests {
         std::fs::write(dir.path().join("sub/b"), vec![1u8; 50_000])?;
         // 64 MiB long, nothing written: no blocks.
         std::fs::File::create(dir.path().join("sparse"))?.set_len(64 << 20)?;
-        // Whole file-system blocks hold the written bytes (up to a block of slack per file).
+        // Whole file-system blocks hold the written bytes (up to a block of slack per file; on
+        // a file system that compresses, constant bytes would take less).
         let size = dir_size(dir.path());
         assert!((150_000..150_000 + 2 * 65_536).contains(&size), "{size}");
         assert_eq!(dir_size(&dir.path().join("missing")), 0);

@@ -245,8 +245,8 @@ impl ScaleReport {
                 .collect::<Vec<_>>()
                 .join(" / ")
         };
-        // "state 96.0 / 96.1 / 93.2, snapshots 66.1 (1) / 138.0 (2) / 69.0 (1), ...": MiB per
-        // node, with the file count where an entry is a directory of several.
+        // "state 96.0 (25) / 96.1 (25) / 93.2 (23), snapshots 66.1 (1) / 138.0 (2) / 69.0 (1),
+        // ...": MiB per node, with the number of files under each entry.
         let parts = |nodes: &[BTreeMap<String, DiskPart>]| {
             let names: std::collections::BTreeSet<&String> =
                 nodes.iter().flat_map(BTreeMap::keys).collect();

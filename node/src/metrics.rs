@@ -215,6 +215,10 @@ pub struct StoreMetrics {
     pub snapshot_preimage_bytes: IntGauge,
     /// `statestore_disk_snapshot_preimage_waits_total`
     pub snapshot_preimage_waits_total: IntCounter,
+    /// `statestore_disk_db_level0_tables`
+    pub db_level0_tables: IntGauge,
+    /// `statestore_disk_compaction_waits_total`
+    pub compaction_waits_total: IntCounter,
     /// `statestore_reply_memory_resident_entries`
     pub remembered_replies: IntGauge,
     /// `statestore_reply_memory_resident_bytes`
@@ -319,6 +323,14 @@ impl StoreMetrics {
             snapshot_preimage_waits_total: metric!(IntCounter::new(
                 "statestore_disk_snapshot_preimage_waits_total",
                 "Times the memtable flush waited because a snapshot export's pre-images were at their cap."
+            )),
+            db_level0_tables: metric!(IntGauge::new(
+                "statestore_disk_db_level0_tables",
+                "Tables in level 0 of the state database (each memtable layer is one until compaction merges it); the flush waits at 20."
+            )),
+            compaction_waits_total: metric!(IntCounter::new(
+                "statestore_disk_compaction_waits_total",
+                "Times the memtable flush waited for the state database's compaction (20 tables in level 0) before writing a layer."
             )),
             remembered_replies: metric!(IntGauge::new(
                 "statestore_reply_memory_resident_entries",
@@ -669,6 +681,8 @@ impl NodeMetrics {
         register(&registry, &store.memtable_stalls_total)?;
         register(&registry, &store.snapshot_preimage_bytes)?;
         register(&registry, &store.snapshot_preimage_waits_total)?;
+        register(&registry, &store.db_level0_tables)?;
+        register(&registry, &store.compaction_waits_total)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
         register(&registry, &store.reply_log_bytes)?;

@@ -471,6 +471,14 @@ async fn sample_gauges(
             gauges
                 .snapshot_preimage_waits_total
                 .inc_by(waits.saturating_sub(seen));
+            gauges
+                .db_level0_tables
+                .set(i64::try_from(state.level0_tables()).unwrap_or(i64::MAX));
+            let waits = state.compaction_waits();
+            let seen = gauges.compaction_waits_total.get();
+            gauges
+                .compaction_waits_total
+                .inc_by(waits.saturating_sub(seen));
         }
     }
 }

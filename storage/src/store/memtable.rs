@@ -6,8 +6,9 @@
 //! here first, in an ordered map that later writes to the same key overwrite; once it holds
 //! [`MemtableConfig::flush_bytes`] or is [`MemtableConfig::flush_interval`] old it is frozen, and
 //! a background thread writes frozen maps into fjall, oldest first, each as one table file that
-//! joins the keyspace atomically ([`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)). Keys written many times (hot keys, the
-//! keyspace counters) reach fjall once per interval.
+//! joins the keyspace atomically
+//! ([`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)). Keys written many times
+//! (hot keys, the keyspace counters) reach fjall once per interval.
 //!
 //! Every map holds the consensus records of the entries it covers and reaches fjall in one
 //! table, so fjall's state is always the state after some prefix of the log. Whatever a stop

@@ -8,8 +8,9 @@
 //! after it.
 //!
 //! Everything here moves bytes: the state machine encodes its records. Durability points are
-//! explicit and really reach the disk ([`Store::flush`]; see `db`: fjall's journal is not
-//! persisted per batch, only at these points).
+//! explicit and really reach the disk ([`Store::flush`]; see `db`: each memtable layer is
+//! `fsync`ed as it is ingested, and fjall's journal, which holds only a few records, is
+//! persisted only at these points).
 
 pub mod background;
 mod current_snapshot;

@@ -6,11 +6,13 @@
 //! unclean again. The rule came from sled 0.34, the state database before fjall, which was not
 //! crash consistent across a power cut (its flush was `sync_file_range`, it rewrote segments in
 //! place; a cut left it panicking in recovery, reading back a mix of page versions, and naming
-//! an older snapshot than the newest one on disk). It stays with fjall: statestore asks fjall
-//! for durability only at a sync (`manual_journal_persist`, see `db`; fjall itself also syncs
-//! its journal when it rotates it and before it flushes a memtable), so after any other stop its
-//! state is whatever part of the writes since then survived, and the Raft log may already be
-//! purged past it. The rebuild below does not depend on what that was.
+//! an older snapshot than the newest one on disk). It stays with fjall: each memtable layer is
+//! durable once ingested, but the layers lag the log (up to the memtable's size), the few
+//! journalled records are synced only where they must be (`manual_journal_persist`, see `db`),
+//! and the Raft log may already be purged past what the layers hold: after any other stop the
+//! state is whatever part of the writes since then survived. The rebuild below does not depend
+//! on what that was. (Trusting the layers after an unclean stop would need the log kept back
+//! to what they hold: not done.)
 //!
 //! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
 //! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before fjall
@@ -23,7 +25,7 @@
 //!
 //! The reply memory (`replies/`) goes with the database's state: it is part of every snapshot
 //! (its tables are exported with the others), and its journal files are an extension of the
-//! database's state (they record the entries the database's batches name). The new database
+//! database's state (they record the entries the database's layers name). The new database
 //! names none, so opening the state tree removes every old journal file, and the rebuild starts
 //! the journal afresh with a base of the snapshot's reply memory, as a snapshot install does;
 //! replaying the log re-applies the requests after the snapshot, remembering their replies

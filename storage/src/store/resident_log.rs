@@ -13,7 +13,7 @@
 //! Layout: `replies-<base seq, 20 digits>.log`, starting with [`MAGIC`]; then frames of
 //! `u32 length, body, u64 xxh3(body)`, the body being `u64 seq, u8 base` and the entry's rows.
 //! The first frame of a file is its base. Each append is `fdatasync`ed before the layer's fjall
-//! batch is written, so every entry fjall's state names is on disk; a torn last frame can only
+//! table is written, so every entry fjall's state names is on disk; a torn last frame can only
 //! belong to an entry fjall never recorded, and is ignored.
 
 use std::fs::{File, OpenOptions};

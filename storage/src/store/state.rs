@@ -205,6 +205,8 @@ struct Inner {
     /// Set by [`StateTree::abandon_exports`]: a snapshot export in progress stops and removes
     /// its unfinished file.
     closing: std::sync::atomic::AtomicBool,
+    /// Times the flush thread waited for compaction before ingesting a layer.
+    compaction_waits: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Locks the reply memory's log (a panic while appending leaves it usable: an append that
@@ -238,10 +240,11 @@ impl Drop for Inner {
 
 /// Checks a received snapshot file end to end and changes nothing: its framing and checksum,
 /// and that the rows [`StateTree::install_snapshot`] bulk-loads come in strictly ascending key
-/// order with keys fjall can store. An install of a file that passed fails only on I/O. One of a
-/// file that did not would fail too, leaving the state as it was, but openraft stops a node's
-/// Raft on any state-machine error: the receiving side checks first, and refuses a corrupt
-/// transfer, which the leader sends again.
+/// order with keys fjall can store: what damage in transit or on disk breaks. (It does not
+/// decode the rows' records or the header: a file that passes and still fails the install came
+/// from a faulty leader.) An install of such a file would fail too, leaving the state as it was,
+/// but openraft stops a node's Raft on any state-machine error: the receiving side checks first,
+/// and refuses a corrupt transfer, which the leader sends again.
 pub fn verify_snapshot(path: &Path) -> Result<SnapshotFile> {
     let mut rows = SortedRows::default();
     snapshot::read_entries(path, |(key, _)| {
@@ -262,17 +265,34 @@ fn write_layer(tree: &Tree, preimages: &Preimages, layer: &ToWrite) -> Result<()
     tree.ingest_layer(&layer.writes)
 }
 
+/// Level-0 tables of the state keyspace at which the flush thread waits for compaction before
+/// it ingests another layer. fjall stalls its journalled writes at 20 runs of level 0, but an
+/// ingestion bypasses that check: without this wait level 0 would grow without bound whenever
+/// compaction falls behind, and every read would look through more tables. The layers wait in
+/// memory meanwhile, and apply waits once they fill it (`statestore_disk_memtable_stalls_total`).
+const MAX_LEVEL0_TABLES: usize = 20;
+
+/// Consecutive failed writes of one layer after which the state machine stops instead of
+/// retrying (one a second): each failed ingestion may leave a table file behind (removed at the
+/// next open), and a disk that keeps failing is not trusted. The node then stops uncleanly and
+/// rebuilds at its next start.
+const MAX_LAYER_ATTEMPTS: u32 = 5;
+
 /// Moves frozen memtable layers into the active keyspace, one table file each ([`write_layer`]),
-/// after their reply memory entry is durable in its log. A failed write is retried (the layer
+/// after their reply memory entry is durable in its log, and once level 0 holds fewer than
+/// [`MAX_LEVEL0_TABLES`] tables. A failed write is retried, up to [`MAX_LAYER_ATTEMPTS`] (the layer
 /// stays readable and writers eventually wait): nothing is dropped, and an entry already in the
 /// log is not appended again.
 fn flush_loop(
     memtable: Arc<Memtable>,
     active: std::sync::Weak<RwLock<(String, Tree)>>,
     log: Arc<Mutex<ResidentLog>>,
+    compaction_waits: &std::sync::atomic::AtomicU64,
 ) {
     // The journal entry appended last (a retried layer must not log it twice).
     let mut logged: Option<u64> = None;
+    // Failed writes of the layer at the front, in a row.
+    let mut failures = 0u32;
     while let Some(frozen) = memtable.next_to_write() {
         if let Some(pending) = &frozen.entry
             && logged != Some(pending.seq)
@@ -292,6 +312,9 @@ fn flush_loop(
         }) else {
             return;
         };
+        if tree.wait_for_level0_below(MAX_LEVEL0_TABLES) {
+            compaction_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let started = std::time::Instant::now();
         let written = write_layer(&tree, memtable.preimages(), &frozen);
         if written.is_ok()
@@ -309,9 +332,10 @@ fn flush_loop(
         // Let go of the tree before telling anyone: a waiter of the last flush may drop the
         // store and open it again at once, which fjall refuses while a handle is alive.
         drop(tree);
+        failures = if written.is_ok() { 0 } else { failures + 1 };
         match written {
             Ok(()) => memtable.written(),
-            Err(err) if is_permanent(&err) => {
+            Err(err) if is_permanent(&err) || failures >= MAX_LAYER_ATTEMPTS => {
                 tracing::error!(error = %err, "writing the state machine's memtable to the state database failed for good; the state machine stops");
                 memtable.fail(err.to_string());
                 return;
@@ -326,7 +350,8 @@ fn flush_loop(
 
 /// Whether a failed layer write would fail the same way however often it is retried: fjall
 /// refuses every write after a failed journal write or sync (it is poisoned), and a key it
-/// cannot store stays one.
+/// cannot store stays one. (Other failures, an ingestion's I/O errors among them, are retried up
+/// to [`MAX_LAYER_ATTEMPTS`] times.)
 fn is_permanent(err: &StorageError) -> bool {
     matches!(
         err,
@@ -370,10 +395,12 @@ impl StateTree {
             active: active.clone(),
             devices: devices.clone(),
         })?;
+        let compaction_waits = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let flusher = {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
             let log = log.clone();
+            let compaction_waits = compaction_waits.clone();
             // At the serving threads' priority, not niced like an export: the memtable is
             // bounded, so whatever this thread does not get done, apply waits for. Niced, in
             // `statestore-bench scale --keys 10000000` on two busy cores, it was runnable but
@@ -381,7 +408,7 @@ impl StateTree {
             // at 3.2M and 6M keys) and apply waited 122-257 s for memtable room per load.
             std::thread::Builder::new()
                 .name("state-flush".to_owned())
-                .spawn(move || flush_loop(memtable, active, log))?
+                .spawn(move || flush_loop(memtable, active, log, &compaction_waits))?
         };
         let current_snapshot = CurrentSnapshot::new(&records, snapshot_dir);
         Ok(StateTree {
@@ -397,6 +424,7 @@ impl StateTree {
                 log,
                 log_bytes,
                 flusher: Mutex::new(Some(flusher)),
+                compaction_waits,
                 closing: std::sync::atomic::AtomicBool::new(false),
             }),
         })
@@ -441,7 +469,7 @@ impl StateTree {
     }
 
     /// Applies the writes of one transaction atomically: readers see all of them or none; fjall
-    /// receives them in one batch with the rest of their memtable layer (rows created and
+    /// receives them in one table file with the rest of their memtable layer (rows created and
     /// removed again while one layer is active never reach it).
     pub fn commit(&self, writes: TxnWrites) -> Result<()> {
         if let Some(reason) = self.inner.memtable.failure() {
@@ -451,7 +479,8 @@ impl StateTree {
         Ok(())
     }
 
-    /// Waits until every committed write is in fjall (not yet fsynced: see [`Self::sync`]).
+    /// Waits until every committed write is in fjall (the layers' tables are fsynced as they are
+    /// written; [`Self::sync`] also syncs fjall's journal and prunes the reply memory's log).
     pub fn flush_memtable(&self) {
         self.inner.memtable.flush_all();
     }
@@ -481,6 +510,19 @@ impl StateTree {
     /// Bytes of the pre-images a snapshot export in progress keeps (see `preimage`).
     pub fn preimage_bytes(&self) -> usize {
         self.inner.memtable.preimages().bytes()
+    }
+
+    /// Times the flush thread waited for compaction of level 0 before ingesting a layer.
+    pub fn compaction_waits(&self) -> u64 {
+        self.inner
+            .compaction_waits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Tables in level 0 of the active state keyspace (compaction merges them into the levels
+    /// below).
+    pub fn level0_tables(&self) -> usize {
+        self.active().1.level0_tables()
     }
 
     /// Times the flush thread waited because an export's pre-images were at their cap.
@@ -738,8 +780,11 @@ impl SnapshotExport {
                 return Err(err);
             }
         };
-        drop(self); // the export is on disk: its pre-images are dropped
-        reservation.offer(file, last_index, Rule::IfNotOlder)
+        let offered = reservation.offer(file, last_index, Rule::IfNotOlder);
+        // The export ends (its pre-images dropped) once its file is recorded, so a closing
+        // store that waits for it ([`StateTree::abandon_exports`]) finds nothing in flight.
+        drop(self);
+        offered
     }
 }
 

@@ -1,5 +1,6 @@
 //! One keyspace of the state database (fjall) and the few operations the store makes on it:
-//! point reads, ordered range reads copied out, and atomic batches of writes.
+//! point reads, ordered range reads copied out, atomic batches of writes through fjall's
+//! journal, memtable layers and snapshots ingested as table files, and a wait for compaction.
 //!
 //! A [`Tree`] carries its database: a fjall keyspace alone does not keep the journal and worker
 //! threads alive, and a handle that outlived them would fail its writes.
@@ -24,10 +25,14 @@ const MEMTABLE_BYTES: u64 = 16 << 20;
 /// Size of the table files compaction writes (fjall's default is 64 MiB). fjall writes a table
 /// and then `fsync`s it whole, so the disk takes a table's bytes at once, and a Raft log
 /// `fdatasync` queued behind them waits: with 64 MiB tables the nodes' worst log fsync in a
-/// 1M-key load was 196-198 ms. Tables the size of a memtable flush bound that burst. (A bulk
-/// load, [`Tree::load_sorted`], still writes 64 MiB tables: lsm-tree's ingestion does not take
-/// the strategy's size.)
+/// 1M-key load was 196-198 ms. Tables the size of a memtable layer bound that burst. (An
+/// ingestion, [`Tree::ingest_layer`] and [`Tree::load_sorted`], cuts its tables at 64 MiB:
+/// lsm-tree's ingestion does not take the strategy's size. A layer is far smaller; a bulk load
+/// of a snapshot writes 64 MiB tables.)
 const TABLE_BYTES: u64 = 16 << 20;
+
+/// How often [`Tree::wait_for_level0_below`] looks at level 0 again.
+const LEVEL0_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// A keyspace and the database that owns it (cheap to clone: both are shared handles).
 #[derive(Clone)]
@@ -123,6 +128,10 @@ impl Tree {
     /// flushed to a table), and the active journal file, which fjall rotates only past
     /// 64,000,000 bytes, held up to 61 MiB per node at rest (BENCHMARKS.md).
     pub fn ingest_layer(&self, layer: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> Result<()> {
+        if layer.is_empty() {
+            // lsm-tree would leave the table file it creates up front, empty.
+            return Ok(());
+        }
         for key in layer.keys() {
             check_stored_key(key)?;
         }
@@ -154,6 +163,38 @@ impl Tree {
         })?;
         ingestion.finish()?;
         Ok(filled)
+    }
+
+    /// Tables in level 0 (each ingested layer is one until compaction merges it down).
+    pub fn level0_tables(&self) -> usize {
+        self.keyspace.l0_table_count()
+    }
+
+    /// Waits while level 0 holds `max` tables or more, for compaction to merge them down;
+    /// whether it waited. Logs each wait, and warns once after 10 s.
+    pub fn wait_for_level0_below(&self, max: usize) -> bool {
+        let tables = self.level0_tables();
+        if tables < max {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        while self.level0_tables() >= max {
+            if !warned && started.elapsed() > std::time::Duration::from_secs(10) {
+                tracing::warn!(
+                    tables,
+                    "the state flush has waited 10 s for compaction of level 0"
+                );
+                warned = true;
+            }
+            std::thread::sleep(LEVEL0_POLL);
+        }
+        tracing::info!(
+            tables,
+            waited_ms = started.elapsed().as_millis() as u64,
+            "the state flush waited for compaction of level 0"
+        );
+        true
     }
 
     /// The database this keyspace belongs to.

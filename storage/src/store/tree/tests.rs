@@ -313,3 +313,57 @@ fn allocated_bytes(dir: &std::path::Path, extension: &str) -> u64 {
         })
         .sum()
 }
+
+/// The wait for level 0: none below the limit; at it, until compaction merges level 0 down
+/// (here a major compaction: this keyspace's own compaction starts only at 200 tables).
+#[test]
+fn a_full_level0_is_waited_for_until_compaction_empties_it() {
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    let db = fjall::Database::builder(dir)
+        .temporary(true)
+        .open()
+        .expect("temporary fjall");
+    let keyspace = db
+        .keyspace("t", || {
+            fjall::KeyspaceCreateOptions::default().compaction_strategy(std::sync::Arc::new(
+                fjall::compaction::Leveled::default().with_l0_threshold(200),
+            ))
+        })
+        .expect("keyspace");
+    let tree = Tree { db, keyspace };
+    // Layers whose key ranges overlap, as spread keys do: fjall may move a table that overlaps
+    // nothing in the level below (the first one) down without a compaction, but not the others.
+    let mut last = 0u32;
+    while tree.level0_tables() < 4 {
+        assert!(last < 20, "level 0 never filled");
+        last += 1;
+        let value = last.to_be_bytes();
+        tree.ingest_layer(&layer(&[(b"a", Some(&value)), (b"z", Some(&value))]))
+            .expect("layer");
+    }
+    assert_eq!(tree.level0_tables(), 4);
+    assert!(!tree.wait_for_level0_below(5), "below the limit: no wait");
+    let (done, waited) = std::sync::mpsc::channel();
+    let waiter = {
+        let tree = tree.clone();
+        std::thread::spawn(move || done.send(tree.wait_for_level0_below(4)))
+    };
+    assert!(
+        waited
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err(),
+        "at the limit the wait goes on while nothing compacts"
+    );
+    tree.keyspace.major_compact().expect("compaction");
+    assert_eq!(tree.level0_tables(), 0);
+    assert_eq!(
+        waited.recv_timeout(std::time::Duration::from_secs(30)),
+        Ok(true),
+        "the wait ends once level 0 is compacted"
+    );
+    waiter.join().expect("join").expect("sent");
+    assert_eq!(
+        tree.get(b"z").expect("get"),
+        Some(last.to_be_bytes().to_vec())
+    );
+}
