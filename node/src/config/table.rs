@@ -491,7 +491,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         path: "telemetry.log",
         flag: flag("log", "FILTER"),
-        default: D::Text("info,openraft=warn,raft_log=warn,chunked_wal=warn"),
+        default: D::Text("info,openraft=warn,raft_log=warn,chunked_wal=warn,lsm_tree=warn"),
         kind: Kind::Text,
         table: DocTable::Node,
         help: "log filter in `RUST_LOG` syntax (`info`, `statestore_node=debug`); `RUST_LOG` wins",

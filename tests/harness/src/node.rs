@@ -180,7 +180,7 @@ impl StatestoreNode {
             "--raft".to_owned(),
             format!("{raft_host}:{raft_port}"),
             "--log".to_owned(),
-            "info,openraft=warn,raft_log=warn,chunked_wal=warn".to_owned(),
+            "info,openraft=warn,raft_log=warn,chunked_wal=warn,lsm_tree=warn".to_owned(),
         ];
         for (peer, address) in &spec.peers {
             args.push("--peer".to_owned());
