@@ -448,16 +448,19 @@ impl StoreMetrics {
         self.reply_memory_counted_bytes
             .set(as_gauge(meta.remembered_reply_bytes));
         // Replicated and cumulative, while this process counts from 0: advance by what is new.
-        let seen = self.reply_memory_evicted_total.get();
-        self.reply_memory_evicted_total
-            .inc_by(meta.replies_evicted.saturating_sub(seen));
-        let seen = self.observer_cap_refusals_total.get();
-        self.observer_cap_refusals_total
-            .inc_by(meta.observer_cap_refusals.saturating_sub(seen));
-        let seen = self.reply_memory_mismatches_total.get();
-        self.reply_memory_mismatches_total
-            .inc_by(meta.reply_mismatches.saturating_sub(seen));
+        raise_to(&self.reply_memory_evicted_total, meta.replies_evicted);
+        raise_to(
+            &self.observer_cap_refusals_total,
+            meta.observer_cap_refusals,
+        );
+        raise_to(&self.reply_memory_mismatches_total, meta.reply_mismatches);
     }
+}
+
+/// Advances `counter` to `total`, a count kept elsewhere (replicated, or by the storage crate)
+/// that only grows; a `total` below what the counter shows changes nothing.
+pub(crate) fn raise_to(counter: &IntCounter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
 }
 
 /// MQTT session metrics (recorded on the session thread; prometheus types are Sync).

@@ -458,27 +458,18 @@ async fn sample_gauges(
             gauges
                 .reply_log_bytes
                 .set(i64::try_from(state.reply_log_bytes()).unwrap_or(i64::MAX));
-            let stalls = state.memtable_stalls();
-            let seen = gauges.memtable_stalls_total.get();
-            gauges
-                .memtable_stalls_total
-                .inc_by(stalls.saturating_sub(seen));
+            crate::metrics::raise_to(&gauges.memtable_stalls_total, state.memtable_stalls());
             gauges
                 .snapshot_preimage_bytes
                 .set(i64::try_from(state.preimage_bytes()).unwrap_or(i64::MAX));
-            let waits = state.preimage_waits();
-            let seen = gauges.snapshot_preimage_waits_total.get();
-            gauges
-                .snapshot_preimage_waits_total
-                .inc_by(waits.saturating_sub(seen));
+            crate::metrics::raise_to(
+                &gauges.snapshot_preimage_waits_total,
+                state.preimage_waits(),
+            );
             gauges
                 .db_level0_tables
                 .set(i64::try_from(state.level0_tables()).unwrap_or(i64::MAX));
-            let waits = state.compaction_waits();
-            let seen = gauges.compaction_waits_total.get();
-            gauges
-                .compaction_waits_total
-                .inc_by(waits.saturating_sub(seen));
+            crate::metrics::raise_to(&gauges.compaction_waits_total, state.compaction_waits());
         }
     }
 }

@@ -11,10 +11,8 @@ use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
 use prometheus::Registry;
 use statestore_raft::network::protocol::{self, PROTOCOL_VERSION, Request, Response};
-use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership, Vote};
+use statestore_raft::types::{SnapshotMeta, Vote};
 use statestore_raft::{InboundLimits, PeerTimeouts, RaftConfig, RaftNode};
-use statestore_storage::codec;
-use statestore_storage::store::SnapshotWriter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -290,27 +288,6 @@ async fn hostile_connections_are_closed_and_a_peer_is_still_served() {
     drop(listener.greeted().await);
 }
 
-/// A snapshot of one row covering the log up to `index`, as a leader would send it.
-fn snapshot_file(dir: &std::path::Path, index: u64) -> (SnapshotMeta, Vec<u8>) {
-    let meta = SnapshotMeta {
-        last_log_id: Some(LogId::new(
-            CommittedLeaderId {
-                term: 1,
-                node_id: 2,
-            },
-            index,
-        )),
-        last_membership: StoredMembership::default(),
-    };
-    let header = codec::encode(&meta);
-    let path = dir.join(format!("sent-{index}.bin"));
-    let mut writer =
-        SnapshotWriter::create(&dir.join(format!("sent-{index}.tmp")), &header).expect("create");
-    writer.push(b"\x01row", b"value").expect("row");
-    writer.finish(&path, &header).expect("finish");
-    (meta, std::fs::read(&path).expect("read"))
-}
-
 /// Sends a whole snapshot transfer and returns the answer.
 async fn transfer(
     conn: &mut Framed<TcpStream, LengthDelimitedCodec>,
@@ -341,7 +318,8 @@ async fn transfer(
 async fn a_corrupt_snapshot_is_refused_and_the_intact_one_installs_after_it() {
     let listener = start().await;
     let sent = tempfile::tempdir().expect("tempdir");
-    let (meta, bytes) = snapshot_file(sent.path(), 7);
+    let (meta, path) = support::leader_snapshot(sent.path(), 1, 2, 7);
+    let bytes = std::fs::read(path).expect("read");
     let mut damaged = bytes.clone();
     let middle = damaged.len() / 2;
     damaged[middle] ^= 0x01;

@@ -12,10 +12,10 @@ use openraft::storage::RaftStateMachine;
 use statestore_raft::metrics::RaftStorageMetrics;
 use statestore_raft::snapshot::SnapshotData;
 use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachine};
-use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
-use statestore_storage::codec;
-use statestore_storage::store::{SnapshotWriter, Store, StoreConfig};
+use statestore_storage::store::{Store, StoreConfig};
 use tokio::io::AsyncReadExt;
+
+mod support;
 
 fn state_machine(dir: &std::path::Path) -> StateMachine {
     let store = Store::open(&StoreConfig::new(dir.to_owned(), 16 << 20)).expect("open store");
@@ -26,27 +26,6 @@ fn state_machine(dir: &std::path::Path) -> StateMachine {
         SnapshotTrigger::default(),
     )
     .expect("state machine")
-}
-
-/// A leader's snapshot covering the log up to `index`, one row, as a file in `dir`.
-fn leader_snapshot(dir: &std::path::Path, index: u64) -> (SnapshotMeta, std::path::PathBuf) {
-    let meta = SnapshotMeta {
-        last_log_id: Some(LogId::new(
-            CommittedLeaderId {
-                term: 3,
-                node_id: 1,
-            },
-            index,
-        )),
-        last_membership: StoredMembership::default(),
-    };
-    let header = codec::encode(&meta);
-    let path = dir.join(format!("leader-{index}.bin"));
-    let mut writer =
-        SnapshotWriter::create(&dir.join(format!("leader-{index}.tmp")), &header).expect("create");
-    writer.push(b"\x01leader", b"629").expect("row");
-    writer.finish(&path, &header).expect("finish");
-    (meta, path)
 }
 
 async fn read_all(data: &mut SnapshotData) -> Vec<u8> {
@@ -83,7 +62,7 @@ fn has_snapshot_file(dir: &std::path::Path, part: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_finishing_while_a_newer_install_waits_leaves_the_installed_snapshot_current() {
     let leader_dir = tempfile::tempdir().expect("tempdir");
-    let (meta, leader_file) = leader_snapshot(leader_dir.path(), 629);
+    let (meta, leader_file) = support::leader_snapshot(leader_dir.path(), 3, 1, 629);
     let leader_bytes = std::fs::read(&leader_file).expect("read");
     let dir = tempfile::tempdir().expect("tempdir");
     let mut sm = state_machine(dir.path());

@@ -544,12 +544,12 @@ async fn install(raft: Raft, incoming: Incoming, inbound: Inbound) -> Response {
         Ok(())
     }
     .await
-    .map_err(|e: std::io::Error| Unusable::Storage(e.to_string()));
+    .map_err(|e: std::io::Error| Unusable::Storage(e.into()));
     let opened = match stored {
         Ok(()) => match check_received(&path).await {
             Ok(()) => SnapshotData::open(path.clone())
                 .await
-                .map_err(|e| Unusable::Storage(e.to_string())),
+                .map_err(|e| Unusable::Storage(e.into())),
             Err(unusable) => Err(unusable),
         },
         Err(unusable) => Err(unusable),
@@ -591,7 +591,7 @@ enum Unusable {
     /// It failed its checks.
     Corrupt(StorageError),
     /// Storing or reading it failed.
-    Storage(String),
+    Storage(StorageError),
 }
 
 /// Checks a received snapshot file whole (framing, checksum, row order: what an install would
@@ -613,8 +613,8 @@ async fn check_received(path: &std::path::Path) -> Result<(), Unusable> {
             Ok(())
         }
         Ok(Err(err @ StorageError::Corrupt { .. })) => Err(Unusable::Corrupt(err)),
-        Ok(Err(err)) => Err(Unusable::Storage(err.to_string())),
-        Err(join) => Err(Unusable::Storage(join.to_string())),
+        Ok(Err(err)) => Err(Unusable::Storage(err)),
+        Err(join) => Err(Unusable::Storage(std::io::Error::other(join).into())),
     }
 }
 

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use prometheus::Registry;
 use prometheus::proto::Metric;
+use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::store::{Store, StoreConfig};
+use statestore_storage::codec;
+use statestore_storage::store::{SnapshotWriter, Store, StoreConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -85,4 +87,26 @@ pub fn gauge(registry: &Registry, family: &str, label: Option<(&str, &str)>) -> 
     series(registry, family, label)
         .next()
         .map(|metric| metric.get_gauge().get_value() as i64)
+}
+
+/// A snapshot file in `dir` as leader `node_id` of `term` would send it: one row, covering the
+/// log up to `index`.
+#[allow(dead_code)] // see `Served`
+pub fn leader_snapshot(
+    dir: &std::path::Path,
+    term: u64,
+    node_id: u64,
+    index: u64,
+) -> (SnapshotMeta, std::path::PathBuf) {
+    let meta = SnapshotMeta {
+        last_log_id: Some(LogId::new(CommittedLeaderId { term, node_id }, index)),
+        last_membership: StoredMembership::default(),
+    };
+    let header = codec::encode(&meta);
+    let path = dir.join(format!("leader-{index}.bin"));
+    let mut writer =
+        SnapshotWriter::create(&dir.join(format!("leader-{index}.tmp")), &header).expect("create");
+    writer.push(b"\x01leader", b"629").expect("row");
+    writer.finish(&path, &header).expect("finish");
+    (meta, path)
 }

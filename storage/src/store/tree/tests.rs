@@ -343,7 +343,7 @@ fn a_full_level0_is_waited_for_until_compaction_empties_it() {
     }
     assert_eq!(tree.level0_tables(), 4);
     assert!(!tree.wait_for_level0_below(5), "below the limit: no wait");
-    let (done, waited) = std::sync::mpsc::channel();
+    let (done, waited) = std::sync::mpsc::sync_channel(1);
     let waiter = {
         let tree = tree.clone();
         std::thread::spawn(move || done.send(tree.wait_for_level0_below(4)))
