@@ -310,7 +310,7 @@ impl StoreMetrics {
             )),
             memtable_bytes: metric!(IntGauge::new(
                 "statestore_disk_memtable_bytes",
-                "Applied state-machine writes held in memory, not yet written to the state database."
+                "Applied state-machine writes held in memory, not yet written to the state database (the reply memory's changes as estimated)."
             )),
             memtable_stalls_total: metric!(IntCounter::new(
                 "statestore_disk_memtable_stalls_total",

@@ -55,24 +55,26 @@ pub type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
 /// One buffered write: the key and its new value (`None`: removed).
 pub type Write = (Vec<u8>, Option<Vec<u8>>);
 
-/// The pre-images an export keeps may hold this many times [`MemtableConfig::max_bytes`]: with
-/// the maps in memory and those the export took (which it keeps after they reach fjall), at
-/// most four times [`MemtableConfig::max_bytes`] while an export runs, as when newer maps were
-/// held back.
-pub const PREIMAGE_ROOM_FACTOR: usize = 2;
-
 /// Bytes a write is accounted at beyond its key and value (map node, vectors).
 const ENTRY_OVERHEAD: usize = 64;
 
 /// When the layer is written to fjall, and how large it may grow.
 #[derive(Debug, Clone, Copy)]
 pub struct MemtableConfig {
-    /// Freeze the active map once it holds this many bytes.
+    /// Freeze the active map once it holds this many bytes...
     pub flush_bytes: usize,
+    /// ... or once the resident tables' changes since the last layer are estimated at this
+    /// many bytes ([`ResidentJournal::pending_bytes`]: a load that only rewrites a few keys
+    /// still adds rows to the reply memory)...
+    pub flush_resident_bytes: usize,
     /// ... or once its oldest write is this old.
     pub flush_interval: Duration,
-    /// Writers wait while the maps hold this many bytes in all.
+    /// Writers wait while the maps and the resident tables' pending changes hold this many
+    /// bytes in all.
     pub max_bytes: usize,
+    /// The pre-images an export keeps hold at most this many bytes (see
+    /// [`preimage`](crate::store::preimage)).
+    pub max_preimage_bytes: usize,
 }
 
 impl Default for MemtableConfig {
@@ -84,8 +86,17 @@ impl Default for MemtableConfig {
             // 4 MiB layers left the tree larger at rest than 16 MiB ones (1M keys: 2.81-3.85×
             // the data on disk after a stop, against 2.56-2.79×; BENCHMARKS.md).
             flush_bytes: 16 << 20,
+            // Each SET also adds a remembered reply and its expiry entry and, seconds later,
+            // removes both: a 16 MiB layer of SETs carries about 50 MB of such changes
+            // (`statestore-bench scale`), so the layer freezes on its map first.
+            flush_resident_bytes: 64 << 20,
             flush_interval: Duration::from_secs(15),
-            max_bytes: 64 << 20,
+            // Room for two frozen layers of SETs with their changes (about 67 MB each) beside
+            // the active one: apply waits only once the flush thread is a whole layer behind.
+            // At 64 MiB one frozen layer filled it, and apply waited for every layer's write
+            // (10M keys: 57 waits of 50 ms or more, 21 s in all; BENCHMARKS.md).
+            max_bytes: 192 << 20,
+            max_preimage_bytes: 128 << 20,
         }
     }
 }
@@ -155,8 +166,9 @@ struct Layers {
 }
 
 impl Layers {
+    /// The maps, and the resident tables' changes not yet frozen into a layer.
     fn bytes(&self) -> usize {
-        self.active_bytes + self.frozen_bytes
+        self.active_bytes + self.journal.pending_bytes(&self.resident) + self.frozen_bytes
     }
 
     /// True if the active map holds nothing to write: no write, and no change of the resident
@@ -209,7 +221,7 @@ impl Memtable {
             changed: Condvar::new(),
             to_write: Condvar::new(),
             config,
-            preimages: Preimages::new(config.max_bytes.saturating_mul(PREIMAGE_ROOM_FACTOR)),
+            preimages: Preimages::new(config.max_preimage_bytes),
         }
     }
 
@@ -330,6 +342,8 @@ impl Memtable {
     fn due(&self, layers: &Layers) -> bool {
         !layers.nothing_active()
             && (layers.active_bytes >= self.config.flush_bytes
+                || layers.journal.pending_bytes(&layers.resident)
+                    >= self.config.flush_resident_bytes
                 || layers
                     .active_since
                     .is_some_and(|since| since.elapsed() >= self.config.flush_interval))

@@ -188,6 +188,14 @@ impl ResidentJournal {
         }
     }
 
+    /// The next layer's delta as estimated: the rows changed since the last layer at the
+    /// tables' mean row size (at least [`MIN_DELTA_ROW_BYTES`] each). Also about what the
+    /// changed keys and, once the layer freezes, its entry hold in memory. O(1).
+    pub fn pending_bytes(&self, tables: &ResidentTables) -> usize {
+        let row_bytes = (tables.bytes() / tables.len().max(1)).max(MIN_DELTA_ROW_BYTES);
+        self.changed.len().saturating_mul(row_bytes)
+    }
+
     /// True if the next layer has something to write.
     pub fn has_changes(&self) -> bool {
         !self.changed.is_empty() || self.since_base.is_none()
@@ -215,12 +223,11 @@ impl ResidentJournal {
         if !self.has_changes() {
             return None;
         }
+        let delta_bytes = self.pending_bytes(tables);
         let changed = std::mem::take(&mut self.changed);
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);
-        let row_bytes = (tables.bytes() / tables.len().max(1)).max(MIN_DELTA_ROW_BYTES);
-        let delta_bytes = changed.len().saturating_mul(row_bytes);
         let base = match self.since_base {
             None => true,
             Some(written) => written.saturating_add(delta_bytes) > limit,

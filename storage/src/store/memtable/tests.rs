@@ -21,8 +21,10 @@ fn unbounded() -> Memtable {
     Memtable::new(
         MemtableConfig {
             flush_bytes: usize::MAX,
+            flush_resident_bytes: usize::MAX,
             flush_interval: Duration::from_secs(3600),
             max_bytes: usize::MAX,
+            max_preimage_bytes: usize::MAX,
         },
         ResidentState::default(),
     )
@@ -90,6 +92,7 @@ fn newest_write_wins_across_layers_and_removals_are_remembered() {
             flush_bytes: 1,
             flush_interval: Duration::from_secs(3600),
             max_bytes: 1 << 20,
+            ..MemtableConfig::default()
         },
         ResidentState::default(),
     );
@@ -136,6 +139,7 @@ fn a_writer_waits_for_room_until_flushes_free_it() {
             flush_bytes: 100,
             flush_interval: Duration::from_secs(3600),
             max_bytes: 300,
+            ..MemtableConfig::default()
         },
         ResidentState::default(),
     ));
@@ -204,6 +208,7 @@ fn writers_wait_at_the_same_limit_during_an_export() {
             flush_bytes: 100,
             flush_interval: Duration::from_secs(3600),
             max_bytes: 300,
+            ..MemtableConfig::default()
         },
         ResidentState::default(),
     );
@@ -236,4 +241,89 @@ fn waiting_for_an_export_ends_with_it_or_at_the_deadline() {
     };
     assert!(memtable.wait_export_ended(Duration::from_secs(30)));
     ender.join().expect("join");
+}
+
+/// A write of a remembered reply (a resident table's row): `None` removes it.
+fn reply(name: &str, value: Option<&str>) -> TxnWrites {
+    let mut key = vec![crate::layout::Table::Replies.prefix()];
+    key.extend_from_slice(name.as_bytes());
+    let write = match value {
+        Some(v) => TxnWrite::Put(v.as_bytes().to_vec()),
+        None => TxnWrite::Remove,
+    };
+    TxnWrites::from([(key, write)])
+}
+
+/// The reply memory's changes are accounted before their layer freezes (the changed keys are
+/// held), and a load that only changes them freezes a layer at `flush_resident_bytes`, however
+/// small the map.
+#[test]
+fn resident_changes_count_as_memory_and_freeze_the_layer_at_their_own_size() {
+    let table = Memtable::new(
+        MemtableConfig {
+            flush_bytes: usize::MAX,
+            flush_resident_bytes: 1_000,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: usize::MAX,
+            max_preimage_bytes: usize::MAX,
+        },
+        ResidentState::default(),
+    );
+    table.commit(reply("first", Some("ok")));
+    let one = table.bytes();
+    assert!(one > 0, "one changed row is held while the map is empty");
+    table.commit(reply("first", Some("no")));
+    assert_eq!(table.bytes(), one, "a row changed twice is one change");
+    let mut commits = 1;
+    while table.writable() == 0 {
+        commits += 1;
+        assert!(commits < 1_000, "never froze on resident changes");
+        table.commit(reply(&format!("r{commits:04}"), Some("ok")));
+    }
+    assert!(commits > 1, "not frozen before the estimate reached the threshold");
+    let frozen = table.next_to_write().expect("a frozen layer");
+    let entry = frozen.entry.clone().expect("it carries the changes");
+    assert!(
+        entry.held_bytes >= 1_000,
+        "frozen at the threshold, not before"
+    );
+    assert_eq!(
+        table.bytes(),
+        entry.held_bytes,
+        "held now by the frozen layer (its map holds no write)"
+    );
+    table.written();
+    assert_eq!(table.bytes(), 0, "written: nothing left in memory");
+}
+
+/// Apply waits for room once the frozen layers and the resident tables' pending changes
+/// together reach `max_bytes`: changes of the reply memory alone can fill it.
+#[test]
+fn resident_changes_fill_the_room_a_writer_waits_for() {
+    let table = Memtable::new(
+        MemtableConfig {
+            flush_bytes: 100,
+            flush_resident_bytes: usize::MAX,
+            flush_interval: Duration::from_secs(3600),
+            max_bytes: 2_000,
+            max_preimage_bytes: usize::MAX,
+        },
+        ResidentState::default(),
+    );
+    table.commit(writes(&[("a", Some(&"x".repeat(200)))]));
+    assert_eq!(table.writable(), 1, "the map froze at flush_bytes");
+    assert!(!table.is_full());
+    let mut commits = 0;
+    while !table.is_full() {
+        commits += 1;
+        assert!(commits < 1_000, "resident changes never filled the room");
+        table.commit(reply(&format!("r{commits:04}"), Some("ok")));
+    }
+    assert!(table.bytes() >= 2_000);
+    table.next_to_write().expect("the frozen map");
+    table.written();
+    assert!(
+        !table.is_full(),
+        "with no flush pending the writer never waits"
+    );
 }
