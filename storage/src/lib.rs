@@ -27,6 +27,7 @@ pub mod devicebound;
 pub mod dirs;
 pub mod engine;
 pub mod error;
+pub mod gradual_remove;
 pub mod keyspace;
 pub mod layout;
 pub mod machine;

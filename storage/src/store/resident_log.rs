@@ -224,7 +224,8 @@ impl ResidentLog {
         for old in self.files.drain(..keep_from) {
             let path = self.dir.join(file_name(old));
             let size = std::fs::metadata(&path).map_or(0, |meta| meta.len());
-            std::fs::remove_file(&path)?;
+            // Tens of MiB each: freed gradually, not to hold up the Raft log's fdatasync.
+            crate::gradual_remove::remove(&path)?;
             self.bytes.fetch_sub(
                 size.min(self.bytes.load(Ordering::Relaxed)),
                 Ordering::Relaxed,

@@ -772,9 +772,7 @@ impl SnapshotExport {
         let file = match self.write_file(&tmp, &final_path, header) {
             Ok(file) => file,
             Err(err) => {
-                if let Err(removing) = std::fs::remove_file(&tmp)
-                    && removing.kind() != std::io::ErrorKind::NotFound
-                {
+                if let Err(removing) = crate::gradual_remove::remove(&tmp) {
                     tracing::warn!(path = %tmp.display(), error = %removing, "could not remove a failed snapshot export");
                 }
                 return Err(err);
@@ -884,7 +882,7 @@ fn remove_temporary_files(snapshot_dir: &Path) -> Result<()> {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "tmp") {
             tracing::info!(path = %path.display(), "removing an unfinished snapshot file");
-            std::fs::remove_file(&path)?;
+            crate::gradual_remove::remove(&path)?;
         }
     }
     Ok(())

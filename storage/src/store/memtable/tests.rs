@@ -280,7 +280,10 @@ fn resident_changes_count_as_memory_and_freeze_the_layer_at_their_own_size() {
         assert!(commits < 1_000, "never froze on resident changes");
         table.commit(reply(&format!("r{commits:04}"), Some("ok")));
     }
-    assert!(commits > 1, "not frozen before the estimate reached the threshold");
+    assert!(
+        commits > 1,
+        "not frozen before the estimate reached the threshold"
+    );
     let frozen = table.next_to_write().expect("a frozen layer");
     let entry = frozen.entry.clone().expect("it carries the changes");
     assert!(
