@@ -3,8 +3,9 @@
 
 Writes and syncs a SIZE_MIB file in DIR, then appends 221 bytes + fdatasync in a loop for 4 s
 (what the Raft log's flush thread does per group commit); 1 s in, a second thread removes the
-large file: at once (`unlink`) or cut down CHUNK_MIB at a time with a 5 ms pause between cuts
-before it is unlinked (`cut`, what `statestore_storage::gradual_remove` does). Prints the
+large file: at once (`unlink`), or unlinked and then cut down CHUNK_MIB at a time through its
+open handle with a 5 ms pause between cuts (`cut`, what `statestore_storage::gradual_remove`
+does). Prints the
 removal's time and the appends' p50 / p99 / max in ms.
 
 usage: fsync_under_unlink.py DIR SIZE_MIB {unlink,cut} [--chunk-mib 16]
@@ -33,13 +34,15 @@ def main():
         t0 = time.monotonic()
         if a.mode == "cut":
             fd = os.open(big, os.O_WRONLY)
+            os.unlink(big)
             left = a.size_mib
             while left > 0:
                 left = max(0, left - a.chunk_mib)
                 os.ftruncate(fd, left << 20)
                 time.sleep(0.005)
             os.close(fd)
-        os.unlink(big)
+        else:
+            os.unlink(big)
         removal["ms"] = (time.monotonic() - t0) * 1000
 
     w = os.open(wal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

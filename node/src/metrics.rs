@@ -219,6 +219,10 @@ pub struct StoreMetrics {
     pub db_level0_tables: IntGauge,
     /// `statestore_disk_compaction_waits_total`
     pub compaction_waits_total: IntCounter,
+    /// `statestore_disk_files_being_freed`
+    pub files_being_freed: IntGauge,
+    /// `statestore_disk_bytes_being_freed`
+    pub bytes_being_freed: IntGauge,
     /// `statestore_reply_memory_resident_entries`
     pub remembered_replies: IntGauge,
     /// `statestore_reply_memory_resident_bytes`
@@ -331,6 +335,14 @@ impl StoreMetrics {
             compaction_waits_total: metric!(IntCounter::new(
                 "statestore_disk_compaction_waits_total",
                 "Times the memtable flush waited for the state database's compaction (20 tables in level 0) before writing a layer."
+            )),
+            files_being_freed: metric!(IntGauge::new(
+                "statestore_disk_files_being_freed",
+                "Removed files (old snapshots, old reply-memory logs) whose blocks a background thread is freeing 16 MiB at a time (at most 64 queued)."
+            )),
+            bytes_being_freed: metric!(IntGauge::new(
+                "statestore_disk_bytes_being_freed",
+                "Bytes of the files in statestore_disk_files_being_freed, as they were when queued."
             )),
             remembered_replies: metric!(IntGauge::new(
                 "statestore_reply_memory_resident_entries",
@@ -686,6 +698,8 @@ impl NodeMetrics {
         register(&registry, &store.snapshot_preimage_waits_total)?;
         register(&registry, &store.db_level0_tables)?;
         register(&registry, &store.compaction_waits_total)?;
+        register(&registry, &store.files_being_freed)?;
+        register(&registry, &store.bytes_being_freed)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
         register(&registry, &store.reply_log_bytes)?;

@@ -471,5 +471,12 @@ async fn sample_gauges(
                 .set(i64::try_from(state.level0_tables()).unwrap_or(i64::MAX));
             crate::metrics::raise_to(&gauges.compaction_waits_total, state.compaction_waits());
         }
+        let (files, bytes) = statestore_storage::gradual_remove::pending();
+        gauges
+            .files_being_freed
+            .set(i64::try_from(files).unwrap_or(i64::MAX));
+        gauges
+            .bytes_being_freed
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 }

@@ -10,6 +10,8 @@
 //! keys is about 600 MB, and the old one is removed after every new snapshot. RocksDB's `DeleteScheduler` (`bytes_max_delete_chunk`)
 //! does the same.
 //!
+//! The cuts run on one background thread ([`Reaper`]): whoever removes a file only unlinks it.
+//!
 //! A file another handle may still read (a snapshot being sent to a follower) must not be cut:
 //! readers of such files take a shared `flock` ([`lock_for_reading`]), and the remover cuts only
 //! a file it could lock exclusively; otherwise it only unlinks it (its blocks are freed when the
@@ -18,6 +20,9 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustix::fs::FlockOperation;
@@ -43,6 +48,7 @@ pub fn cut_lengths(len: u64, step: u64) -> impl Iterator<Item = u64> {
 }
 
 /// A file unlinked from its directory whose blocks are still to be freed ([`Unlinked::free`]).
+/// Dropped instead, its blocks are freed at once when its handle closes.
 #[derive(Debug)]
 pub struct Unlinked {
     file: File,
@@ -50,7 +56,7 @@ pub struct Unlinked {
 
 impl Unlinked {
     /// Frees the file's blocks, [`CUT_BYTES`] at a time, pausing [`CUT_PAUSE`] between cuts.
-    /// Blocking: call it from a background thread, holding no lock others wait for.
+    /// Blocking: the [`Reaper`] calls it on its own thread.
     pub fn free(self) -> io::Result<()> {
         self.free_in_steps(CUT_BYTES, CUT_PAUSE)
     }
@@ -67,10 +73,113 @@ impl Unlinked {
     }
 }
 
+/// Files whose blocks one background thread frees, one after another, so that no caller
+/// (apply, the memtable's flush, an export, an install, an open) waits for the cuts or holds a
+/// lock meanwhile.
+pub struct Reaper {
+    to_free: SyncSender<(Unlinked, u64)>,
+    thread: std::thread::JoinHandle<()>,
+    pending: Arc<Pending>,
+}
+
+/// What a reaper has queued or is freeing.
+#[derive(Debug, Default)]
+struct Pending {
+    files: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Pending {
+    fn add(&self, bytes: u64) {
+        self.files.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn done(&self, bytes: u64) {
+        self.files.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Unlinked files waiting for the reaper; beyond this a file is freed at once (dropped), as an
+/// unlink would. Each holds one file descriptor.
+pub const REAPER_QUEUE: usize = 64;
+
+impl Reaper {
+    /// Starts the thread.
+    pub fn start() -> io::Result<Reaper> {
+        let (to_free, queue) = sync_channel::<(Unlinked, u64)>(REAPER_QUEUE);
+        let pending = Arc::new(Pending::default());
+        let freeing = pending.clone();
+        let thread = std::thread::Builder::new()
+            .name("file-reaper".into())
+            .spawn(move || {
+                for (unlinked, bytes) in queue {
+                    if let Err(err) = unlinked.free() {
+                        tracing::warn!(error = %err, "freeing a removed file's blocks gradually failed (they are freed as its handle closes)");
+                    }
+                    freeing.done(bytes);
+                }
+            })?;
+        Ok(Reaper {
+            to_free,
+            thread,
+            pending,
+        })
+    }
+
+    /// Queues `unlinked` to be freed; false (and freed at once) if the queue is full.
+    pub fn free_later(&self, unlinked: Unlinked) -> bool {
+        let bytes = unlinked.file.metadata().map_or(0, |meta| meta.len());
+        self.pending.add(bytes);
+        match self.to_free.try_send((unlinked, bytes)) {
+            Ok(()) => true,
+            Err(TrySendError::Full((unlinked, _)) | TrySendError::Disconnected((unlinked, _))) => {
+                tracing::debug!("the file reaper's queue is full; a removed file is freed at once");
+                drop(unlinked);
+                self.pending.done(bytes);
+                false
+            }
+        }
+    }
+
+    /// Files queued or being freed, and their bytes when queued.
+    pub fn pending(&self) -> (u64, u64) {
+        (
+            self.pending.files.load(Ordering::Relaxed),
+            self.pending.bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Frees what is queued, then stops the thread.
+    pub fn finish(self) {
+        drop(self.to_free);
+        if self.thread.join().is_err() {
+            tracing::warn!("the file reaper panicked");
+        }
+    }
+}
+
+/// The process's reaper, started on first use (`None` if its thread could not be started:
+/// files are then freed at once).
+fn reaper() -> Option<&'static Reaper> {
+    static REAPER: OnceLock<Option<Reaper>> = OnceLock::new();
+    REAPER
+        .get_or_init(|| {
+            Reaper::start()
+                .inspect_err(|err| {
+                    tracing::warn!(error = %err, "no file reaper thread; removed files are freed at once");
+                })
+                .ok()
+        })
+        .as_ref()
+}
+
 /// Takes a shared lock on `file`, a snapshot handed out for reading, so that a removal does not
 /// cut it while it is read (the lock goes with the handle). Take it before the file's name can
-/// be removed (under the lock that orders both). On a file system without `flock` this does
-/// nothing, and the remover's exclusive lock fails there too: files are then only unlinked.
+/// be removed, under the lock that orders both: then no remover holds the exclusive lock on it,
+/// and a failure here means a file system without `flock`, where the remover's exclusive lock
+/// fails too, and files are only unlinked.
 pub fn lock_for_reading(file: &File) {
     if let Err(err) = rustix::fs::flock(file, FlockOperation::NonBlockingLockShared) {
         tracing::debug!(error = %err, "no shared lock on a snapshot handed out for reading");
@@ -97,13 +206,22 @@ pub fn unlink(path: &Path) -> io::Result<Option<Unlinked>> {
     Ok(unread.map(|file| Unlinked { file }))
 }
 
-/// Removes `path`, a file no other handle reads, freeing its blocks gradually. Blocking. `Ok`
-/// if there was no such file.
+/// Files the process's reaper has queued or is freeing, and their bytes
+/// (`statestore_disk_files_being_freed`, `statestore_disk_bytes_being_freed`).
+pub fn pending() -> (u64, u64) {
+    reaper().map_or((0, 0), Reaper::pending)
+}
+
+/// Removes `path` now and has the process's [`Reaper`] free its blocks (unless a reader holds
+/// it). Never waits for the freeing. `Ok` if there was no such file; an error only if the name
+/// could not be removed.
 pub fn remove(path: &Path) -> io::Result<()> {
-    match unlink(path)? {
-        Some(unlinked) => unlinked.free(),
-        None => Ok(()),
+    if let Some(unlinked) = unlink(path)?
+        && let Some(reaper) = reaper()
+    {
+        reaper.free_later(unlinked);
     }
+    Ok(())
 }
 
 #[cfg(test)]

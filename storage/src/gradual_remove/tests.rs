@@ -52,6 +52,12 @@ fn a_file_being_read_is_only_unlinked_and_stays_whole_for_its_reader() {
     file_of(&path, 50_000);
     let mut reader = File::open(&path).expect("open");
     lock_for_reading(&reader);
+    let other = File::open(&path).expect("open again");
+    assert!(
+        rustix::fs::flock(&other, FlockOperation::NonBlockingLockExclusive).is_err(),
+        "the reader's shared lock took"
+    );
+    drop(other);
     assert!(
         unlink(&path).expect("unlink").is_none(),
         "a read file is not cut"
@@ -82,4 +88,26 @@ fn removing_a_missing_file_is_no_error() {
     file_of(&path, 10);
     remove(&path).expect("remove");
     assert!(!path.exists());
+}
+
+#[test]
+fn the_reaper_frees_what_it_was_handed_before_it_finishes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reaper = Reaper::start().expect("reaper");
+    let mut handles = Vec::new();
+    for name in ["one", "two"] {
+        let path = dir.path().join(name);
+        file_of(&path, 3 * 1024 * 1024);
+        let unlinked = unlink(&path).expect("unlink").expect("nobody reads it");
+        handles.push(unlinked.file.try_clone().expect("dup"));
+        assert!(reaper.free_later(unlinked), "queued");
+    }
+    let reaper_pending = reaper.pending.clone();
+    reaper.finish();
+    // Every file queued is counted off once freed, by the bytes it was counted with.
+    assert_eq!(reaper_pending.files.load(Ordering::Relaxed), 0);
+    assert_eq!(reaper_pending.bytes.load(Ordering::Relaxed), 0);
+    for handle in handles {
+        assert_eq!(handle.metadata().expect("stat").len(), 0, "freed");
+    }
 }

@@ -16,11 +16,11 @@
 //! waiting for its offer (an install renames its file into place before the state switches to
 //! it, for crash safety) is never deleted under it.
 //!
-//! A file no longer current is unlinked under the lock and its blocks freed gradually after it
-//! ([`gradual_remove`]: one unlink of a 600 MB file held a Raft log `fdatasync` for 70 ms), unless
-//! a handle handed out for reading still holds it: every handle this module opens takes a
-//! shared lock on its file, under the same lock, so a file being sent to a follower is only
-//! unlinked and stays whole for it.
+//! A file no longer current is unlinked under the lock and its blocks freed gradually by a
+//! background thread ([`gradual_remove`]: one unlink of 640 MiB held a Raft log `fdatasync` for
+//! up to 22-73 ms), unless a handle handed out for reading still holds it: every handle this
+//! module opens takes a shared lock on its file, under the same lock, so a file being sent to a
+//! follower is only unlinked and stays whole for it.
 //!
 //! The position of the current file is known from the first time this process sets it. Before
 //! that it is unknown and any new file wins: after an open, the state is at least as far as the
@@ -166,27 +166,6 @@ impl CurrentSnapshot {
     }
 
     fn offer(&self, file: SnapshotFile, last_index: Option<u64>, rule: Rule) -> Result<Offered> {
-        let mut removed = Vec::new();
-        let offered = self.offer_removing(file, last_index, rule, &mut removed);
-        // Their blocks are freed after the lock is let go: opening the current snapshot (to
-        // send it to a follower) never waits for that.
-        for file in removed {
-            if let Err(err) = file.free() {
-                tracing::warn!(error = %err, "freeing an old snapshot file's blocks failed (they are freed when the process closes it)");
-            }
-        }
-        offered
-    }
-
-    /// [`CurrentSnapshot::offer`] under the lock; the files it unlinks are left in `removed`
-    /// for their blocks to be freed.
-    fn offer_removing(
-        &self,
-        file: SnapshotFile,
-        last_index: Option<u64>,
-        rule: Rule,
-        removed: &mut Vec<gradual_remove::Unlinked>,
-    ) -> Result<Offered> {
         let mut order = self.lock();
         let name = file_name(&file.path);
         order.reserved.remove(&name);
@@ -195,7 +174,7 @@ impl CurrentSnapshot {
             && current > last_index
             && let Some(current) = self.open_recorded()?
         {
-            removed.extend(remove_if_present(&file.path));
+            remove_if_present(&file.path);
             tracing::info!(
                 superseded = %file.path.display(),
                 current = %current.file.path.display(),
@@ -215,7 +194,7 @@ impl CurrentSnapshot {
                 && file_name != name
                 && !order.reserved.contains(&file_name)
             {
-                removed.extend(remove_if_present(&entry.path()));
+                remove_if_present(&entry.path());
             }
         }
         let handle = File::open(&file.path)?;
@@ -248,14 +227,14 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Unlinks a snapshot file no longer current; returns it for its blocks to be freed unless a
-/// reader still holds it (see [`gradual_remove`]). A failure only leaves disk space in use
-/// (the next snapshot made current tries again), so it is logged, not returned.
-fn remove_if_present(path: &Path) -> Option<gradual_remove::Unlinked> {
-    gradual_remove::unlink(path).unwrap_or_else(|err| {
+/// Deletes a snapshot file no longer current: unlinked now, its blocks freed gradually in the
+/// background unless a reader still holds it (see [`gradual_remove`]). A failure only leaves
+/// disk space in use (the next snapshot made current tries again), so it is logged, not
+/// returned.
+fn remove_if_present(path: &Path) {
+    if let Err(err) = gradual_remove::remove(path) {
         tracing::warn!(path = %path.display(), error = %err, "could not delete an old snapshot file");
-        None
-    })
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! its page fragments on every insert: under sustained writes the state machine spent about half
 //! of a follower's CPU inside sled's `Tree::apply_batch` (see BENCHMARKS.md). Applied writes land
 //! here first, in an ordered map that later writes to the same key overwrite; once it holds
-//! [`MemtableConfig::flush_bytes`] or is [`MemtableConfig::flush_interval`] old it is frozen, and
+//! [`MemtableConfig::flush_bytes`] (or the reply memory's changes since the last layer reach
+//! [`MemtableConfig::flush_resident_bytes`]) or is [`MemtableConfig::flush_interval`] old it is
+//! frozen, and
 //! a background thread writes frozen maps into fjall, oldest first, each as one table file that
 //! joins the keyspace atomically
 //! ([`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)). Keys written many times
