@@ -435,11 +435,10 @@ impl StoreMetrics {
     /// Sets the gauges read from the replicated store-wide record: keys, bytes, quotas and their
     /// use, registrations, the reply memory and its evictions.
     pub fn record_keyspace(&self, meta: &KeyspaceMeta) {
-        let as_gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        self.keys.set(as_gauge(meta.keys));
-        self.size_bytes.set(as_gauge(meta.bytes));
-        self.quota_limit_keys.set(as_gauge(meta.limits.max_keys));
-        self.quota_limit_bytes.set(as_gauge(meta.limits.max_bytes));
+        set_gauge(&self.keys, meta.keys);
+        set_gauge(&self.size_bytes, meta.bytes);
+        set_gauge(&self.quota_limit_keys, meta.limits.max_keys);
+        set_gauge(&self.quota_limit_bytes, meta.limits.max_bytes);
         let ratio = |used: u64, limit: u64| {
             if limit == 0 {
                 1.0
@@ -454,11 +453,12 @@ impl StoreMetrics {
                 .max(ratio(meta.bytes, meta.limits.max_bytes))
                 .max(ratio(meta.registrations, meta.limits.max_registrations)),
         );
-        self.registrations.set(as_gauge(meta.registrations));
-        self.reply_memory_entries
-            .set(as_gauge(meta.remembered_replies));
-        self.reply_memory_counted_bytes
-            .set(as_gauge(meta.remembered_reply_bytes));
+        set_gauge(&self.registrations, meta.registrations);
+        set_gauge(&self.reply_memory_entries, meta.remembered_replies);
+        set_gauge(
+            &self.reply_memory_counted_bytes,
+            meta.remembered_reply_bytes,
+        );
         // Replicated and cumulative, while this process counts from 0: advance by what is new.
         raise_to(&self.reply_memory_evicted_total, meta.replies_evicted);
         raise_to(
@@ -467,6 +467,11 @@ impl StoreMetrics {
         );
         raise_to(&self.reply_memory_mismatches_total, meta.reply_mismatches);
     }
+}
+
+/// Sets `gauge` to `value`, a count or size kept elsewhere; past `i64::MAX` it shows `i64::MAX`.
+pub(crate) fn set_gauge(gauge: &IntGauge, value: impl TryInto<i64>) {
+    gauge.set(value.try_into().unwrap_or(i64::MAX));
 }
 
 /// Advances `counter` to `total`, a count kept elsewhere (replicated, or by the storage crate)

@@ -22,7 +22,7 @@ use crate::config::{Config, IdentitySource};
 use crate::error::NodeError;
 use crate::http::{self, HttpState};
 use crate::https::TlsListener;
-use crate::metrics::NodeMetrics;
+use crate::metrics::{NodeMetrics, raise_to, set_gauge};
 use crate::mqtt::{MqttHandle, watch_tls_files};
 use crate::service::device_push::DevicePush;
 use crate::service::device_sweep;
@@ -430,13 +430,9 @@ async fn sample_gauges(
         }
         let sized = store.clone();
         if let Ok(Ok(size)) = tokio::task::spawn_blocking(move || sized.size_on_disk()).await {
-            gauges
-                .db_size_bytes
-                .set(i64::try_from(size).unwrap_or(i64::MAX));
+            set_gauge(&gauges.db_size_bytes, size);
         }
-        gauges
-            .log_size_bytes
-            .set(i64::try_from(raft.log_size_on_disk()).unwrap_or(i64::MAX));
+        set_gauge(&gauges.log_size_bytes, raft.log_size_on_disk());
         // The index lock may wait for an apply in progress: not on a Tokio worker.
         let viewed = raft.view();
         let devicebound = metrics.devicebound.clone();
@@ -445,38 +441,22 @@ async fn sample_gauges(
         })
         .await;
         if let Ok(state) = store.state() {
-            gauges
-                .memtable_bytes
-                .set(i64::try_from(state.memtable_bytes()).unwrap_or(i64::MAX));
+            set_gauge(&gauges.memtable_bytes, state.memtable_bytes());
             let (replies, reply_bytes) = state.resident_size();
-            gauges
-                .remembered_replies
-                .set(i64::try_from(replies).unwrap_or(i64::MAX));
-            gauges
-                .reply_memory_bytes
-                .set(i64::try_from(reply_bytes).unwrap_or(i64::MAX));
-            gauges
-                .reply_log_bytes
-                .set(i64::try_from(state.reply_log_bytes()).unwrap_or(i64::MAX));
-            crate::metrics::raise_to(&gauges.memtable_stalls_total, state.memtable_stalls());
-            gauges
-                .snapshot_preimage_bytes
-                .set(i64::try_from(state.preimage_bytes()).unwrap_or(i64::MAX));
-            crate::metrics::raise_to(
+            set_gauge(&gauges.remembered_replies, replies);
+            set_gauge(&gauges.reply_memory_bytes, reply_bytes);
+            set_gauge(&gauges.reply_log_bytes, state.reply_log_bytes());
+            raise_to(&gauges.memtable_stalls_total, state.memtable_stalls());
+            set_gauge(&gauges.snapshot_preimage_bytes, state.preimage_bytes());
+            raise_to(
                 &gauges.snapshot_preimage_waits_total,
                 state.preimage_waits(),
             );
-            gauges
-                .db_level0_tables
-                .set(i64::try_from(state.level0_tables()).unwrap_or(i64::MAX));
-            crate::metrics::raise_to(&gauges.compaction_waits_total, state.compaction_waits());
+            set_gauge(&gauges.db_level0_tables, state.level0_tables());
+            raise_to(&gauges.compaction_waits_total, state.compaction_waits());
         }
         let (files, bytes) = statestore_storage::gradual_remove::pending();
-        gauges
-            .files_being_freed
-            .set(i64::try_from(files).unwrap_or(i64::MAX));
-        gauges
-            .bytes_being_freed
-            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        set_gauge(&gauges.files_being_freed, files);
+        set_gauge(&gauges.bytes_being_freed, bytes);
     }
 }

@@ -99,3 +99,14 @@ fn quota_used_ratio_is_the_fullest_of_keys_bytes_and_registrations() {
         );
     }
 }
+
+#[test]
+fn a_gauge_set_past_its_range_shows_its_largest_value_not_a_negative_one() {
+    let gauge = IntGauge::new("g", "g").expect("gauge");
+    set_gauge(&gauge, 5_u64);
+    assert_eq!(gauge.get(), 5);
+    set_gauge(&gauge, u64::MAX);
+    assert_eq!(gauge.get(), i64::MAX);
+    set_gauge(&gauge, usize::MAX);
+    assert_eq!(gauge.get(), i64::MAX);
+}
