@@ -10,7 +10,7 @@
 //! keys is about 600 MB, and the old one is removed after every new snapshot. RocksDB's `DeleteScheduler` (`bytes_max_delete_chunk`)
 //! does the same.
 //!
-//! The cuts run on one background thread ([`Reaper`]): whoever removes a file only unlinks it.
+//! The cuts run on one background thread (`Reaper`): whoever removes a file only unlinks it.
 //!
 //! A file another handle may still read (a snapshot being sent to a follower) must not be cut:
 //! readers of such files take a shared `flock` ([`lock_for_reading`]), and the remover cuts only
@@ -35,7 +35,7 @@ pub const CUT_PAUSE: Duration = Duration::from_millis(5);
 
 /// The lengths a file of `len` bytes is cut to, one after another, ending at 0 (nothing for an
 /// empty file).
-pub fn cut_lengths(len: u64, step: u64) -> impl Iterator<Item = u64> {
+fn cut_lengths(len: u64, step: u64) -> impl Iterator<Item = u64> {
     let step = step.max(1);
     let mut left = len;
     std::iter::from_fn(move || {
@@ -50,14 +50,14 @@ pub fn cut_lengths(len: u64, step: u64) -> impl Iterator<Item = u64> {
 /// A file unlinked from its directory whose blocks are still to be freed ([`Unlinked::free`]).
 /// Dropped instead, its blocks are freed at once when its handle closes.
 #[derive(Debug)]
-pub struct Unlinked {
+struct Unlinked {
     file: File,
 }
 
 impl Unlinked {
     /// Frees the file's blocks, [`CUT_BYTES`] at a time, pausing [`CUT_PAUSE`] between cuts.
     /// Blocking: the [`Reaper`] calls it on its own thread.
-    pub fn free(self) -> io::Result<()> {
+    fn free(self) -> io::Result<()> {
         self.free_in_steps(CUT_BYTES, CUT_PAUSE)
     }
 
@@ -76,8 +76,15 @@ impl Unlinked {
 /// Files whose blocks one background thread frees, one after another, so that no caller
 /// (apply, the memtable's flush, an export, an install, an open) waits for the cuts or holds a
 /// lock meanwhile.
-pub struct Reaper {
+struct Reaper {
     to_free: SyncSender<(Unlinked, u64)>,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "joined by tests only: the process's reaper runs until exit"
+        )
+    )]
     thread: std::thread::JoinHandle<()>,
     pending: Arc<Pending>,
 }
@@ -107,7 +114,7 @@ pub const REAPER_QUEUE: usize = 64;
 
 impl Reaper {
     /// Starts the thread.
-    pub fn start() -> io::Result<Reaper> {
+    fn start() -> io::Result<Reaper> {
         let (to_free, queue) = sync_channel::<(Unlinked, u64)>(REAPER_QUEUE);
         let pending = Arc::new(Pending::default());
         let freeing = pending.clone();
@@ -129,7 +136,7 @@ impl Reaper {
     }
 
     /// Queues `unlinked` to be freed; false (and freed at once) if the queue is full.
-    pub fn free_later(&self, unlinked: Unlinked) -> bool {
+    fn free_later(&self, unlinked: Unlinked) -> bool {
         let bytes = unlinked.file.metadata().map_or(0, |meta| meta.len());
         self.pending.add(bytes);
         match self.to_free.try_send((unlinked, bytes)) {
@@ -144,15 +151,16 @@ impl Reaper {
     }
 
     /// Files queued or being freed, and their bytes when queued.
-    pub fn pending(&self) -> (u64, u64) {
+    fn pending(&self) -> (u64, u64) {
         (
             self.pending.files.load(Ordering::Relaxed),
             self.pending.bytes.load(Ordering::Relaxed),
         )
     }
 
-    /// Frees what is queued, then stops the thread.
-    pub fn finish(self) {
+    /// Frees what is queued, then stops the thread (the process's reaper runs until exit).
+    #[cfg(test)]
+    fn finish(self) {
         drop(self.to_free);
         if self.thread.join().is_err() {
             tracing::warn!("the file reaper panicked");
@@ -189,7 +197,7 @@ pub fn lock_for_reading(file: &File) {
 /// Unlinks `path`. Returns the file for [`Unlinked::free`] unless a reader holds it
 /// ([`lock_for_reading`]): then its blocks are freed when the last reader closes it. `Ok(None)`
 /// too if there was no such file.
-pub fn unlink(path: &Path) -> io::Result<Option<Unlinked>> {
+fn unlink(path: &Path) -> io::Result<Option<Unlinked>> {
     let file = match OpenOptions::new().write(true).open(path) {
         Ok(file) => Some(file),
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -212,9 +220,9 @@ pub fn pending() -> (u64, u64) {
     reaper().map_or((0, 0), Reaper::pending)
 }
 
-/// Removes `path` now and has the process's [`Reaper`] free its blocks (unless a reader holds
-/// it). Never waits for the freeing. `Ok` if there was no such file; an error only if the name
-/// could not be removed.
+/// Removes `path` now and has the process's background thread free its blocks (unless a
+/// reader holds it). Never waits for the freeing. `Ok` if there was no such file; an error only
+/// if the name could not be removed.
 pub fn remove(path: &Path) -> io::Result<()> {
     if let Some(unlinked) = unlink(path)?
         && let Some(reaper) = reaper()

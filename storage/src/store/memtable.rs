@@ -6,9 +6,8 @@
 //! here first, in an ordered map that later writes to the same key overwrite; once it holds
 //! [`MemtableConfig::flush_bytes`] (or the reply memory's changes since the last layer reach
 //! [`MemtableConfig::flush_resident_bytes`]) or is [`MemtableConfig::flush_interval`] old it is
-//! frozen, and
-//! a background thread writes frozen maps into fjall, oldest first, each as one table file that
-//! joins the keyspace atomically
+//! frozen, and a background thread writes frozen maps into fjall, oldest first, each as one
+//! table file that joins the keyspace atomically
 //! ([`Tree::ingest_layer`](crate::store::tree::Tree::ingest_layer)). Keys written many times
 //! (hot keys, the keyspace counters) reach fjall once per interval.
 //!
@@ -66,7 +65,7 @@ pub struct MemtableConfig {
     /// Freeze the active map once it holds this many bytes...
     pub flush_bytes: usize,
     /// ... or once the resident tables' changes since the last layer are estimated at this
-    /// many bytes ([`ResidentJournal::pending_bytes`]: a load that only rewrites a few keys
+    /// many bytes (`ResidentJournal::pending_bytes`: a load that only rewrites a few keys
     /// still adds rows to the reply memory)...
     pub flush_resident_bytes: usize,
     /// ... or once its oldest write is this old.
@@ -74,8 +73,7 @@ pub struct MemtableConfig {
     /// Writers wait while the maps and the resident tables' pending changes hold this many
     /// bytes in all.
     pub max_bytes: usize,
-    /// The pre-images an export keeps hold at most this many bytes (see
-    /// [`preimage`](crate::store::preimage)).
+    /// The pre-images an export keeps hold at most this many bytes (see `store::preimage`).
     pub max_preimage_bytes: usize,
 }
 
