@@ -295,7 +295,7 @@ impl Memtable {
         } = &mut *layers;
         for (key, write) in writes {
             if resident::contains(&key) {
-                journal.note(&key);
+                journal.note();
                 match write.into_value() {
                     Some(value) => resident.put(key, value),
                     None => resident.remove(&key),

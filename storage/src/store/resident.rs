@@ -83,6 +83,23 @@ impl ResidentTables {
         self.rows.iter().map(|(k, v)| (&**k, &**v))
     }
 
+    /// The rows that differ from `self` (an older version) in `newer`, ascending: `Some` value
+    /// for a row set or changed, `None` for a row removed. Subtrees the two versions share are
+    /// skipped unvisited (`imbl`'s diff), so the time grows with the nodes changed between them,
+    /// not with the tables.
+    pub fn changes_to<'a>(
+        &'a self,
+        newer: &'a ResidentTables,
+    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+        self.rows.diff(&newer.rows).map(|change| match change {
+            imbl::ordmap::DiffItem::Add(key, value)
+            | imbl::ordmap::DiffItem::Update {
+                new: (key, value), ..
+            } => (&**key, Some(&**value)),
+            imbl::ordmap::DiffItem::Remove(key, _) => (&**key, None),
+        })
+    }
+
     /// A row's value.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.rows.get(key).map(|v| &**v)

@@ -3,8 +3,7 @@
 //! their own files).
 //!
 //! A *base* entry holds every row; each later *delta* holds the rows changed since the layer
-//! before (a removed row as a tombstone), read from the tables as they are when the layer
-//! freezes. Replaying the newest base up to some entry and the deltas after it, in order, gives
+//! before (a removed row as a tombstone), as the tables are when the layer freezes. Replaying the newest base up to some entry and the deltas after it, in order, gives
 //! the tables as of that entry's layer. Once the deltas since the base would hold more than
 //! [`REBASE_FACTOR`] times the live rows, the layer writes a new base instead: the journal
 //! stays within a few times the reply memory, and each remembered reply is written about once
@@ -15,18 +14,21 @@
 //! [`seq_record`]), so a restart knows which entry fjall's state goes with.
 //!
 //! A layer freezes under the memtable's lock, so it only *takes* its entry there, in time that
-//! does not grow with the rows ([`ResidentJournal::take_layer`]: the set of changed keys, moved,
-//! and the tables as they are, a clone that copies nothing); the flush thread reads the changed
-//! rows from that version and encodes them ([`PendingEntry::encode`]) before it logs the entry.
+//! does not grow with the rows ([`ResidentJournal::take_layer`]: the tables as they are, and as
+//! they were when the layer before was taken, two clones that copy nothing); the flush thread
+//! finds the changed rows by comparing the two versions, skipping the nodes they share
+//! ([`ResidentTables::changes_to`]), and encodes them ([`PendingEntry::encode`]) before it logs
+//! the entry. Apply only counts its changes ([`ResidentJournal::note`]): a set of the changed
+//! keys, kept by apply under the memtable's lock, cost a follower 10-15 % of its CPU at SET
+//! 64×8 (`perf`: two to four probes per write into a set of ~400,000 keys, each a cache miss).
 //! (Reading the rows under the lock instead cost the writer 64-234 ms per layer at 25,000
 //! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.) A
 //! pending version shares every node with the live tables except those changed since it was
 //! taken, so it holds at most one copy of the tables, for as long as its layer waits for the
 //! flush thread. Whether it is a base or a delta is decided when it is taken, from an estimate
-//! of the delta's size (the changed rows at the tables' mean row size, at least
-//! [`MIN_DELTA_ROW_BYTES`] each).
-
-use std::collections::BTreeSet;
+//! of the delta's size (the changes counted, at the tables' mean row size, at least
+//! [`MIN_DELTA_ROW_BYTES`] each; a row changed twice counts twice, so the estimate is an upper
+//! bound).
 
 use serde_bytes::ByteBuf;
 
@@ -82,30 +84,31 @@ pub struct PendingEntry {
     pub base: bool,
     /// The tables as of the layer (sharing their nodes with the live tables).
     tables: ResidentTables,
-    /// For a delta: the keys of the rows changed since the layer before. (A base keeps the set
-    /// too, unread, so that it is freed by the flush thread and not under the memtable's lock.)
-    changed: BTreeSet<Vec<u8>>,
+    /// The tables as of the layer before (sharing their nodes with `tables`): a delta holds what
+    /// differs between the two. (A base keeps it too, unread, so that the nodes only it holds
+    /// are freed by the flush thread and not under the memtable's lock.)
+    before: ResidentTables,
     /// About the memory it holds until the flush thread has written it, what the memtable
-    /// accounts it at: the changed rows at the tables' mean row size, for a base too. (Its
-    /// version of the tables shares every node with the live tables but those changed since;
-    /// a base's encoding, a buffer of the whole tables, exists only while the flush thread
-    /// writes it, one at a time.)
+    /// accounts it at: the changes counted at the tables' mean row size, for a base too. (Its
+    /// two versions of the tables share every node with the live tables but those changed
+    /// since; a base's encoding, a buffer of the whole tables, exists only while the flush
+    /// thread writes it, one at a time.)
     pub held_bytes: usize,
 }
 
 impl PendingEntry {
-    /// The entry, encoded (a delta's rows read from the tables as of its layer).
+    /// The entry, encoded (a delta's rows: those that differ between the two versions).
     pub fn encode(&self) -> JournalEntry {
         let rows = if self.base {
             encode_base(&self.tables)
         } else {
             let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
-                .changed
-                .iter()
-                .map(|key| {
+                .before
+                .changes_to(&self.tables)
+                .map(|(key, value)| {
                     (
                         serde_bytes::Bytes::new(key),
-                        self.tables.get(key).map(serde_bytes::Bytes::new),
+                        value.map(serde_bytes::Bytes::new),
                     )
                 })
                 .collect();
@@ -150,15 +153,18 @@ pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
 }
 
 /// The journal's bookkeeping: the next sequence number, what was written since the last base,
-/// and which rows changed since the last layer.
+/// the tables as of the last layer, and how many changes apply made since.
 #[derive(Debug, Default)]
 pub struct ResidentJournal {
     next_seq: u64,
     /// Bytes of the entries since the last base (the base included; deltas as estimated);
     /// `None` before the first base, which the next layer then writes.
     since_base: Option<usize>,
-    /// Rows changed since the last layer.
-    changed: BTreeSet<Vec<u8>>,
+    /// The tables as of the last layer taken (or base written): the next delta is what differs
+    /// from them.
+    taken: ResidentTables,
+    /// Changes of rows since then, each counted (a row set then removed counts twice).
+    changes: usize,
 }
 
 impl ResidentJournal {
@@ -177,28 +183,28 @@ impl ResidentJournal {
         ResidentJournal {
             next_seq,
             since_base: Some(0),
-            changed: BTreeSet::new(),
+            ..ResidentJournal::default()
         }
     }
 
-    /// Notes that a row of the tables changed (set or removed).
-    pub fn note(&mut self, key: &[u8]) {
-        if !self.changed.contains(key) {
-            self.changed.insert(key.to_vec());
-        }
+    /// Counts a change of a row of the tables (set or removed). O(1): which rows changed is
+    /// found later, by the flush thread ([`PendingEntry::encode`]).
+    pub fn note(&mut self) {
+        self.changes = self.changes.saturating_add(1);
     }
 
-    /// The next layer's delta as estimated: the rows changed since the last layer at the
-    /// tables' mean row size (at least [`MIN_DELTA_ROW_BYTES`] each). Also about what the
-    /// changed keys and, once the layer freezes, its entry hold in memory. O(1).
+    /// The next layer's delta as estimated: the changes since the last layer at the tables'
+    /// mean row size (at least [`MIN_DELTA_ROW_BYTES`] each). Also about what the nodes of the
+    /// tables changed since the last layer and, once the layer freezes, its entry hold in
+    /// memory. O(1).
     pub fn pending_bytes(&self, tables: &ResidentTables) -> usize {
         let row_bytes = (tables.bytes() / tables.len().max(1)).max(MIN_DELTA_ROW_BYTES);
-        self.changed.len().saturating_mul(row_bytes)
+        self.changes.saturating_mul(row_bytes)
     }
 
     /// True if the next layer has something to write.
     pub fn has_changes(&self) -> bool {
-        !self.changed.is_empty() || self.since_base.is_none()
+        self.changes > 0 || self.since_base.is_none()
     }
 
     /// The sequence number the next entry gets.
@@ -224,7 +230,8 @@ impl ResidentJournal {
             return None;
         }
         let delta_bytes = self.pending_bytes(tables);
-        let changed = std::mem::take(&mut self.changed);
+        self.changes = 0;
+        let before = std::mem::replace(&mut self.taken, tables.clone());
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);
@@ -243,14 +250,15 @@ impl ResidentJournal {
             seq,
             base,
             tables: tables.clone(),
-            changed,
+            before,
             held_bytes: delta_bytes,
         })
     }
 
     /// A base entry of `tables` (what a snapshot install starts the journal with).
     pub fn base(&mut self, tables: &ResidentTables) -> JournalEntry {
-        self.changed.clear();
+        self.changes = 0;
+        self.taken = tables.clone();
         self.since_base = Some(tables.bytes());
         let seq = self.next_seq;
         self.next_seq += 1;

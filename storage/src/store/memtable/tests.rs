@@ -254,8 +254,8 @@ fn reply(name: &str, value: Option<&str>) -> TxnWrites {
     TxnWrites::from([(key, write)])
 }
 
-/// The reply memory's changes are accounted before their layer freezes (the changed keys are
-/// held), and a load that only changes them freezes a layer at `flush_resident_bytes`, however
+/// The reply memory's changes are accounted before their layer freezes (the versions of the
+/// rows they replaced are held), each change counted, and a load that only changes them freezes a layer at `flush_resident_bytes`, however
 /// small the map.
 #[test]
 fn resident_changes_count_as_memory_and_freeze_the_layer_at_their_own_size() {
@@ -273,7 +273,11 @@ fn resident_changes_count_as_memory_and_freeze_the_layer_at_their_own_size() {
     let one = table.bytes();
     assert!(one > 0, "one changed row is held while the map is empty");
     table.commit(reply("first", Some("no")));
-    assert_eq!(table.bytes(), one, "a row changed twice is one change");
+    assert_eq!(
+        table.bytes(),
+        2 * one,
+        "each change counts (which rows changed is found when the layer is written)"
+    );
     let mut commits = 1;
     while table.writable() == 0 {
         commits += 1;

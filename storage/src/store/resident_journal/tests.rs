@@ -43,12 +43,12 @@ fn deltas_follow_a_base_and_replay_to_the_same_tables() {
     let mut journal = ResidentJournal::starting_at(0);
     let mut entries = Vec::new();
     tables.put(row(1), b"one".to_vec());
-    journal.note(&row(1));
+    journal.note();
     entries.extend(journal.layer_entry(&tables));
     tables.put(row(2), b"two".to_vec());
-    journal.note(&row(2));
+    journal.note();
     tables.remove(&row(1));
-    journal.note(&row(1));
+    journal.note();
     let delta = journal.layer_entry(&tables).expect("a delta");
     assert!(!delta.base);
     assert_eq!(delta.seq, 1);
@@ -65,9 +65,9 @@ fn a_taken_entry_encodes_the_rows_as_they_were_when_taken() {
     tables.put(row(1), b"one".to_vec());
     let base = journal.take_layer(&tables).expect("base");
     tables.put(row(1), b"uno".to_vec());
-    journal.note(&row(1));
+    journal.note();
     tables.put(row(2), b"two".to_vec());
-    journal.note(&row(2));
+    journal.note();
     let delta = journal.take_layer(&tables).expect("delta");
     let as_taken = tables.clone();
     tables.put(row(1), b"later".to_vec());
@@ -87,7 +87,7 @@ fn a_delta_holds_only_the_rows_that_changed() {
     }
     let base = journal.layer_entry(&tables).expect("base");
     tables.put(row(5), vec![2; 100]);
-    journal.note(&row(5));
+    journal.note();
     let delta = journal.layer_entry(&tables).expect("delta");
     assert!(
         delta.rows.len() * 100 < base.rows.len(),
@@ -95,6 +95,49 @@ fn a_delta_holds_only_the_rows_that_changed() {
         delta.rows.len(),
         base.rows.len()
     );
+}
+
+/// A delta is what differs from the tables as the layer before (or a base) left them: a row
+/// set and removed again in between is not in it, a row set back to its old value neither.
+#[test]
+fn a_delta_holds_exactly_the_rows_that_differ_from_the_layer_before() {
+    let mut tables = ResidentTables::default();
+    for i in [2, 3, 5] {
+        tables.put(row(i), b"old".to_vec());
+    }
+    let mut journal = ResidentJournal::starting_at(0);
+    journal.base(&tables);
+    tables.put(row(1), b"new".to_vec());
+    tables.put(row(2), b"changed".to_vec());
+    tables.remove(&row(3));
+    tables.put(row(4), b"brief".to_vec());
+    tables.remove(&row(4));
+    tables.put(row(5), b"other".to_vec());
+    tables.put(row(5), b"old".to_vec());
+    for _ in 0..8 {
+        journal.note();
+    }
+    let delta = journal.layer_entry(&tables).expect("a delta");
+    assert!(!delta.base);
+    let rows: Rows = codec::decode("delta", &delta.rows).expect("decodes");
+    let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = rows
+        .into_iter()
+        .map(|(key, value)| (key.into_vec(), value.map(ByteBuf::into_vec)))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            (row(1), Some(b"new".to_vec())),
+            (row(2), Some(b"changed".to_vec())),
+            (row(3), None),
+        ]
+    );
+    // The next delta starts from this layer's tables.
+    tables.put(row(6), b"six".to_vec());
+    journal.note();
+    let next = journal.layer_entry(&tables).expect("a delta");
+    let rows: Rows = codec::decode("delta", &next.rows).expect("decodes");
+    assert_eq!(rows.len(), 1);
 }
 
 /// The memtable accounts a pending entry at what it holds until written: the changed rows.
@@ -106,7 +149,7 @@ fn a_pending_base_holds_its_changed_rows_not_the_whole_tables() {
     let mut journal = ResidentJournal::starting_at(0);
     for i in 0..10_000 {
         tables.put(row(i), vec![1; 100]);
-        journal.note(&row(i));
+        journal.note();
     }
     let first = journal.take_layer(&tables).expect("the first base");
     assert!(first.base);
@@ -117,7 +160,7 @@ fn a_pending_base_holds_its_changed_rows_not_the_whole_tables() {
         for i in 0..50 {
             let key = row((round * 50 + i) % 10_000);
             tables.put(key.clone(), vec![2; 100]);
-            journal.note(&key);
+            journal.note();
         }
         let entry = journal.take_layer(&tables).expect("an entry");
         if entry.base {
@@ -145,7 +188,7 @@ fn churn_rebases_and_keeps_the_written_bytes_bounded() {
         // every layer replaces all 100 rows
         for i in 0..100 {
             tables.put(row(i), vec![(layer % 251) as u8; 200]);
-            journal.note(&row(i));
+            journal.note();
         }
         let entry = journal.layer_entry(&tables).expect("changed");
         bases += usize::from(entry.base);
@@ -228,13 +271,13 @@ proptest! {
                     let key = row(u32::from(k));
                     let value = vec![k; usize::from(n)];
                     tables.put(key.clone(), value.clone());
-                    journal.note(&key);
+                    journal.note();
                     model.insert(key, value);
                 }
                 Step::Remove(k) => {
                     let key = row(u32::from(k));
                     tables.remove(&key);
-                    journal.note(&key);
+                    journal.note();
                     model.remove(&key);
                 }
                 Step::Layer { restart } => {
@@ -268,7 +311,7 @@ fn removals_into_empty_tables_still_lead_to_a_new_base() {
     for layer in 1..10_000u32 {
         for i in 0..100 {
             tables.put(row(layer * 100 + i), vec![1; 100]);
-            journal.note(&row(layer * 100 + i));
+            journal.note();
             tables.remove(&row(layer * 100 + i));
         }
         let entry = journal.layer_entry(&tables).expect("removals");
