@@ -392,17 +392,22 @@ def details():
                  [(hq(0.5, "statestore_disk_apply_commit_duration_seconds", ["instance"]), "p50 {{instance}}"),
                   (hq(0.99, "statestore_disk_apply_commit_duration_seconds", ["instance"]), "p99 {{instance}}")],
                  "s", steps(GREEN, (0.05, ORANGE), (0.25, RED)))
-    d.timeseries("Memtable", "Applied writes held in memory before a background flush moves them into the state database "
-                 "(every 4 MiB or 15 s), per member.",
+    d.timeseries("Memtable", "Applied writes (and the reply memory's changes) held in memory before a background "
+                 "flush moves them into the state database (a layer every 16 MiB of writes, 64 MiB of reply-memory "
+                 "changes or 15 s), per member. Applies wait at 192 MiB.",
                  [(f"statestore_disk_memtable_bytes{{{SEL}}}", "{{instance}}")], "bytes",
-                 steps(GREEN, (8 * 2**20, ORANGE), (32 * 2**20, RED)))
+                 steps(GREEN, (128 * 2**20, ORANGE), (176 * 2**20, RED)))
     d.timeseries("Memtable stalls", "Applies that waited because the memtable was full while a flush ran "
                  "(increase per interval); any is worth a look at disk latency.",
                  [(f"sum by (instance) (increase(statestore_disk_memtable_stalls_total{{{SEL}}}[{RATE}]))",
                    "{{instance}}")], "short", steps(GREEN, (1, ORANGE), (10, RED)), w=12)
     d.timeseries("Disk errors", "Failed storage operations (increase per interval). Any stops Raft on that "
-                 "member, which exits (alert StatestoreDiskErrors).",
-                 [(f"sum by (instance) (increase(statestore_disk_errors_total{{{SEL}}}[{RATE}]))", "{{instance}}")],
+                 "member, which exits (alert StatestoreDiskErrors). Damaged snapshot: a snapshot of the member's "
+                 "own that failed its checks after it was written, replaced by a new one (alert "
+                 "StatestoreSnapshotDamaged).",
+                 [(f"sum by (instance) (increase(statestore_disk_errors_total{{{SEL}}}[{RATE}]))", "{{instance}}"),
+                  (f"sum by (instance) (increase(statestore_disk_snapshot_own_corrupt_total{{{SEL}}}[{RATE}]))",
+                   "damaged snapshot {{instance}}")],
                  "short", steps(GREEN, (1, RED)), w=12)
 
     d.row("Expiry")

@@ -48,6 +48,8 @@ pub struct RaftStorageMetrics {
     pub disk_errors_total: IntCounter,
     /// `statestore_disk_log_slow_flushes_total`, and the rate-limited WARN line about them.
     pub log_slow_flushes: SlowFlushReporter,
+    /// `statestore_disk_snapshot_own_corrupt_total` (see `own_snapshot`).
+    pub own_snapshot_corrupt_total: IntCounter,
     /// `statestore_storage_unclean_restarts_total`: opens that found no clean-stop marker and
     /// rebuilt the state machine (0 or 1 per process).
     pub unclean_restarts_total: IntCounter,
@@ -102,6 +104,10 @@ impl Default for RaftStorageMetrics {
                 "statestore_disk_errors_total",
                 "Storage operations that failed.",
             ),
+            own_snapshot_corrupt_total: counter(
+                "statestore_disk_snapshot_own_corrupt_total",
+                "Snapshots of this node's own that a peer refused as corrupt and that failed this node's checks too (each is replaced by a new one).",
+            ),
             log_slow_flushes: SlowFlushReporter::new(counter(
                 "statestore_disk_log_slow_flushes_total",
                 "Log appends that took longer than 50 ms from hand-over to fdatasync.",
@@ -141,6 +147,7 @@ impl RaftStorageMetrics {
         }
         registry.register(Box::new(self.apply_stall_seconds.clone()))?;
         registry.register(Box::new(self.disk_errors_total.clone()))?;
+        registry.register(Box::new(self.own_snapshot_corrupt_total.clone()))?;
         registry.register(Box::new(self.log_slow_flushes.counter()))?;
         registry.register(Box::new(self.unclean_restarts_total.clone()))?;
         registry.register(Box::new(self.open_kind.clone()))?;

@@ -10,7 +10,8 @@
 //!
 //! Snapshots are decided here: openraft asks every `snapshot_check_entries` entries, and a
 //! snapshot is built only once enough proposals or entries were applied since the last one
-//! (an entry can hold one proposal or a thousand).
+//! (an entry can hold one proposal or a thousand), or when a rebuild was asked for because
+//! this node's own snapshot is damaged (see `own_snapshot`).
 
 use std::io;
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
+use statestore_storage::error::StorageError;
 use statestore_storage::keyspace;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
 use statestore_storage::store::{
@@ -30,6 +32,7 @@ use statestore_storage::store::{
 
 use crate::applier::Applier;
 use crate::metrics::RaftStorageMetrics;
+use crate::own_snapshot::RebuildRequest;
 use crate::snapshot::SnapshotData;
 use crate::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
@@ -134,6 +137,9 @@ pub struct StateMachine {
     state: StateTree,
     metrics: Arc<RaftStorageMetrics>,
     trigger: SnapshotTrigger,
+    /// A build asked for whatever `trigger` says (this node's snapshot is damaged: see
+    /// `own_snapshot`).
+    rebuild: RebuildRequest,
     proposals_since_snapshot: u64,
     entries_since_snapshot: u64,
     /// Bytes of the proposal batches applied since the last snapshot.
@@ -163,6 +169,7 @@ impl StateMachine {
             state,
             metrics,
             trigger: trigger.jittered(),
+            rebuild: RebuildRequest::default(),
             proposals_since_snapshot: 0,
             entries_since_snapshot: 0,
             log_bytes_since_snapshot: 0,
@@ -178,6 +185,12 @@ impl StateMachine {
     /// The state tree handle (shared with readers).
     pub fn state(&self) -> StateTree {
         self.state.clone()
+    }
+
+    /// Where a rebuild of the current snapshot is asked for: the next build decision then
+    /// builds, due or not.
+    pub fn rebuild_request(&self) -> RebuildRequest {
+        self.rebuild.clone()
     }
 
     fn consensus_record<T: serde::de::DeserializeOwned>(
@@ -394,7 +407,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.log_bytes_since_snapshot,
             || state_bytes(state),
         );
-        if !force && !due {
+        if !force && !due && !self.rebuild.take() {
             return None;
         }
         Some(self.snapshot_builder())
@@ -438,17 +451,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
+    /// The current snapshot, opened. One whose header does not read (a damaged disk) is
+    /// replaced by a snapshot built here and now (applies wait meanwhile): openraft asks for
+    /// the current snapshot to send it to a peer, and an error would stop this node's Raft.
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         let state = self.state.clone();
-        let Some(open) = blocking(move || state.current_snapshot()).map_err(io_err)? else {
-            return Ok(None);
+        let damaged = match blocking(move || state.current_snapshot()) {
+            Ok(None) => return Ok(None),
+            Ok(Some(open)) => {
+                match codec::decode::<SnapshotMeta>("snapshot header", &open.file.header) {
+                    Ok(meta) => {
+                        return Ok(Some(Snapshot {
+                            meta,
+                            snapshot: SnapshotData::from_open(open),
+                        }));
+                    }
+                    Err(err) => err,
+                }
+            }
+            Err(err @ StorageError::Corrupt { .. }) => err,
+            Err(err) => return Err(io_err(err)),
         };
-        let meta: SnapshotMeta =
-            codec::decode("snapshot header", &open.file.header).map_err(io_err)?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: SnapshotData::from_open(open),
-        }))
+        self.metrics.own_snapshot_corrupt_total.inc();
+        tracing::error!(error = %damaged, "this node's current snapshot does not read (a damaged disk?): building a new one in its place (applies wait meanwhile)");
+        let mut builder = self.snapshot_builder();
+        builder.build_snapshot().await.map(Some)
     }
 }
 

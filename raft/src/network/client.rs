@@ -42,7 +42,9 @@ use tokio_util::codec::{Framed, LengthDelimitedCodec};
 use crate::error::PeerError;
 use crate::metrics::{PeerRpcMetrics, RpcKind};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
+use crate::network::refusal::SnapshotRefusal;
 use crate::network::tls::{PeerStream, PeerTls, Transport};
+use crate::own_snapshot::RefusedSnapshots;
 use crate::snapshot::SnapshotData;
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
@@ -77,6 +79,7 @@ pub struct NetworkFactory {
     timeouts: PeerTimeouts,
     rpcs: PeerRpcMetrics,
     transport: Transport,
+    refused: RefusedSnapshots,
 }
 
 impl NetworkFactory {
@@ -89,7 +92,14 @@ impl NetworkFactory {
             timeouts,
             rpcs,
             transport,
+            refused: RefusedSnapshots::default(),
         }
+    }
+
+    /// Reports the snapshots peers refuse as corrupt to `refused`.
+    pub fn with_refusals(mut self, refused: RefusedSnapshots) -> Self {
+        self.refused = refused;
+        self
     }
 
     /// The same clients over mutual TLS (`Some`) or plain TCP (`None`).
@@ -113,6 +123,7 @@ impl NetworkFactory {
             conn: None,
             rpcs: self.rpcs.clone(),
             appends,
+            refused: self.refused.clone(),
         }
     }
 }
@@ -147,6 +158,8 @@ pub struct PeerClient {
     rpcs: PeerRpcMetrics,
     /// Counts this client's AppendEntries (`append` or `heartbeat`, by purpose).
     appends: prometheus::IntCounter,
+    /// Where a snapshot the peer refused as corrupt is reported.
+    refused: RefusedSnapshots,
 }
 
 /// `err` as openraft's `Network` error (retried at once). Built from the message, so that
@@ -558,6 +571,7 @@ impl PeerClient {
     ) -> Result<SnapshotResponse<TypeConfig>, RpcError> {
         let mut conn = self.connection().await?;
         let Snapshot { meta, snapshot } = snapshot;
+        let sent_from = snapshot.path;
         let mut file = snapshot.file;
         let sent = self.rpcs.sent(RpcKind::Snapshot);
         let transfer = async {
@@ -590,7 +604,12 @@ impl PeerClient {
                 Ok(response)
             }
             Response::Snapshot(Err(err)) => Err(network(PeerError::SnapshotNotInstalled(err))),
-            Response::Refused(reason) => Err(network(PeerError::SnapshotRefusedByPeer { reason })),
+            Response::Refused(reason) => {
+                if reason == SnapshotRefusal::Corrupt.to_string() {
+                    self.refused.report(&sent_from);
+                }
+                Err(network(PeerError::SnapshotRefusedByPeer { reason }))
+            }
             _ => Err(network(PeerError::UnexpectedAnswer { to: "a snapshot" })),
         }
     }

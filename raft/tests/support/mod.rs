@@ -80,6 +80,14 @@ pub fn counter(registry: &Registry, family: &str, label: &str, value: &str) -> u
         .sum()
 }
 
+/// The counter `family`, all its series summed.
+#[allow(dead_code)] // each test binary compiles this module; not all of them read totals
+pub fn total(registry: &Registry, family: &str) -> u64 {
+    series(registry, family, None)
+        .map(|metric| metric.get_counter().get_value() as u64)
+        .sum()
+}
+
 /// The gauge `family` (with `label="value"` when given) as read from `registry`; `None` when
 /// the registry has no such series.
 #[allow(dead_code)] // each test binary compiles this module; not all of them read gauges
