@@ -90,9 +90,9 @@ fn file_name(path: &Path) -> String {
 }
 
 /// The current snapshot's file name, if there is one.
-fn current_name(state: &StateTree) -> Option<String> {
-    let open: OpenSnapshot = state.current_snapshot().ok()??;
-    Some(file_name(&open.file.path))
+fn current_name(state: &StateTree) -> Result<Option<String>, StorageError> {
+    let open: Option<OpenSnapshot> = state.current_snapshot()?;
+    Ok(open.map(|open| file_name(&open.file.path)))
 }
 
 /// Checks this node's current snapshot if it is the file `name` (blocking: reads the whole
@@ -101,6 +101,9 @@ pub fn check_current(state: &StateTree, name: &str) -> Verdict {
     let open = match state.current_snapshot() {
         Ok(Some(open)) if file_name(&open.file.path) == name => open,
         Ok(_) => return Verdict::NotCurrent,
+        // The header does not read (`get_current_snapshot` replaces such a file before it is
+        // sent, so it is not the refused one, but it is damaged all the same).
+        Err(err @ StorageError::Corrupt { .. }) => return Verdict::Corrupt(err),
         Err(err) => return Verdict::Unreadable(err),
     };
     // `open` holds the file's shared lock: a replacement meanwhile only unlinks it.
@@ -110,18 +113,26 @@ pub fn check_current(state: &StateTree, name: &str) -> Verdict {
         Err(err) => Verdict::Unreadable(err),
     };
     // Replaced while it was read: the path may have named the new file.
-    if current_name(state).as_deref() != Some(name) {
-        return Verdict::NotCurrent;
+    match current_name(state) {
+        Ok(current) if current.as_deref() != Some(name) => Verdict::NotCurrent,
+        _ => verdict,
     }
-    verdict
 }
 
 /// How often a rebuild is asked of openraft again while a build already running keeps it from
 /// starting one (that build's snapshot replaces the damaged one too).
 const REBUILD_RETRY: Duration = Duration::from_secs(1);
 
-/// Checks this node's copy of each snapshot a peer refused as corrupt (once per snapshot), and
-/// rebuilds a damaged one. Ends when every peer client is gone (Raft shut down).
+/// How long refusals of a file found damaged are not checked again once its rebuild started
+/// (the transfer is retried with it until the new snapshot is current). After that a refusal
+/// of the same file is checked again: the rebuild failed, or its result did not replace it.
+const REBUILD_GRACE: Duration = Duration::from_secs(300);
+
+/// Checks this node's copy of each snapshot a peer refused as corrupt, and rebuilds a damaged
+/// one. A copy found intact is not checked again; one found damaged is checked again only after
+/// [`REBUILD_GRACE`]; one that could not be read, at its next refusal (each refusal follows a
+/// whole transfer, so the checks cost at most what the transfers do). Ends when every peer
+/// client is gone (Raft shut down).
 pub(crate) async fn watch_refusals(
     raft: Raft,
     state: StateTree,
@@ -131,15 +142,18 @@ pub(crate) async fn watch_refusals(
 ) {
     let mut reports = refused.subscribe();
     drop(refused);
-    let mut checked: Option<String> = None;
+    let mut intact: Option<String> = None;
+    let mut rebuilt: Option<(String, tokio::time::Instant)> = None;
     while reports.changed().await.is_ok() {
         let Some(name) = reports.borrow_and_update().clone() else {
             continue;
         };
-        if checked.as_ref() == Some(&name) {
+        let rebuilding = rebuilt
+            .as_ref()
+            .is_some_and(|(file, at)| *file == name && at.elapsed() < REBUILD_GRACE);
+        if intact.as_ref() == Some(&name) || rebuilding {
             continue;
         }
-        checked = Some(name.clone());
         let check = {
             let (state, name) = (state.clone(), name.clone());
             tokio::task::spawn_blocking(move || check_current(&state, &name))
@@ -155,15 +169,21 @@ pub(crate) async fn watch_refusals(
                     }
                     tokio::time::sleep(REBUILD_RETRY).await;
                 }
+                rebuilt = Some((name, tokio::time::Instant::now()));
             }
             Ok(Verdict::Intact) => {
                 tracing::warn!(snapshot = %name, "a peer refused this node's snapshot as corrupt, but this node's copy passes its checks: damaged in transit or at the peer; the transfer is retried");
+                intact = Some(name);
             }
-            Ok(Verdict::NotCurrent) => {}
+            Ok(Verdict::NotCurrent) => {
+                tracing::info!(snapshot = %name, "a peer refused a snapshot of this node's as corrupt that is no longer current; the next transfer sends the current one");
+            }
             Ok(Verdict::Unreadable(err)) => {
-                tracing::warn!(snapshot = %name, error = %err, "a peer refused this node's snapshot as corrupt; reading this node's copy to check it failed");
+                tracing::warn!(snapshot = %name, error = %err, "a peer refused this node's snapshot as corrupt, and reading this node's copy to check it failed; checked again at the next refusal");
             }
-            Err(err) => tracing::warn!(error = %err, "checking this node's snapshot failed"),
+            Err(err) => {
+                tracing::warn!(snapshot = %name, error = %err, "checking this node's snapshot failed; checked again at the next refusal")
+            }
         }
     }
 }

@@ -407,7 +407,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.log_bytes_since_snapshot,
             || state_bytes(state),
         );
-        if !force && !due && !self.rebuild.take() {
+        // Taken whatever else decides, so that a build due anyway answers the request too.
+        let rebuild = self.rebuild.take();
+        if !force && !due && !rebuild {
             return None;
         }
         Some(self.snapshot_builder())
@@ -452,8 +454,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     /// The current snapshot, opened. One whose header does not read (a damaged disk) is
-    /// replaced by a snapshot built here and now (applies wait meanwhile): openraft asks for
-    /// the current snapshot to send it to a peer, and an error would stop this node's Raft.
+    /// replaced by a snapshot built here and now: openraft asks for the current snapshot to
+    /// send it to a peer (and at startup), and an error would stop this node's Raft. The build
+    /// runs on openraft's state-machine worker, so applies wait for the whole export (seconds
+    /// per GB); openraft is not told of the new snapshot (its purge point stays at the old one,
+    /// which is safe: it purges less), and a failed build is an error as before.
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         let state = self.state.clone();
         let damaged = match blocking(move || state.current_snapshot()) {

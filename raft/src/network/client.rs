@@ -605,6 +605,8 @@ impl PeerClient {
             }
             Response::Snapshot(Err(err)) => Err(network(PeerError::SnapshotNotInstalled(err))),
             Response::Refused(reason) => {
+                // The refusal travels as its text (a peer of another version that words it
+                // differently is only not reported: the transfer is retried as before).
                 if reason == SnapshotRefusal::Corrupt.to_string() {
                     self.refused.report(&sent_from);
                 }

@@ -3,8 +3,9 @@
 //! their own files).
 //!
 //! A *base* entry holds every row; each later *delta* holds the rows changed since the layer
-//! before (a removed row as a tombstone), as the tables are when the layer freezes. Replaying the newest base up to some entry and the deltas after it, in order, gives
-//! the tables as of that entry's layer. Once the deltas since the base would hold more than
+//! before (a removed row as a tombstone), as the tables are when the layer freezes. Replaying
+//! the newest base up to some entry and the deltas after it, in order, gives the tables as of
+//! that entry's layer. Once the deltas since the base would hold more than
 //! [`REBASE_FACTOR`] times the live rows, the layer writes a new base instead: the journal
 //! stays within a few times the reply memory, and each remembered reply is written about once
 //! instead of once per layer (the whole tables were one record rewritten by every layer: 8 MiB
@@ -22,13 +23,23 @@
 //! keys, kept by apply under the memtable's lock, cost a follower 10-15 % of its CPU at SET
 //! 64×8 (`perf`: two to four probes per write into a set of ~400,000 keys, each a cache miss).
 //! (Reading the rows under the lock instead cost the writer 64-234 ms per layer at 25,000
-//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.) A
-//! pending version shares every node with the live tables except those changed since it was
-//! taken, so it holds at most one copy of the tables, for as long as its layer waits for the
-//! flush thread. Whether it is a base or a delta is decided when it is taken, from an estimate
-//! of the delta's size (the changes counted, at the tables' mean row size, at least
-//! [`MIN_DELTA_ROW_BYTES`] each; a row changed twice counts twice, so the estimate is an upper
-//! bound).
+//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.)
+//!
+//! Memory: every version shares the rows' bytes (reference-counted) and every node not changed
+//! since it was taken. The journal keeps the version of the last layer until the next one, and
+//! each pending entry the version of the layer before its own until the flush thread wrote it;
+//! what they keep apart from the live tables is tree nodes (16 rows each, a pointer pair per
+//! row: at most about 40 bytes per row and version, less than the 48 bytes of bookkeeping each
+//! row is already counted at) and the rows removed since, which the changes count. Whether an
+//! entry is a base or a delta is decided when it is taken, from an estimate of the delta's size
+//! (the changes counted, at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each;
+//! a row changed twice counts twice, so the estimate is an upper bound: bases come a little
+//! sooner, and a load of reply-memory changes freezes its layer a little sooner, than the rows
+//! that really changed would make them).
+//!
+//! The delta relies on `imbl`'s `OrdMap::diff` skipping shared nodes correctly: 7.0.0 and 7.0.1
+//! dropped changes that followed a shared run (imbl issues 160/161), hence `imbl = "7.0.2"` and
+//! the test `a_delta_after_shared_runs_holds_every_change`.
 
 use serde_bytes::ByteBuf;
 
@@ -154,7 +165,7 @@ pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
 
 /// The journal's bookkeeping: the next sequence number, what was written since the last base,
 /// the tables as of the last layer, and how many changes apply made since.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ResidentJournal {
     next_seq: u64,
     /// Bytes of the entries since the last base (the base included; deltas as estimated);
@@ -165,6 +176,18 @@ pub struct ResidentJournal {
     taken: ResidentTables,
     /// Changes of rows since then, each counted (a row set then removed counts twice).
     changes: usize,
+}
+
+impl std::fmt::Debug for ResidentJournal {
+    /// Without the rows of `taken` (the whole reply memory).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResidentJournal")
+            .field("next_seq", &self.next_seq)
+            .field("since_base", &self.since_base)
+            .field("taken_rows", &self.taken.len())
+            .field("changes", &self.changes)
+            .finish()
+    }
 }
 
 impl ResidentJournal {

@@ -255,8 +255,8 @@ fn reply(name: &str, value: Option<&str>) -> TxnWrites {
 }
 
 /// The reply memory's changes are accounted before their layer freezes (the versions of the
-/// rows they replaced are held), each change counted, and a load that only changes them freezes a layer at `flush_resident_bytes`, however
-/// small the map.
+/// rows they replaced are held), each change counted, and a load that only changes them
+/// freezes a layer at `flush_resident_bytes`, however small the map.
 #[test]
 fn resident_changes_count_as_memory_and_freeze_the_layer_at_their_own_size() {
     let table = Memtable::new(
