@@ -10,41 +10,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use statestore_harness::now_ms;
 use statestore_raft::{MembershipChange, RaftConfig};
-use statestore_storage::keyspace::{SetCondition, read};
-use statestore_storage::machine::{Mutation, Proposal};
-use statestore_vocab::hlc::Hlc;
+use statestore_storage::keyspace::read;
+use support::{eventually, set};
 
 mod support;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn set(key: &[u8], value: &[u8]) -> Proposal {
-    Proposal {
-        stamp: Hlc::new(now_ms(), 0, "test"),
-        wall_ms: now_ms(),
-        request: None,
-        mutation: Mutation::Set {
-            key: key.to_vec(),
-            value: value.to_vec(),
-            condition: SetCondition::Always,
-            expire_after_ms: None,
-            fencing_token: None,
-        },
-        token_seed: None,
-    }
-}
-
-async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    statestore_harness::wait_for(timeout, || std::future::ready(condition().then_some(())))
-        .await
-        .is_some()
-}
 
 /// A snapshot is due after any proposal, and never after other entries (a membership change
 /// alone builds none); the log is purged up to each one.

@@ -18,13 +18,16 @@ use openraft::network::{RPCOption, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
+use statestore_harness::now_ms;
 use statestore_raft::snapshot::SnapshotData;
 use statestore_raft::types::{Node, NodeId, Raft, Snapshot, TypeConfig, Vote};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
-use statestore_storage::keyspace::{SetCondition, read};
-use statestore_storage::machine::{Mutation, Outcome, Proposal};
+use statestore_storage::keyspace::read;
+use statestore_storage::machine::Outcome;
 use statestore_storage::store::{Store, StoreConfig};
-use statestore_vocab::hlc::Hlc;
+use support::set;
+
+mod support;
 
 #[derive(Default)]
 struct RouterState {
@@ -139,29 +142,6 @@ impl RaftNetworkV2<TypeConfig> for RouterClient {
         )
         .await
         .map_err(|e| StreamingError::Unreachable(Unreachable::from_string(e.to_string())))
-    }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn set(key: &[u8], value: &[u8]) -> Proposal {
-    Proposal {
-        stamp: Hlc::new(now_ms(), 0, "test"),
-        wall_ms: now_ms(),
-        request: None,
-        mutation: Mutation::Set {
-            key: key.to_vec(),
-            value: value.to_vec(),
-            condition: SetCondition::Always,
-            expire_after_ms: None,
-            fencing_token: None,
-        },
-        token_seed: None,
     }
 }
 

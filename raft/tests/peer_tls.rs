@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use prometheus::Registry;
 mod support;
+use support::eventually;
 
 use statestore_harness::pki::{CertFiles, Pki};
 use statestore_raft::{DiscardEvents, MembershipChange, PeerTls, RaftConfig, RaftNode};
@@ -68,12 +69,6 @@ fn tls_failures(registry: &Registry, side: &str) -> u64 {
 }
 
 /// Polls `condition` (through the harness's `wait_for`) until it holds or `timeout` passes.
-async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    statestore_harness::wait_for(timeout, || std::future::ready(condition().then_some(())))
-        .await
-        .is_some()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_of_one_ca_replicate_and_a_foreign_certificate_is_refused_both_ways() {
     let pki = Pki::new();

@@ -7,7 +7,10 @@ use prometheus::proto::Metric;
 use statestore_raft::types::{CommittedLeaderId, LogId, SnapshotMeta, StoredMembership};
 use statestore_raft::{DiscardEvents, RaftConfig, RaftNode};
 use statestore_storage::codec;
+use statestore_storage::keyspace::SetCondition;
+use statestore_storage::machine::{Mutation, Proposal};
 use statestore_storage::store::{SnapshotWriter, Store, StoreConfig};
+use statestore_vocab::hlc::Hlc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -78,6 +81,33 @@ pub fn counter(registry: &Registry, family: &str, label: &str, value: &str) -> u
     series(registry, family, Some((label, value)))
         .map(|metric| metric.get_counter().get_value() as u64)
         .sum()
+}
+
+/// A proposal that sets `key` to `value`, stamped now.
+#[allow(dead_code)] // each test binary compiles this module; not all of them write
+pub fn set(key: &[u8], value: &[u8]) -> Proposal {
+    let now = statestore_harness::now_ms();
+    Proposal {
+        stamp: Hlc::new(now, 0, "test"),
+        wall_ms: now,
+        request: None,
+        mutation: Mutation::Set {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            condition: SetCondition::Always,
+            expire_after_ms: None,
+            fencing_token: None,
+        },
+        token_seed: None,
+    }
+}
+
+/// True once `condition` holds, false if it did not within `timeout`.
+#[allow(dead_code)] // see `set`
+pub async fn eventually(timeout: std::time::Duration, mut condition: impl FnMut() -> bool) -> bool {
+    statestore_harness::wait_for(timeout, || std::future::ready(condition().then_some(())))
+        .await
+        .is_some()
 }
 
 /// The counter `family`, all its series summed.
