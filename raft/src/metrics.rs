@@ -106,7 +106,7 @@ impl Default for RaftStorageMetrics {
             ),
             own_snapshot_corrupt_total: counter(
                 "statestore_disk_snapshot_own_corrupt_total",
-                "Snapshots of this node's own found damaged: refused by a peer as corrupt and failing this node's checks too, or with a header that did not read when the snapshot was to be sent (each is replaced by a new one).",
+                "Snapshots of this node's own found damaged: refused by a peer as corrupt and failing this node's checks too, or with a header that did not read, or a file gone, when the snapshot was to be sent (each is replaced by a new one).",
             ),
             log_slow_flushes: SlowFlushReporter::new(counter(
                 "statestore_disk_log_slow_flushes_total",

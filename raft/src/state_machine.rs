@@ -453,8 +453,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
-    /// The current snapshot, opened. One whose header does not read (a damaged disk) is
-    /// replaced by a snapshot built here and now: openraft asks for the current snapshot to
+    /// The current snapshot, opened. One whose header does not read (a damaged disk), or whose
+    /// file is gone, is replaced by a snapshot built here and now: openraft asks for the current snapshot to
     /// send it to a peer (and at startup), and an error would stop this node's Raft. The build
     /// runs on openraft's state-machine worker, so applies wait for the whole export (seconds
     /// per GB); openraft is not told of the new snapshot (its purge point stays at the old one,
@@ -478,7 +478,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Err(err) => return Err(io_err(err)),
         };
         self.metrics.own_snapshot_corrupt_total.inc();
-        tracing::error!(error = %damaged, "this node's current snapshot does not read (a damaged disk?): building a new one in its place (applies wait meanwhile)");
+        tracing::error!(error = %damaged, "this node's current snapshot is missing or does not read (a damaged disk, or a file removed by hand?): building a new one in its place (applies wait meanwhile)");
         let mut builder = self.snapshot_builder();
         builder.build_snapshot().await.map(Some)
     }

@@ -4,8 +4,9 @@
 //! file. Damage past the header: the member refuses the file (it fails the member's checks),
 //! the leader checks its own copy, finds the damage and builds a new snapshot, which the member
 //! installs. (Before, the leader sent the same damaged file forever, and the member never
-//! caught up.) Damage in the header: the leader cannot even open the file to send it, and
-//! builds a new one in its place at once. (Before, that error stopped the leader's Raft.)
+//! caught up.) Damage in the header, or the file removed: the leader cannot even open the file
+//! to send it, and builds a new one in its place at once. (Before, the first stopped the
+//! leader's Raft with an error, and the second with "snapshot not found".)
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -49,6 +50,8 @@ enum Damage {
     End,
     /// The first byte flipped whose damage makes the file's header unreadable.
     Header,
+    /// The file removed (its record still names it).
+    Removed,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,6 +71,11 @@ async fn a_member_refusing_the_leaders_damaged_snapshot_gets_a_rebuilt_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_snapshot_header_does_not_read_builds_a_new_one_and_keeps_leading() {
     damaged_leader_snapshot_is_replaced(Damage::Header).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_snapshot_file_is_gone_builds_a_new_one_and_keeps_leading() {
+    damaged_leader_snapshot_is_replaced(Damage::Removed).await;
 }
 
 /// Damages the leader's snapshot with `damage`, adds a member that needs a snapshot, and
@@ -137,6 +145,10 @@ async fn damaged_leader_snapshot_is_replaced(damage: Damage) -> support::Served 
                 state.current_snapshot().is_err()
             });
             assert!(unreadable.is_some(), "no byte's damage breaks the header");
+        }
+        Damage::Removed => {
+            std::fs::remove_file(&files[0]).expect("remove the leader's snapshot");
+            assert!(state.current_snapshot().is_err());
         }
     }
 

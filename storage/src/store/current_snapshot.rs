@@ -32,7 +32,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::gradual_remove;
 use crate::store::snapshot::{self, SnapshotFile};
 use crate::store::tree::Tree;
@@ -76,6 +76,16 @@ pub enum Rule {
     /// An install: the state is the installed snapshot now, so its file is current whatever
     /// was current before.
     Always,
+}
+
+/// What the record of the current snapshot names.
+enum Recorded {
+    /// No snapshot was made.
+    None,
+    /// The named file, opened.
+    Open(OpenSnapshot),
+    /// The named file is gone.
+    Missing(PathBuf),
 }
 
 /// How far the current snapshot reaches, as far as this process knows.
@@ -139,15 +149,25 @@ impl CurrentSnapshot {
         }
     }
 
-    /// The current snapshot, opened (`None`: none was made, or its file is gone).
+    /// The current snapshot, opened (`None`: none was made). A recorded file that is gone (only
+    /// a hand or a damaged file system removes it: a file is in place before the record names
+    /// it, and removed only after the record moves on) is [`StorageError::Corrupt`], as is one
+    /// whose header does not read: the caller replaces it.
     pub fn open(&self) -> Result<Option<OpenSnapshot>> {
         let _order = self.lock();
-        self.open_recorded()
+        match self.open_recorded()? {
+            Recorded::None => Ok(None),
+            Recorded::Open(open) => Ok(Some(open)),
+            Recorded::Missing(path) => Err(StorageError::Corrupt {
+                what: "current snapshot",
+                reason: format!("its file {} is missing", path.display()),
+            }),
+        }
     }
 
-    fn open_recorded(&self) -> Result<Option<OpenSnapshot>> {
+    fn open_recorded(&self) -> Result<Recorded> {
         let Some(name) = self.records.get(CURRENT_SNAPSHOT_RECORD.as_bytes())? else {
-            return Ok(None);
+            return Ok(Recorded::None);
         };
         let path = self
             .snapshot_dir
@@ -155,12 +175,12 @@ impl CurrentSnapshot {
         match File::open(&path) {
             Ok(handle) => {
                 gradual_remove::lock_for_reading(&handle);
-                Ok(Some(OpenSnapshot {
+                Ok(Recorded::Open(OpenSnapshot {
                     file: snapshot::read_header(&path)?,
                     handle,
                 }))
             }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Recorded::Missing(path)),
             Err(err) => Err(err.into()),
         }
     }
@@ -172,7 +192,7 @@ impl CurrentSnapshot {
         // If the newer file is gone (removed from outside), the offered one is better than none.
         if let (Rule::IfNotOlder, Position::Covers(current)) = (rule, order.position)
             && current > last_index
-            && let Some(current) = self.open_recorded()?
+            && let Recorded::Open(current) = self.open_recorded()?
         {
             remove_if_present(&file.path);
             tracing::info!(

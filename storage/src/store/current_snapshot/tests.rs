@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{CurrentSnapshot, Offered, Rule};
 use crate::engine::{TxnWrite, TxnWrites};
+use crate::error::StorageError;
 use crate::store::snapshot::{SnapshotFile, SnapshotWriter};
 use crate::store::tree::Tree;
 use crate::store::{StateTree, Store, StoreConfig};
@@ -322,5 +323,38 @@ fn the_first_snapshot_after_an_open_is_current_whatever_its_index() {
             .expect("current")
             .map(|s| s.file.header),
         Some(b"five".to_vec())
+    );
+}
+
+/// A current snapshot whose file is gone (removed by hand) is an error, not "no snapshot"
+/// (openraft treats a missing snapshot as a storage error when it is to send one, and the
+/// caller replaces a damaged one); a new export then becomes current, even at an older index.
+#[test]
+fn a_current_snapshot_whose_file_is_gone_is_corrupt_until_a_new_one_is_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    put(&state, "k", "1");
+    let first = state
+        .export_snapshot("1-9-1", b"nine", Some(9))
+        .expect("export");
+    std::fs::remove_file(&first.path).expect("remove the current file");
+
+    let err = state.current_snapshot().expect_err("a missing file");
+    assert!(
+        matches!(&err, StorageError::Corrupt { reason, .. } if reason.contains("missing")),
+        "{err:?}"
+    );
+    let offered = state
+        .begin_export()
+        .write("1-8-1", b"eight", Some(8))
+        .expect("export");
+    assert!(matches!(offered, Offered::Current(_)), "{offered:?}");
+    assert_eq!(
+        state
+            .current_snapshot()
+            .expect("current")
+            .map(|s| s.file.header),
+        Some(b"eight".to_vec())
     );
 }
