@@ -23,6 +23,7 @@ mod resident_journal;
 mod resident_log;
 mod snapshot;
 mod state;
+mod table_release;
 mod tree;
 
 pub use current_snapshot::{Offered, OpenSnapshot};

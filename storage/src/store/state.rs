@@ -21,6 +21,7 @@ use crate::store::resident::{self, ResidentTables};
 use crate::store::resident_journal::{self, ResidentJournal};
 use crate::store::resident_log::ResidentLog;
 use crate::store::snapshot::{self, SnapshotFile, SnapshotWriter};
+use crate::store::table_release::TableRelease;
 use crate::store::tree::{SortedRows, Tree};
 
 const ACTIVE_TREE_RECORD: &str = "active_state_tree";
@@ -202,6 +203,9 @@ struct Inner {
     /// The state-flush thread, joined when the tree is dropped: a store dropped and opened
     /// again at once must find the database released.
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The thread letting fjall delete the tables compactions replaced; stopped with the tree,
+    /// for the same reason.
+    table_release: Option<TableRelease>,
     /// Set by [`StateTree::abandon_exports`]: a snapshot export in progress stops and removes
     /// its unfinished file.
     closing: std::sync::atomic::AtomicBool,
@@ -225,6 +229,7 @@ fn lock_index(devices: &Mutex<DeviceIndex>) -> MutexGuard<'_, DeviceIndex> {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        drop(self.table_release.take());
         self.memtable.stop();
         let flusher = match self.flusher.get_mut() {
             Ok(flusher) => flusher.take(),
@@ -410,6 +415,7 @@ impl StateTree {
                 .name("state-flush".to_owned())
                 .spawn(move || flush_loop(memtable, active, log, &compaction_waits))?
         };
+        let table_release = TableRelease::start(records.clone(), Arc::downgrade(&active))?;
         let current_snapshot = CurrentSnapshot::new(&records, snapshot_dir);
         Ok(StateTree {
             inner: Arc::new(Inner {
@@ -424,6 +430,7 @@ impl StateTree {
                 log,
                 log_bytes,
                 flusher: Mutex::new(Some(flusher)),
+                table_release: Some(table_release),
                 compaction_waits,
                 closing: std::sync::atomic::AtomicBool::new(false),
             }),

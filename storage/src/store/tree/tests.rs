@@ -367,3 +367,60 @@ fn a_full_level0_is_waited_for_until_compaction_empties_it() {
         Some(last.to_be_bytes().to_vec())
     );
 }
+
+/// Table files in `tree`'s keyspace directory.
+fn table_files(tree: &Tree) -> usize {
+    std::fs::read_dir(tree.keyspace.path().join("tables"))
+        .expect("tables dir")
+        .count()
+}
+
+/// A compaction's input tables stay on disk after it (fjall forgets the versions naming them
+/// only at a later compaction or memtable rotation); [`Tree::release_replaced_tables`], called
+/// on another keyspace, deletes them, and the rows read the same.
+#[test]
+fn tables_a_compaction_replaced_are_deleted_once_released() {
+    let dir = tempfile::tempdir().expect("tempdir").keep();
+    let db = fjall::Database::builder(dir)
+        .temporary(true)
+        .open()
+        .expect("temporary fjall");
+    // Compaction only when asked (major), so that nothing else forgets old versions.
+    let keyspace = db
+        .keyspace("t", || {
+            fjall::KeyspaceCreateOptions::default().compaction_strategy(std::sync::Arc::new(
+                fjall::compaction::Leveled::default().with_l0_threshold(200),
+            ))
+        })
+        .expect("keyspace");
+    let tree = Tree {
+        db: db.clone(),
+        keyspace,
+    };
+    let records = Tree::open(&db, "records").expect("records");
+    for round in 1..=3u32 {
+        let value = round.to_be_bytes();
+        tree.ingest_layer(&layer(&[(b"a", Some(&value)), (b"z", Some(&value))]))
+            .expect("layer");
+    }
+    assert_eq!(table_files(&tree), 3);
+    tree.keyspace.major_compact().expect("compaction");
+    assert_eq!(tree.keyspace.table_count(), 1);
+    assert_eq!(
+        table_files(&tree),
+        4,
+        "the compaction's inputs are still on disk"
+    );
+    assert_eq!(tree.replaced_table_files().expect("count"), 3);
+
+    records.release_replaced_tables().expect("release");
+    assert_eq!(table_files(&tree), 1, "the replaced tables are deleted");
+    assert_eq!(tree.replaced_table_files().expect("count"), 0);
+    assert_eq!(
+        tree.get(b"z").expect("get"),
+        Some(3u32.to_be_bytes().to_vec())
+    );
+    // Again with nothing replaced: nothing changes.
+    records.release_replaced_tables().expect("release");
+    assert_eq!(table_files(&tree), 1);
+}
