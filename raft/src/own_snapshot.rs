@@ -101,8 +101,9 @@ pub fn check_current(state: &StateTree, name: &str) -> Verdict {
     let open = match state.current_snapshot() {
         Ok(Some(open)) if file_name(&open.file.path) == name => open,
         Ok(_) => return Verdict::NotCurrent,
-        // The header does not read (`get_current_snapshot` replaces such a file before it is
-        // sent, so it is not the refused one, but it is damaged all the same).
+        // The header does not read, or the file is gone (`get_current_snapshot` replaces such a
+        // file before it is sent, so it is not the refused one, but it is damaged all the same;
+        // should both happen at once, each counts it and builds a snapshot).
         Err(err @ StorageError::Corrupt { .. }) => return Verdict::Corrupt(err),
         Err(err) => return Verdict::Unreadable(err),
     };

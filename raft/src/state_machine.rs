@@ -454,11 +454,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     /// The current snapshot, opened. One whose header does not read (a damaged disk), or whose
-    /// file is gone, is replaced by a snapshot built here and now: openraft asks for the current snapshot to
-    /// send it to a peer (and at startup), and an error would stop this node's Raft. The build
-    /// runs on openraft's state-machine worker, so applies wait for the whole export (seconds
-    /// per GB); openraft is not told of the new snapshot (its purge point stays at the old one,
-    /// which is safe: it purges less), and a failed build is an error as before.
+    /// file is gone, is replaced by a snapshot built here and now: openraft asks for the current
+    /// snapshot to send it to a peer (and at startup), and an error (or "none", once the log is
+    /// purged) would stop this node's Raft. The build runs on openraft's state-machine worker,
+    /// so applies wait for the whole export (seconds per GB); openraft is not told of the new
+    /// snapshot (its purge point stays at the old one, which is safe: it purges less), and a
+    /// failed build is an error as before.
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
         let state = self.state.clone();
         let damaged = match blocking(move || state.current_snapshot()) {

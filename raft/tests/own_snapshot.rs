@@ -185,9 +185,14 @@ async fn damaged_leader_snapshot_is_replaced(damage: Damage) -> support::Served 
         leader.node.leadership().borrow().is_leader,
         "node 1 still leads"
     );
+    let now = snapshot_files(leader.dir.path());
     assert!(
-        !snapshot_files(leader.dir.path()).contains(&files[0]),
-        "the damaged file was replaced"
+        !now.contains(&files[0]) && !now.is_empty(),
+        "the damaged file was replaced: {now:?}"
+    );
+    assert!(
+        state.current_snapshot().expect("reads").is_some(),
+        "a current snapshot that reads"
     );
 
     let _ = leader.stop.send(true);

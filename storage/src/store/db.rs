@@ -205,7 +205,7 @@ impl Store {
     }
 
     /// Records a clean stop: stops a snapshot export in progress (its unfinished file removed:
-    /// [`StateTree::abandon_exports`]), writes every buffered change durably (as
+    /// [`StateTree::abandon_exports`]) and the table-release thread, writes every buffered change durably (as
     /// [`Store::flush`]), then
     /// the clean-stop marker (fsynced with its directory), so the next open trusts the state
     /// database. The last thing a graceful shutdown does with the store: nothing may be
@@ -213,6 +213,7 @@ impl Store {
     pub fn close_clean(&self) -> Result<()> {
         if let Some(state) = self.state.get() {
             state.abandon_exports();
+            state.stop_table_release();
         }
         self.flush()?;
         recovery::write_clean_marker(&self.dir)

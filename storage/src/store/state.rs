@@ -203,9 +203,10 @@ struct Inner {
     /// The state-flush thread, joined when the tree is dropped: a store dropped and opened
     /// again at once must find the database released.
     flusher: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The thread letting fjall delete the tables compactions replaced; stopped with the tree,
-    /// for the same reason.
-    table_release: Option<TableRelease>,
+    /// The thread letting fjall delete the tables compactions replaced; stopped before a clean
+    /// stop's last sync ([`StateTree::stop_table_release`]) and with the tree, for the same
+    /// reason.
+    table_release: Mutex<Option<TableRelease>>,
     /// Set by [`StateTree::abandon_exports`]: a snapshot export in progress stops and removes
     /// its unfinished file.
     closing: std::sync::atomic::AtomicBool,
@@ -229,7 +230,12 @@ fn lock_index(devices: &Mutex<DeviceIndex>) -> MutexGuard<'_, DeviceIndex> {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        drop(self.table_release.take());
+        drop(
+            self.table_release
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take(),
+        );
         self.memtable.stop();
         let flusher = match self.flusher.get_mut() {
             Ok(flusher) => flusher.take(),
@@ -401,6 +407,8 @@ impl StateTree {
             devices: devices.clone(),
         })?;
         let compaction_waits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // Before the flush thread: it is stopped only by the tree's drop.
+        let table_release = TableRelease::start(records.clone(), Arc::downgrade(&active))?;
         let flusher = {
             let memtable = memtable.clone();
             let active = Arc::downgrade(&active);
@@ -415,7 +423,6 @@ impl StateTree {
                 .name("state-flush".to_owned())
                 .spawn(move || flush_loop(memtable, active, log, &compaction_waits))?
         };
-        let table_release = TableRelease::start(records.clone(), Arc::downgrade(&active))?;
         let current_snapshot = CurrentSnapshot::new(&records, snapshot_dir);
         Ok(StateTree {
             inner: Arc::new(Inner {
@@ -430,7 +437,7 @@ impl StateTree {
                 log,
                 log_bytes,
                 flusher: Mutex::new(Some(flusher)),
-                table_release: Some(table_release),
+                table_release: Mutex::new(Some(table_release)),
                 compaction_waits,
                 closing: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -681,6 +688,17 @@ impl StateTree {
         };
         reservation.offer(file.clone(), last_index, Rule::Always)?;
         Ok(file)
+    }
+
+    /// Stops the thread that lets fjall delete replaced tables ([`TableRelease`]) and waits for
+    /// it: for a clean stop, after which nothing may be written. It is not started again.
+    pub fn stop_table_release(&self) {
+        let mut release = self
+            .inner
+            .table_release
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        drop(release.take());
     }
 
     /// Stops a snapshot export in progress and waits (up to [`EXPORT_STOP_WAIT`]) until it has

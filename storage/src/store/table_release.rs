@@ -2,23 +2,31 @@
 //!
 //! fjall forgets the table sets a compaction replaced only at a later compaction (see
 //! [`Tree::release_replaced_tables`]): after a load, the last compaction's inputs stayed on disk
-//! until a restart, 27-48 MiB per node at 1M keys. Every [`LOOK_PERIOD`] this thread looks
-//! whether the state keyspace's directory holds more table files than its current table set
-//! (one directory listing), and when it did at two looks in a row (an ingestion's new table is
-//! on disk briefly before it joins the set) releases the old sets: one small record and a
-//! memtable rotation in the store's records keyspace. An idle store only looks. A release may
-//! find a replaced table still read (a snapshot export iterating it): its file goes when the
-//! reader ends, so the same count is not released again for [`RETRY_UNCHANGED`] ([`Pacer`]).
+//! until a restart, 27-48 MiB per node at 1M keys. Every [`LOOK_PERIOD`] this thread counts the
+//! state keyspace's table files, in its directory (one listing) and in its current set. Files
+//! beyond the set are replaced tables, or tables being written (a compaction's output, an
+//! ingestion's table): so it releases only once the same counts were seen at two looks in a
+//! row, and then asks fjall to forget the old sets (one small record and a memtable rotation in
+//! the store's records keyspace). A release that freed nothing (a reader, such as a snapshot
+//! export, still holds the files, which go when it ends; or a file no table set names, left by
+//! a failed write and removed at the next open) is not repeated for the same counts before
+//! [`RETRY_UNCHANGED`], then at doubling intervals up to [`RETRY_UNCHANGED_MAX`] ([`Pacer`]).
+//! An idle store only looks. The thread stops before a clean stop's last sync, and when the
+//! state tree is dropped.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::store::tree::Tree;
+use crate::store::tree::{TableFiles, Tree};
 
-/// How often the thread looks (a replaced table outlives its compaction by about two of these;
-/// a look is one listing of a directory of a few dozen files).
+/// How often the thread looks (a replaced table outlives its compaction by about two of these).
 const LOOK_PERIOD: Duration = Duration::from_millis(250);
+
+/// How long the same counts wait before another release after one that freed nothing...
+const RETRY_UNCHANGED: Duration = Duration::from_secs(30);
+/// ... doubling each time, up to this.
+const RETRY_UNCHANGED_MAX: Duration = Duration::from_secs(600);
 
 /// The running thread; dropping it stops the thread and waits for it (it holds the database).
 pub(crate) struct TableRelease {
@@ -55,38 +63,41 @@ impl Drop for TableRelease {
     }
 }
 
-/// When to release, from the replaced files each look finds (pure, for tests).
+/// When to release, from the table files each look counts (pure, for tests).
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
-    /// Whether the last look found replaced files.
-    seen: bool,
-    /// Replaced files at the last release, and when it was.
-    last_release: Option<(usize, Instant)>,
+    /// The counts of the last look.
+    last_look: Option<TableFiles>,
+    /// The counts at the last release, when it was, and how long the same counts wait.
+    last_release: Option<(TableFiles, Instant, Duration)>,
 }
 
-/// How long files a release did not free (a reader still holds them, and they go when it ends)
-/// wait before another release is tried, unless their count changes.
-const RETRY_UNCHANGED: Duration = Duration::from_secs(30);
-
 impl Pacer {
-    /// A look found `replaced` files at `now`: whether to release. Only once they were there at
-    /// two looks in a row, and not again for the same count before [`RETRY_UNCHANGED`] (unless
-    /// none was left in between).
-    pub(crate) fn look(&mut self, replaced: usize, now: Instant) -> bool {
-        if replaced == 0 {
+    /// A look counted `files` at `now`: whether a release is due. Only with files beyond the
+    /// set, counted the same at the look before, and not for the counts of the last release
+    /// before its wait is over.
+    pub(crate) fn due(&mut self, files: TableFiles, now: Instant) -> bool {
+        let stable = self.last_look == Some(files);
+        self.last_look = Some(files);
+        if files.beyond_set() == 0 {
             self.last_release = None;
-        }
-        let twice = replaced > 0 && self.seen;
-        self.seen = replaced > 0;
-        let repeated = self.last_release.is_some_and(|(count, at)| {
-            count == replaced && now.saturating_duration_since(at) < RETRY_UNCHANGED
-        });
-        if !twice || repeated {
             return false;
         }
-        self.seen = false;
-        self.last_release = Some((replaced, now));
-        true
+        let waiting = self.last_release.is_some_and(|(counts, at, wait)| {
+            counts == files && now.saturating_duration_since(at) < wait
+        });
+        stable && !waiting
+    }
+
+    /// A release was made for `files` at `now`.
+    pub(crate) fn released(&mut self, files: TableFiles, now: Instant) {
+        let wait = match self.last_release {
+            Some((counts, _, wait)) if counts == files => (wait * 2).min(RETRY_UNCHANGED_MAX),
+            _ => RETRY_UNCHANGED,
+        };
+        self.last_release = Some((files, now, wait));
+        // Two more looks before the next one.
+        self.last_look = None;
     }
 }
 
@@ -104,7 +115,10 @@ fn run(records: &Tree, active: &Weak<RwLock<(String, Tree)>>, stopped: &mpsc::Re
         }) else {
             return;
         };
-        let replaced = match state.replaced_table_files() {
+        let counted = state.table_files();
+        // Let go of the state keyspace first: a store dropped meanwhile must find it released.
+        drop(state);
+        let files = match counted {
             Ok(files) => {
                 listing_failed = false;
                 files
@@ -114,20 +128,27 @@ fn run(records: &Tree, active: &Weak<RwLock<(String, Tree)>>, stopped: &mpsc::Re
                     tracing::warn!(error = %err, "could not list the state database's table files");
                 }
                 listing_failed = true;
-                0
+                continue;
             }
         };
-        // Let go of the state keyspace first: a store dropped meanwhile must find it released.
-        drop(state);
-        if !pacer.look(replaced, Instant::now()) {
+        let now = Instant::now();
+        if !pacer.due(files, now) {
             continue;
         }
-        tracing::debug!(
-            files = replaced,
-            "releasing table files compaction replaced"
-        );
-        if let Err(err) = records.release_replaced_tables() {
-            tracing::warn!(error = %err, "could not release the table files compaction replaced; tried again at a later look");
+        match records.release_replaced_tables() {
+            Ok(true) => {
+                tracing::debug!(
+                    beyond_set = files.beyond_set(),
+                    "released the table files compaction replaced"
+                );
+                pacer.released(files, now);
+            }
+            // fjall has not flushed the last release's memtable yet: at a later look.
+            Ok(false) => {}
+            Err(err) => {
+                tracing::warn!(error = %err, "could not release the table files compaction replaced; tried again at a later look");
+                pacer.released(files, now);
+            }
         }
     }
 }

@@ -202,33 +202,58 @@ impl Tree {
         &self.db
     }
 
-    /// Table files in this keyspace's directory beyond its current table set: replaced by a
-    /// compaction and not deleted yet (or, briefly, an ingestion's table not yet added).
-    pub fn replaced_table_files(&self) -> Result<usize> {
+    /// This keyspace's table files: in its directory (one listing) and in its current set.
+    pub fn table_files(&self) -> Result<TableFiles> {
         let on_disk = match std::fs::read_dir(self.keyspace.path().join("tables")) {
             Ok(files) => files.count(),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
             Err(err) => return Err(err.into()),
         };
-        Ok(on_disk.saturating_sub(self.keyspace.table_count()))
+        Ok(TableFiles {
+            on_disk,
+            in_set: self.keyspace.table_count(),
+        })
     }
 
     /// Lets fjall delete the table files its compactions replaced, in every keyspace of the
-    /// database, unless a reader still holds them.
+    /// database; whether it asked fjall to (not while the memtable an earlier call rotated is
+    /// still waiting for fjall's flush: fjall halts a keyspace's writes at four of them, and
+    /// its workers flush only between compactions).
     ///
-    /// lsm-tree keeps every version of a tree's table set that an open snapshot may still read,
+    /// lsm-tree keeps every version of a tree's table set that an open read may still use,
     /// and forgets old versions only in a compaction or memtable flush, up to the watermark of
-    /// the snapshots open when that started: a compaction's own input tables outlive it until
-    /// the next compaction, and after the last compaction of a load, until a restart (at the end
-    /// of a 1M-key load, 27-48 MiB of them per node, 0.36-0.63× the data). fjall moves the
-    /// watermark up to the newest write and forgets every older version in all keyspaces when a
-    /// keyspace's memtable is rotated; so this writes one small record into this keyspace (a
-    /// rotation needs something to rotate) and rotates its memtable (fjall flushes it to a
-    /// small table). Call it on a keyspace of few journalled writes (the store's records).
-    pub fn release_replaced_tables(&self) -> Result<()> {
+    /// the reads open when that started: a compaction's own input tables outlive it until the
+    /// next compaction, and after the last compaction of a load, until a restart (at the end of
+    /// a 1M-key load, 27-48 MiB of them per node, 0.36-0.63× the data). When a keyspace's
+    /// memtable is rotated, fjall moves the watermark up (to the newest write if no read is open
+    /// anywhere, else to the oldest open read) and forgets the versions older than it in all
+    /// keyspaces; a table file goes once no reader holds it. So this writes one small record
+    /// into this keyspace (a rotation needs something to rotate) and rotates its memtable
+    /// (fjall flushes it to a small table). Call it on a keyspace of few journalled writes (the
+    /// store's records).
+    pub fn release_replaced_tables(&self) -> Result<bool> {
+        if self.keyspace.sealed_memtable_count() > 0 {
+            return Ok(false);
+        }
         self.insert(RELEASE_MARKER, &[])?;
-        self.keyspace.rotate_memtable()?;
-        Ok(())
+        Ok(self.keyspace.rotate_memtable()?)
+    }
+}
+
+/// A keyspace's table files: in its directory and in its current table set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableFiles {
+    /// Files in the keyspace's `tables/` directory.
+    pub on_disk: usize,
+    /// Tables in its current set.
+    pub in_set: usize,
+}
+
+impl TableFiles {
+    /// Files beyond the current set: replaced by a compaction and not deleted yet, or being
+    /// written (a compaction's output, an ingestion's table) and not in the set yet.
+    pub fn beyond_set(&self) -> usize {
+        self.on_disk.saturating_sub(self.in_set)
     }
 }
 

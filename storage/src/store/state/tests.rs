@@ -592,3 +592,48 @@ fn a_layer_the_database_refuses_for_good_stops_the_state_machine() {
     assert!(matches!(state.commit(txn), Err(StorageError::Failed(_))));
     state.wait_for_room();
 }
+
+/// The store's table-release thread: after compactions of the state keyspace, no table file
+/// they replaced stays on disk (without the thread, the last compaction's inputs stay until the
+/// next one); the store then reopens at once with its rows.
+#[test]
+fn tables_compaction_replaced_are_released_while_the_store_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = StoreConfig::new(dir.path(), 4 << 20);
+    const LAYERS: usize = 10;
+    {
+        let store = Store::open(&config).expect("store");
+        let state = store.state().expect("state");
+        // Layers whose key ranges overlap: level 0 is compacted at four tables.
+        for round in 0..LAYERS {
+            let value = round.to_string();
+            state
+                .commit(writes(&[("a", Some(&value)), ("z", Some(&value))]))
+                .expect("commit");
+            state.flush_memtable();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let settled = loop {
+            let files = state.active().1.table_files().expect("count");
+            if files.beyond_set() == 0 && files.in_set < LAYERS {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(
+            settled,
+            "compacted, and nothing replaced left: {:?}",
+            state.active().1.table_files()
+        );
+        store.close_clean().expect("clean stop");
+    }
+    let store = Store::open(&config).expect("reopened at once");
+    let state = store.state().expect("state");
+    assert_eq!(
+        state.view().get(b"z").expect("read"),
+        Some((LAYERS - 1).to_string().into_bytes())
+    );
+}

@@ -4,8 +4,10 @@
 use std::time::{Duration, Instant};
 
 use super::Pacer;
+use crate::store::tree::TableFiles;
 
-/// Each line: the second of the look, the replaced files it found, and whether it releases.
+/// One look per line: its second, the files on disk and in the set, and whether a release is
+/// due.
 const CASES: &str = include_str!("pacer_cases.txt");
 
 #[test]
@@ -19,23 +21,25 @@ fn releases_follow_the_table() {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let [second, replaced, expected] = fields[..] else {
-            panic!("line {}: three fields expected: {line}", number + 1);
+        let [second, on_disk, in_set, expected] = fields[..] else {
+            panic!("line {}: four fields expected: {line}", number + 1);
         };
-        let second: u64 = second.parse().expect("second");
-        let replaced: usize = replaced.parse().expect("replaced");
+        let now = start + Duration::from_secs(second.parse().expect("second"));
+        let files = TableFiles {
+            on_disk: on_disk.parse().expect("on disk"),
+            in_set: in_set.parse().expect("in set"),
+        };
         let expected = match expected {
             "release" => true,
             "-" => false,
             other => panic!("line {}: `release` or `-`, not {other}", number + 1),
         };
-        assert_eq!(
-            pacer.look(replaced, start + Duration::from_secs(second)),
-            expected,
-            "line {}: {line}",
-            number + 1
-        );
+        let due = pacer.due(files, now);
+        assert_eq!(due, expected, "line {}: {line}", number + 1);
+        if due {
+            pacer.released(files, now);
+        }
         looks += 1;
     }
-    assert!(looks > 10, "the table was read");
+    assert!(looks > 20, "the table was read");
 }
