@@ -29,8 +29,10 @@ const RETRY_UNCHANGED: Duration = Duration::from_secs(30);
 const RETRY_UNCHANGED_MAX: Duration = Duration::from_secs(600);
 
 /// The running thread; dropping it stops the thread and waits for it (it holds the database).
+/// The stop channel carries nothing: dropping its sender is the signal (capacity 1, never sent
+/// to).
 pub(crate) struct TableRelease {
-    stop: Option<mpsc::Sender<()>>,
+    stop: Option<mpsc::SyncSender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -41,7 +43,7 @@ impl TableRelease {
         records: Tree,
         active: Weak<RwLock<(String, Tree)>>,
     ) -> std::io::Result<TableRelease> {
-        let (stop, stopped) = mpsc::channel();
+        let (stop, stopped) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("table-release".to_owned())
             .spawn(move || run(&records, &active, &stopped))?;

@@ -314,10 +314,9 @@ fn allocated_bytes(dir: &std::path::Path, extension: &str) -> u64 {
         .sum()
 }
 
-/// The wait for level 0: none below the limit; at it, until compaction merges level 0 down
-/// (here a major compaction: this keyspace's own compaction starts only at 200 tables).
-#[test]
-fn a_full_level0_is_waited_for_until_compaction_empties_it() {
+/// A tree `t` in a temporary fjall database whose own compaction starts only at 200 level-0
+/// tables: compacted only when a test asks (a major compaction).
+fn tree_compacted_only_when_asked() -> Tree {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     let db = fjall::Database::builder(dir)
         .temporary(true)
@@ -330,7 +329,14 @@ fn a_full_level0_is_waited_for_until_compaction_empties_it() {
             ))
         })
         .expect("keyspace");
-    let tree = Tree { db, keyspace };
+    Tree { db, keyspace }
+}
+
+/// The wait for level 0: none below the limit; at it, until compaction merges level 0 down
+/// (here a major compaction: this keyspace's own compaction starts only at 200 tables).
+#[test]
+fn a_full_level0_is_waited_for_until_compaction_empties_it() {
+    let tree = tree_compacted_only_when_asked();
     // Layers whose key ranges overlap, as spread keys do: fjall may move a table that overlaps
     // nothing in the level below (the first one) down without a compaction, but not the others.
     let mut last = 0u32;
@@ -380,24 +386,9 @@ fn table_files(tree: &Tree) -> usize {
 /// on another keyspace, deletes them, and the rows read the same.
 #[test]
 fn tables_a_compaction_replaced_are_deleted_once_released() {
-    let dir = tempfile::tempdir().expect("tempdir").keep();
-    let db = fjall::Database::builder(dir)
-        .temporary(true)
-        .open()
-        .expect("temporary fjall");
     // Compaction only when asked (major), so that nothing else forgets old versions.
-    let keyspace = db
-        .keyspace("t", || {
-            fjall::KeyspaceCreateOptions::default().compaction_strategy(std::sync::Arc::new(
-                fjall::compaction::Leveled::default().with_l0_threshold(200),
-            ))
-        })
-        .expect("keyspace");
-    let tree = Tree {
-        db: db.clone(),
-        keyspace,
-    };
-    let records = Tree::open(&db, "records").expect("records");
+    let tree = tree_compacted_only_when_asked();
+    let records = Tree::open(&tree.db, "records").expect("records");
     for round in 1..=3u32 {
         let value = round.to_be_bytes();
         tree.ingest_layer(&layer(&[(b"a", Some(&value)), (b"z", Some(&value))]))
