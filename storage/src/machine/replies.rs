@@ -96,7 +96,7 @@ pub(super) struct ReplySlot<'p> {
 /// request with the same client and correlation data.
 struct Replaced {
     expires_at_ms: u64,
-    /// Its counted size ([`reply_size`]).
+    /// Its counted size ([`reply_rows::reply_size`]).
     size: u64,
 }
 
@@ -124,7 +124,7 @@ impl<T: Txn> Replies<'_, T> {
                 }
                 Some(Replaced {
                     expires_at_ms: old.expires_at_ms,
-                    size: reply_size(key.len(), bytes.len()),
+                    size: reply_rows::reply_size(key.len(), bytes.len()),
                 })
             }
             None => None,
@@ -179,7 +179,7 @@ impl<T: Txn> Replies<'_, T> {
                 outcome,
             }),
         };
-        let size = reply_size(key.len(), remembered.len());
+        let size = reply_rows::reply_size(key.len(), remembered.len());
         let limits = self.meta.limits;
         *self.meta_changed = true;
         if limits.max_remembered_replies == 0 || size > limits.max_remembered_reply_bytes {
@@ -288,12 +288,6 @@ impl<T: Txn> Replies<'_, T> {
         }
         Ok(())
     }
-}
-
-/// What a remembered reply counts against the reply-memory byte cap: its reply-table key
-/// length plus its encoded value length.
-fn reply_size(key_len: usize, value_len: usize) -> u64 {
-    u64::try_from(key_len.saturating_add(value_len)).unwrap_or(u64::MAX)
 }
 
 /// The counted size a reply-expiry index entry holds.

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codec;
+use crate::error::Result;
 use crate::layout::{Table, push_len_prefixed, with_prefix};
 use crate::machine::outcome::Outcome;
 
@@ -79,6 +81,24 @@ pub fn parse_reply_size_value(raw: &[u8]) -> Option<u64> {
     None // empty, or the last byte says more follow
 }
 
+/// What a remembered reply counts against the reply-memory byte cap: its reply-table key
+/// length plus its encoded value length.
+pub fn reply_size(key_len: usize, value_len: usize) -> u64 {
+    u64::try_from(key_len.saturating_add(value_len)).unwrap_or(u64::MAX)
+}
+
+/// The reply-expiry index entry (key and value) that apply writes beside the remembered reply
+/// `value` at `reply_key`, rebuilt from the reply alone: the reply memory's log stores the
+/// replies and not the index (see `store::resident::is_derived`). `Corrupt` if `value` is not
+/// a remembered reply.
+pub fn expiry_entry(reply_key: &[u8], value: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+    let reply: RememberedReply = codec::decode("remembered reply", value)?;
+    Ok((
+        reply_expiry_key(reply.expires_at_ms, reply_key),
+        reply_size_value(reply_size(reply_key.len(), value.len())),
+    ))
+}
+
 /// A remembered reply (protocol §6).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RememberedReply {
@@ -88,6 +108,20 @@ pub struct RememberedReply {
     pub digest: u128,
     /// What the original request got.
     pub outcome: Outcome,
+}
+
+/// The encoded value of a remembered reply expiring at `expires_at_ms`: a SET's outcome whose
+/// version names `node` (its length sets the value's). For tests of the layers below apply,
+/// which rebuild the reply-expiry index from such values.
+#[cfg(test)]
+pub(crate) fn remembered_value(expires_at_ms: u64, node: &str) -> Vec<u8> {
+    codec::encode(&RememberedReply {
+        expires_at_ms,
+        digest: u128::from(expires_at_ms),
+        outcome: Outcome::Stored {
+            version: statestore_vocab::hlc::Hlc::new(expires_at_ms, 0, node),
+        },
+    })
 }
 
 /// A [`RememberedReply`] as apply writes it, borrowing the outcome. Encodes to exactly the

@@ -44,11 +44,18 @@ const FORMAT_FILE: &str = "FORMAT";
 /// nor its snapshots, nor its log entries decode here; format 7 kept the reply memory in one
 /// record rewritten whole by every memtable layer; format 8 held the state machine in
 /// sled 0.34. Both are converted on open by rebuilding the state from their newest snapshot and
-/// the Raft log, as after an unclean stop: their snapshots and log entries are this build's.)
-const FORMAT: &str = "statestore-data 9\n";
+/// the Raft log, as after an unclean stop: their snapshots and log entries are this build's.
+/// Format 9 wrote the reply-expiry index into the reply memory's log, which this build
+/// rebuilds from the replies instead (`resident::is_derived`); it reads such a log as it is, so
+/// a format 9 directory only gets the new marker. A build of format 9 would lose the index
+/// reading this one's log: the marker keeps it out.)
+const FORMAT: &str = "statestore-data 10\n";
 
 /// Formats this build converts on open by rebuilding the state machine (see [`FORMAT`]).
 const CONVERTED_FORMATS: [&str; 2] = ["statestore-data 8\n", "statestore-data 7\n"];
+
+/// Formats this build reads as they are: only the marker is rewritten (see [`FORMAT`]).
+const READ_AS_IS_FORMATS: [&str; 1] = ["statestore-data 9\n"];
 
 /// Where and how to open the store.
 #[derive(Debug, Clone)]
@@ -205,8 +212,9 @@ impl Store {
     }
 
     /// Records a clean stop: stops a snapshot export in progress (its unfinished file removed:
-    /// [`StateTree::abandon_exports`]) and the table-release thread, writes every buffered change durably (as
-    /// [`Store::flush`]), then
+    /// [`StateTree::abandon_exports`]) and the table-release thread, writes every buffered change
+    /// durably (as [`Store::flush`]; the reply memory's log as one new base, its older file
+    /// removed: [`StateTree::rebase_reply_log`]), then
     /// the clean-stop marker (fsynced with its directory), so the next open trusts the state
     /// database. The last thing a graceful shutdown does with the store: nothing may be
     /// written after it.
@@ -214,6 +222,7 @@ impl Store {
         if let Some(state) = self.state.get() {
             state.abandon_exports();
             state.stop_table_release();
+            state.rebase_reply_log();
         }
         self.flush()?;
         recovery::write_clean_marker(&self.dir)
@@ -356,8 +365,9 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// Accepts an empty directory or one of this format (writing the marker if new), converts one
-/// of [`CONVERTED_FORMATS`]; refuses anything else. A conversion removes the clean-stop marker
+/// Accepts an empty directory or one of this format (writing the marker if new) or of
+/// [`READ_AS_IS_FORMATS`] (rewriting it), converts one of [`CONVERTED_FORMATS`]; refuses
+/// anything else. A conversion removes the clean-stop marker
 /// (durably, before the new format's marker is written), so the open that follows rebuilds the
 /// state from the snapshot and the log.
 fn check_format(dir: &Path) -> Result<()> {
@@ -365,6 +375,15 @@ fn check_format(dir: &Path) -> Result<()> {
     let marker = dir.join(FORMAT_FILE);
     match std::fs::read_to_string(&marker) {
         Ok(found) if found == FORMAT => Ok(()),
+        Ok(found) if READ_AS_IS_FORMATS.contains(&found.as_str()) => {
+            tracing::info!(
+                dir = %dir.display(),
+                from = found.trim(),
+                to = FORMAT.trim(),
+                "upgrading the data directory's marker: its files are read as they are"
+            );
+            write_marker(dir, &marker)
+        }
         Ok(found) if CONVERTED_FORMATS.contains(&found.as_str()) => {
             tracing::info!(
                 dir = %dir.display(),

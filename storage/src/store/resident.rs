@@ -21,7 +21,9 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::error::Result;
 use crate::layout::Table;
+use crate::machine::reply_rows;
 
 /// Bytes an entry is accounted at beyond its key and value.
 const ENTRY_OVERHEAD: usize = 48;
@@ -40,6 +42,15 @@ pub fn bounds() -> (Vec<u8>, Vec<u8>) {
 pub fn contains(key: &[u8]) -> bool {
     key.first()
         .is_some_and(|&table| (FIRST.prefix()..=LAST.prefix()).contains(&table))
+}
+
+/// True for a row of the reply-expiry index: derived from the remembered replies (each reply
+/// row has exactly one, at its expiry, holding its counted size: apply writes and removes the
+/// two together), so the journal stores only the replies and a restart rebuilds the index
+/// ([`ResidentTables::derive_index`]). It was two fifths of the journal's bytes: at a 1M-key load
+/// 12 of 34 MB in a base of 271,000 replies (issue 30).
+pub fn is_derived(key: &[u8]) -> bool {
+    key.first() == Some(&Table::ReplyExpiry.prefix())
 }
 
 /// The resident tables' rows (cheap to clone: see the module's comment).
@@ -66,6 +77,22 @@ impl ResidentTables {
                 self.replies += usize::from(reply);
             }
         }
+    }
+
+    /// Adds the reply-expiry index entry of every remembered reply (after the tables were
+    /// rebuilt from the journal, which holds none: [`is_derived`]). `Corrupt` if a reply's value
+    /// does not decode.
+    pub fn derive_index(&mut self) -> Result<()> {
+        let (start, end) = Table::Replies.bounds();
+        let entries = self
+            .rows
+            .range::<_, [u8]>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
+            .map(|(key, value)| reply_rows::expiry_entry(key, value))
+            .collect::<Result<Vec<_>>>()?;
+        for (key, value) in entries {
+            self.put(key, value);
+        }
+        Ok(())
     }
 
     /// Removes a row.

@@ -11,6 +11,9 @@
 //! instead of once per layer (the whole tables were one record rewritten by every layer: 8 MiB
 //! every few seconds at 5,000 writes/s).
 //!
+//! The rows of the reply-expiry index are not written: they follow from the replies
+//! ([`resident::is_derived`]), and a restart rebuilds them after replaying the journal.
+//!
 //! Every entry has a sequence number; the layer's fjall batch records it (see
 //! [`seq_record`]), so a restart knows which entry fjall's state goes with.
 //!
@@ -46,7 +49,7 @@ use serde_bytes::ByteBuf;
 use crate::codec;
 use crate::error::{Result, StorageError};
 use crate::layout;
-use crate::store::resident::ResidentTables;
+use crate::store::resident::{self, ResidentTables};
 
 /// A new base is written once the deltas since the last one would exceed this many times the
 /// live rows...
@@ -116,6 +119,7 @@ impl PendingEntry {
             let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
                 .before
                 .changes_to(&self.tables)
+                .filter(|(key, _)| !resident::is_derived(key))
                 .map(|(key, value)| {
                     (
                         serde_bytes::Bytes::new(key),
@@ -137,18 +141,24 @@ impl PendingEntry {
 fn encode_base(tables: &ResidentTables) -> Vec<u8> {
     let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = tables
         .iter()
+        .filter(|(key, _)| !resident::is_derived(key))
         .map(|(k, v)| (serde_bytes::Bytes::new(k), Some(serde_bytes::Bytes::new(v))))
         .collect();
     codec::encode(&rows)
 }
 
-/// Applies the rows of an entry (a base replaces `tables` first).
+/// Applies the rows of an entry (a base replaces `tables` first). Derived rows are skipped:
+/// entries of format 9 hold them, and [`ResidentTables::derive_index`] rebuilds them once the
+/// journal is replayed.
 pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
     let rows: Rows = codec::decode("resident journal entry", &entry.rows)?;
     if entry.base {
         *tables = ResidentTables::default();
     }
     for (key, value) in rows {
+        if resident::is_derived(&key) {
+            continue;
+        }
         match value {
             Some(value) => tables.put(key.into_vec(), value.into_vec()),
             None if entry.base => {
@@ -276,6 +286,11 @@ impl ResidentJournal {
             before,
             held_bytes: delta_bytes,
         })
+    }
+
+    /// Makes the next layer's entry a base, whatever the deltas since the last one.
+    pub fn rebase_next(&mut self) {
+        self.since_base = None;
     }
 
     /// A base entry of `tables` (what a snapshot install starts the journal with).

@@ -246,6 +246,20 @@ impl ResidentLog {
     }
 }
 
+/// Sequence number and base flag of every whole entry in the log file at `path` (tests look at
+/// what a stop left).
+#[cfg(test)]
+pub(crate) fn entries_in(path: &Path) -> Result<Vec<(u64, bool)>> {
+    let mut input = BufReader::new(File::open(path)?);
+    let mut magic = [0u8; 8];
+    input.read_exact(&mut magic)?;
+    let mut entries = Vec::new();
+    while let Some(entry) = read_frame(&mut input)? {
+        entries.push((entry.seq, entry.base));
+    }
+    Ok(entries)
+}
+
 /// Writes one frame; its length in bytes.
 fn write_frame(out: &mut File, entry: &JournalEntry) -> Result<usize> {
     let mut body = Vec::with_capacity(MIN_FRAME_BYTES as usize + entry.rows.len());

@@ -690,6 +690,14 @@ impl StateTree {
         Ok(file)
     }
 
+    /// Makes the next layer write the reply memory's log a new base (see
+    /// [`Memtable::rebase_resident`]); once that layer is durable, [`Self::sync`] removes the
+    /// older file. For a clean stop: after it the log holds the live rows once (at a 1M-key
+    /// load, 59 MB of base and deltas for 35 MB of rows).
+    pub fn rebase_reply_log(&self) {
+        self.inner.memtable.rebase_resident();
+    }
+
     /// Stops the thread that lets fjall delete replaced tables ([`TableRelease`]) and waits for
     /// it: for a clean stop, after which nothing may be written. It is not started again.
     pub fn stop_table_release(&self) {
@@ -872,15 +880,17 @@ impl ExportView {
 }
 
 /// The resident tables as the state in `tree` records them: rebuilt from the reply memory's log
-/// (in `log_dir`) up to the entry the tree names.
+/// (in `log_dir`) up to the entry the tree names, then the reply-expiry index from the replies.
 fn load_resident(tree: &Tree, log_dir: &Path) -> Result<(ResidentState, ResidentLog)> {
     let at = tree
         .get(&resident_journal::seq_record())?
         .map(|bytes| resident_journal::decode_seq(&bytes))
         .transpose()?;
     let opened = ResidentLog::open(log_dir, at)?;
+    let mut tables = opened.tables;
+    tables.derive_index()?;
     let state = ResidentState {
-        tables: opened.tables,
+        tables,
         journal: ResidentJournal::starting_at(opened.next_seq),
         written_entry: at,
     };

@@ -49,7 +49,7 @@ fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
     }
 
     let other = tempfile::tempdir().expect("tempdir");
-    std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 10\n").expect("write");
+    std::fs::write(other.path().join(FORMAT_FILE), "statestore-data 11\n").expect("write");
     assert!(matches!(
         check_format(other.path()),
         Err(StorageError::DataDir(_))
@@ -80,6 +80,26 @@ fn formats_7_and_8_are_converted_and_their_clean_marker_removed() {
             "{earlier}: the state is rebuilt, not trusted"
         );
     }
+}
+
+/// Format 9 differs only in the reply memory's log, which this build reads as it is: the
+/// marker is rewritten and the clean-stop marker kept (the state is trusted, not rebuilt).
+#[test]
+fn format_9_gets_the_new_marker_and_keeps_its_clean_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
+    crate::store::recovery::write_clean_marker(dir.path()).expect("clean marker");
+    check_format(dir.path()).expect("accepted");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+        FORMAT
+    );
+    assert!(
+        dir.path()
+            .join(crate::store::recovery::CLEAN_STOP_FILE)
+            .exists(),
+        "a clean stop of format 9 is still trusted"
+    );
 }
 
 /// A store dropped in this process may keep the data directory's lock and fjall's a moment

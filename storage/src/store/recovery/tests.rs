@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::engine::{OrderedRead, TxnWrite, TxnWrites};
 use crate::layout::{self, Table};
+use crate::machine::reply_rows::{self, remembered_value};
 use crate::store::{SnapshotWriter, StateTree, Store, StoreConfig};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -55,9 +56,13 @@ fn write(state: &StateTree, model: &mut Map, tag: &str, count: u32) {
         txn.insert(key.clone(), TxnWrite::Put(value.clone()));
         model.insert(key, value);
         if i % 5 == 0 {
-            let reply = format!("reply {tag} {i}").into_bytes();
+            // With its expiry index entry, as apply writes it (a reopen rebuilds the index).
+            let reply = remembered_value(u64::from(i), tag);
+            let (index, size) = reply_rows::expiry_entry(&reply_row(i), &reply).expect("a reply");
             txn.insert(reply_row(i), TxnWrite::Put(reply.clone()));
+            txn.insert(index.clone(), TxnWrite::Put(size.clone()));
             model.insert(reply_row(i), reply);
+            model.insert(index, size);
         }
         state.commit(txn).expect("commit");
     }

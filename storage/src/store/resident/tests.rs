@@ -65,3 +65,64 @@ fn a_clone_keeps_the_rows_it_was_taken_with() {
     assert_eq!(tables.len(), 500);
     assert_eq!(tables.get(&0u32.to_be_bytes()), Some(&b"new"[..]));
 }
+
+/// The reply-expiry index a restart derives from the remembered replies is exactly the one
+/// apply wrote beside them: replies of different lifetimes, one replaced by a retry after its
+/// expiry (a smaller reply, a later expiry), some pruned.
+#[test]
+fn the_derived_expiry_index_is_the_one_apply_wrote() {
+    use crate::machine::RequestId;
+    use crate::machine::tests::{Replica, del, set, table_rows};
+
+    let mut replica = Replica::new();
+    for n in 0..40u32 {
+        let proposal = replica.request(set(b"k", &n.to_be_bytes()), n, 5 + u64::from(n % 3));
+        replica.apply_proposal(&proposal);
+    }
+    let retried = RequestId {
+        client: b"c".to_vec(),
+        correlation: b"retried".to_vec(),
+        remember_for_ms: 10,
+        digest: 0,
+    };
+    let first = replica.proposal(set(b"k", b"1"), Some(retried.clone()));
+    replica.apply_proposal(&first);
+    replica.wall_ms += 10;
+    let retry = replica.proposal(del(b"absent", None), Some(retried));
+    replica.apply_proposal(&retry);
+    replica.assert_counters_exact();
+
+    let written: Vec<(Vec<u8>, Vec<u8>)> = table_rows(&replica.map, Table::ReplyExpiry)
+        .into_iter()
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect();
+    assert!(
+        written.len() > 1,
+        "replies left to index: {}",
+        written.len()
+    );
+    let mut tables = ResidentTables::default();
+    for (key, value) in table_rows(&replica.map, Table::Replies) {
+        tables.put(key.to_vec(), value.to_vec());
+    }
+    tables.derive_index().expect("every reply decodes");
+    let derived: Vec<(Vec<u8>, Vec<u8>)> = tables
+        .iter()
+        .filter(|(key, _)| is_derived(key))
+        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+        .collect();
+    assert_eq!(derived, written);
+}
+
+/// A reply row whose value is not a remembered reply cannot be indexed: the load fails as
+/// corrupt rather than keep a reply that would never expire.
+#[test]
+fn a_reply_that_does_not_decode_is_corrupt() {
+    let mut tables = ResidentTables::default();
+    tables.put(vec![Table::Replies.prefix(), 1], b"not a reply".to_vec());
+    assert!(matches!(
+        tables.derive_index(),
+        Err(crate::error::StorageError::Corrupt { .. }
+            | crate::error::StorageError::FormatVersion { .. })
+    ));
+}

@@ -24,6 +24,59 @@ fn rebuild(entries: &[JournalEntry]) -> ResidentTables {
     tables
 }
 
+/// A row of the reply-expiry index (derived: never journaled).
+fn index_row(i: u32) -> Vec<u8> {
+    let mut key = vec![crate::layout::Table::ReplyExpiry.prefix()];
+    key.extend_from_slice(&i.to_be_bytes());
+    key
+}
+
+fn keys_of(entry: &JournalEntry) -> Vec<Vec<u8>> {
+    let rows: Rows = codec::decode("entry", &entry.rows).expect("rows");
+    rows.into_iter().map(|(key, _)| key.into_vec()).collect()
+}
+
+/// The reply-expiry index is rebuilt at start, not journaled: neither a base nor a delta holds
+/// its rows, and the index rows of a format 9 entry are skipped when it is replayed.
+#[test]
+fn entries_hold_no_derived_rows_and_replay_skips_those_of_older_entries() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    tables.put(row(1), b"one".to_vec());
+    tables.put(index_row(1), b"1".to_vec());
+    let base = journal.layer_entry(&tables).expect("a base");
+    assert!(base.base);
+    assert_eq!(keys_of(&base), vec![row(1)]);
+    tables.put(row(2), b"two".to_vec());
+    tables.put(index_row(2), b"2".to_vec());
+    tables.remove(&index_row(1));
+    tables.remove(&row(1));
+    for _ in 0..4 {
+        journal.note();
+    }
+    let delta = journal.layer_entry(&tables).expect("a delta");
+    assert!(!delta.base);
+    assert_eq!(keys_of(&delta), vec![row(1), row(2)]);
+
+    let rows = vec![
+        (
+            ByteBuf::from(index_row(9)),
+            Some(ByteBuf::from(b"9".to_vec())),
+        ),
+        (ByteBuf::from(row(9)), Some(ByteBuf::from(b"nine".to_vec()))),
+    ];
+    let format_9 = JournalEntry {
+        seq: 5,
+        base: true,
+        rows: codec::encode(&rows),
+    };
+    let mut replayed = ResidentTables::default();
+    replay(&mut replayed, &format_9).expect("replays");
+    let mut expected = ResidentTables::default();
+    expected.put(row(9), b"nine".to_vec());
+    assert_eq!(replayed, expected);
+}
+
 #[test]
 fn the_first_layer_writes_a_base_even_of_empty_tables() {
     let mut journal = ResidentJournal::starting_at(7);

@@ -4,6 +4,7 @@ use super::*;
 use crate::engine::TxnWrite;
 use crate::error::StorageError;
 use crate::layout::Table;
+use crate::machine::reply_rows::{self, remembered_value};
 use crate::store::memtable::tests::writes;
 use crate::store::{Store, StoreConfig};
 
@@ -102,18 +103,21 @@ fn reads_merge_the_memtable_over_fjall_before_and_after_a_flush() {
 }
 
 /// The reply memory lives in memory; a flush stores it with the layer and a reopened store
-/// reads it back, while a write after the last flush is (like any unflushed write) not
-/// there after the reopen: the log replays it.
+/// reads it back, its expiry index rebuilt from it, while a write after the last flush is
+/// (like any unflushed write) not there after the reopen: the log replays it.
 #[test]
 fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
     let dir = tempfile::tempdir().expect("tempdir");
     let reply = reply_row(b"client", b"c1");
     let late = reply_row(b"client", b"c2");
+    let (remembered, late_value) = (remembered_value(1_000, "n1"), remembered_value(2_000, "n1"));
+    let (index, index_value) = reply_rows::expiry_entry(&reply, &remembered).expect("a reply");
     {
         let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
         let state = store.state().expect("state");
         let mut first = TxnWrites::new();
-        first.insert(reply.clone(), TxnWrite::Put(b"remembered".to_vec()));
+        first.insert(reply.clone(), TxnWrite::Put(remembered.clone()));
+        first.insert(index.clone(), TxnWrite::Put(index_value.clone()));
         first.insert(b"k1".to_vec(), TxnWrite::Put(b"v".to_vec()));
         state.commit(first).expect("commit");
         assert_eq!(state.resident_size().0, 1);
@@ -121,19 +125,20 @@ fn resident_rows_survive_a_reopen_as_of_the_last_flush() {
         // Trusted as after a clean stop: what fjall holds is what the reopen reads.
         crate::store::recovery::write_clean_marker(dir.path()).expect("marker");
         let mut second = TxnWrites::new();
-        second.insert(late.clone(), TxnWrite::Put(b"late".to_vec()));
+        second.insert(late.clone(), TxnWrite::Put(late_value.clone()));
         state.commit(second).expect("commit");
-        assert_eq!(
-            state.view().get(&late).expect("read"),
-            Some(b"late".to_vec())
-        );
+        assert_eq!(state.view().get(&late).expect("read"), Some(late_value));
     }
     let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
     let view = store.state().expect("state").view();
+    assert_eq!(view.get(&reply).expect("read"), Some(remembered));
     assert_eq!(
-        view.get(&reply).expect("read"),
-        Some(b"remembered".to_vec())
+        view.get(&index).expect("read"),
+        Some(index_value),
+        "the expiry index entry is rebuilt"
     );
+    let (start, end) = Table::ReplyExpiry.bounds();
+    assert_eq!(view.range(&start, &end).count(), 1, "and only it");
     assert_eq!(view.get(&late).expect("read"), None);
     assert_eq!(view.get(b"k1").expect("read"), Some(b"v".to_vec()));
 }
@@ -236,9 +241,21 @@ fn log_files(dir: &Path) -> Vec<String> {
     names
 }
 
+/// Sequence number and base flag of every entry in the reply memory's log files, oldest first.
+fn log_entries(dir: &Path) -> Vec<(u64, bool)> {
+    log_files(dir)
+        .iter()
+        .flat_map(|name| {
+            crate::store::resident_log::entries_in(&dir.join("replies").join(name))
+                .expect("the log reads")
+        })
+        .collect()
+}
+
 /// Churn of the reply memory with no sync at all (a long load): every new base of the log is
 /// made durable as its layer is written and the files before it go, so the log stays at a file
-/// or two instead of one per base; a clean reopen still finds every reply.
+/// or two instead of one per base; a clean stop leaves one base, and the reopen finds every
+/// reply.
 #[test]
 fn each_base_of_the_reply_memory_log_removes_the_files_before_it() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -251,8 +268,7 @@ fn each_base_of_the_reply_memory_log_removes_the_files_before_it() {
     for i in 0..4_000u32 {
         let mut txn = TxnWrites::new();
         let key = reply_row(b"client", &(i % 50).to_be_bytes());
-        let mut value = vec![b'r'; 2 << 10];
-        value[..4].copy_from_slice(&i.to_be_bytes());
+        let value = remembered_value(u64::from(i), &"n".repeat(2 << 10));
         txn.insert(key.clone(), TxnWrite::Put(value.clone()));
         // A plain row of the same size fills the memtable: a layer every 32 writes.
         txn.insert(format!("k{i}").into_bytes(), TxnWrite::Put(value.clone()));
@@ -282,7 +298,17 @@ fn each_base_of_the_reply_memory_log_removes_the_files_before_it() {
         "at most {most_files} files at a time: {:?}",
         log_files(dir.path())
     );
+    let entries_before_stop = log_entries(dir.path());
+    assert!(
+        entries_before_stop.len() > 1,
+        "deltas after the base: {entries_before_stop:?}"
+    );
     store.close_clean().expect("clean stop");
+    let entries = log_entries(dir.path());
+    assert!(
+        matches!(entries[..], [(_, true)]),
+        "a clean stop leaves the log at one base of the live rows: {entries:?}"
+    );
     drop((store, state));
     let store = Store::open(&config).expect("reopen");
     let state = store.state().expect("state");
@@ -313,7 +339,7 @@ fn the_reply_memory_survives_reopens_through_its_log() {
         for i in 0..300u32 {
             let mut txn = TxnWrites::new();
             let key = reply_row(b"client", &(i % 50).to_be_bytes());
-            let value = format!("round {round} write {i}").into_bytes();
+            let value = remembered_value(u64::from(round * 1_000 + i), "n1");
             txn.insert(key.clone(), TxnWrite::Put(value.clone()));
             txn.insert(b"k".to_vec(), TxnWrite::Put(i.to_be_bytes().to_vec()));
             expected.insert(key, value);
@@ -342,7 +368,8 @@ fn an_install_starts_the_reply_memory_log_afresh() {
     let source_state = source.state().expect("state");
     let theirs = reply_row(b"theirs", b"1");
     let mut txn = TxnWrites::new();
-    txn.insert(theirs.clone(), TxnWrite::Put(b"installed".to_vec()));
+    let installed = remembered_value(1, "n1");
+    txn.insert(theirs.clone(), TxnWrite::Put(installed.clone()));
     txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
     source_state.commit(txn).expect("commit");
     let file = source_state
@@ -356,7 +383,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
         let store = Store::open(&config).expect("store");
         let state = store.state().expect("state");
         let mut txn = TxnWrites::new();
-        txn.insert(mine.clone(), TxnWrite::Put(b"replaced".to_vec()));
+        txn.insert(mine.clone(), TxnWrite::Put(remembered_value(2, "n1")));
         txn.insert(b"x".to_vec(), TxnWrite::Put(b"y".to_vec()));
         state.commit(txn).expect("commit");
         store.flush().expect("sync");
@@ -374,10 +401,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
     }
     let store = Store::open(&config).expect("reopen");
     let view = store.state().expect("state").view();
-    assert_eq!(
-        view.get(&theirs).expect("read"),
-        Some(b"installed".to_vec())
-    );
+    assert_eq!(view.get(&theirs).expect("read"), Some(installed));
     assert_eq!(view.get(&mine).expect("read"), None);
 }
 
