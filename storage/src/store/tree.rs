@@ -47,6 +47,14 @@ impl Tree {
         let keyspace = db.keyspace(name, || {
             fjall::KeyspaceCreateOptions::default()
                 .max_memtable_size(MEMTABLE_BYTES)
+                // LZ4 at every level: fjall's default compresses only from level 2, and the
+                // layers are ingested into level 0 (a 1M-key store kept all its tables in levels
+                // 0 and 1). Even with random 64-byte values, each record's version (the node's
+                // name) and the keys compress: `state/` after a 1M-key load and stop went from
+                // 95 to 78 MiB, the load rate unchanged (issue 30, BENCHMARKS.md).
+                .data_block_compression_policy(fjall::config::CompressionPolicy::all(
+                    fjall::CompressionType::Lz4,
+                ))
                 .compaction_strategy(std::sync::Arc::new(
                     fjall::compaction::Leveled::default().with_table_target_size(TABLE_BYTES),
                 ))
