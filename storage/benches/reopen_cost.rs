@@ -14,8 +14,10 @@
 use std::time::{Duration, Instant};
 
 use statestore_storage::Result;
+use statestore_storage::codec;
 use statestore_storage::engine::{OrderedRead, TxnWrite, TxnWrites};
 use statestore_storage::layout::{Table, consensus_key};
+use statestore_storage::machine::{Outcome, RememberedReply, reply_rows};
 use statestore_storage::store::{OpenKind, SnapshotCovers, Store, StoreConfig};
 
 fn env(name: &str, default: usize) -> usize {
@@ -43,9 +45,18 @@ fn fill(store: &Store, from: usize, to: usize) -> Result<()> {
             );
         }
         if start % 1000 == 0 {
+            // A remembered reply and its expiry index row, as apply writes them (a reopen
+            // rebuilds the index from the reply, which must decode).
             let mut reply = vec![Table::Replies.prefix()];
             reply.extend_from_slice(format!("client/{start}").as_bytes());
-            txn.insert(reply, TxnWrite::Put(vec![b'r'; 64]));
+            let value = codec::encode(&RememberedReply {
+                expires_at_ms: start as u64,
+                digest: start as u128,
+                outcome: Outcome::Missing,
+            });
+            let (index, size) = reply_rows::expiry_entry(&reply, &value)?;
+            txn.insert(reply, TxnWrite::Put(value));
+            txn.insert(index, TxnWrite::Put(size));
         }
         state.commit(txn)?;
     }

@@ -420,14 +420,15 @@ impl Memtable {
         self.lock().resident.range(start, end, limit)
     }
 
-    /// Remembered replies and bytes of the resident tables.
-    /// Makes the next layer's journal entry a base (the whole tables), even if nothing else
-    /// changed: a clean stop leaves the reply memory's log at one base of the live rows instead
-    /// of a base and up to [`resident_journal::REBASE_FACTOR`] times the rows in deltas.
+    /// Makes the next layer's journal entry a base (the whole tables) if deltas were written
+    /// since the last one or changes wait (see [`ResidentJournal::rebase_next`]): a clean stop
+    /// leaves the reply memory's log at one base of the live rows instead of a base and up to
+    /// [`resident_journal::REBASE_FACTOR`] times the rows in deltas.
     pub fn rebase_resident(&self) {
         self.lock().journal.rebase_next();
     }
 
+    /// Remembered replies and bytes of the resident tables.
     pub fn resident_size(&self) -> (usize, usize) {
         let layers = self.lock();
         (layers.resident.replies(), layers.resident.bytes())

@@ -5,7 +5,8 @@
 //! again once the reply expires (seconds later). In sled, the state database before fjall, that
 //! was four tree operations per request, the largest share of the state machine's cost under
 //! load. These two tables are now kept in an ordered map; every memtable layer carries what
-//! changed in them as an entry of the [`resident_journal`](crate::store::resident_journal),
+//! changed in the replies as an entry of the [`resident_journal`](crate::store::resident_journal)
+//! (the expiry index is rebuilt from them at start: [`is_derived`]),
 //! and the layer's table in fjall records the entry's number (so fjall and the reply memory's
 //! log together still hold the state after a prefix of the log); a restart loads them back.
 //! The state machine sees no difference: reads and writes of these tables go through the same

@@ -186,6 +186,10 @@ pub struct ResidentJournal {
     taken: ResidentTables,
     /// Changes of rows since then, each counted (a row set then removed counts twice).
     changes: usize,
+    /// Deltas taken since the last base.
+    deltas_since_base: usize,
+    /// Replaced soon (a snapshot install in progress): writes nothing ([`Self::idle`]).
+    idle: bool,
 }
 
 impl std::fmt::Debug for ResidentJournal {
@@ -196,6 +200,8 @@ impl std::fmt::Debug for ResidentJournal {
             .field("since_base", &self.since_base)
             .field("taken_rows", &self.taken.len())
             .field("changes", &self.changes)
+            .field("deltas_since_base", &self.deltas_since_base)
+            .field("idle", &self.idle)
             .finish()
     }
 }
@@ -216,6 +222,7 @@ impl ResidentJournal {
         ResidentJournal {
             next_seq,
             since_base: Some(0),
+            idle: true,
             ..ResidentJournal::default()
         }
     }
@@ -277,6 +284,11 @@ impl ResidentJournal {
         } else {
             self.since_base.map(|w| w.saturating_add(delta_bytes))
         };
+        self.deltas_since_base = if base {
+            0
+        } else {
+            self.deltas_since_base.saturating_add(1)
+        };
         let seq = self.next_seq;
         self.next_seq += 1;
         Some(PendingEntry {
@@ -288,14 +300,23 @@ impl ResidentJournal {
         })
     }
 
-    /// Makes the next layer's entry a base, whatever the deltas since the last one.
+    /// Makes the next layer's entry a base, whatever the deltas since the last one. Nothing to
+    /// do when the log already ends at a base and nothing changed since (the next layer
+    /// writes nothing), or while the journal is idle: a snapshot install replaces it with its
+    /// own base, and a base taken meanwhile would be the install's entry number written empty.
     pub fn rebase_next(&mut self) {
+        let at_a_base = self.since_base.is_some() && self.deltas_since_base == 0;
+        if self.idle || (at_a_base && self.changes == 0) {
+            return;
+        }
         self.since_base = None;
     }
 
     /// A base entry of `tables` (what a snapshot install starts the journal with).
     pub fn base(&mut self, tables: &ResidentTables) -> JournalEntry {
         self.changes = 0;
+        self.deltas_since_base = 0;
+        self.idle = false;
         self.taken = tables.clone();
         self.since_base = Some(tables.bytes());
         let seq = self.next_seq;

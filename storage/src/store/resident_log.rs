@@ -72,15 +72,16 @@ fn sync_dir(dir: &Path) -> Result<()> {
 pub struct Opened {
     /// The log, ready to append (its next entry must be a base).
     pub log: ResidentLog,
-    /// The tables as of the requested entry.
+    /// The tables as of the requested entry, without their derived rows (the caller rebuilds
+    /// them: [`ResidentTables::derive_index`]).
     pub tables: ResidentTables,
     /// The sequence number of the next entry (above every one on disk).
     pub next_seq: u64,
 }
 
 impl ResidentLog {
-    /// Opens the log in `dir` and rebuilds the tables as of entry `at` (the entry fjall's state
-    /// records; `None`: fjall has none, the tables are empty and any file is a leftover).
+    /// Opens the log in `dir` and rebuilds the tables as of entry `at`, but for their derived
+    /// rows (the entry fjall's state records; `None`: fjall has none, the tables are empty and any file is a leftover).
     /// Files that start after `at` belong to layers fjall never recorded and are removed.
     pub fn open(dir: &Path, at: Option<u64>) -> Result<Opened> {
         crate::dirs::create_durable(dir)?;

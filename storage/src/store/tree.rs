@@ -51,7 +51,9 @@ impl Tree {
                 // layers are ingested into level 0 (a 1M-key store kept all its tables in levels
                 // 0 and 1). Even with random 64-byte values, each record's version (the node's
                 // name) and the keys compress: `state/` after a 1M-key load and stop went from
-                // 95 to 78 MiB, the load rate unchanged (issue 30, BENCHMARKS.md).
+                // 95 to 78 MiB, the load rate unchanged (issue 30, BENCHMARKS.md). fjall
+                // records these options when it creates a keyspace: a state keyspace made by an
+                // earlier build keeps its policy until a snapshot install or a rebuild replaces it.
                 .data_block_compression_policy(fjall::config::CompressionPolicy::all(
                     fjall::CompressionType::Lz4,
                 ))

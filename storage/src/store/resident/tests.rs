@@ -67,14 +67,19 @@ fn a_clone_keeps_the_rows_it_was_taken_with() {
 }
 
 /// The reply-expiry index a restart derives from the remembered replies is exactly the one
-/// apply wrote beside them: replies of different lifetimes, one replaced by a retry after its
-/// expiry (a smaller reply, a later expiry), some pruned.
+/// apply wrote beside them: replies of different lifetimes, some evicted by the count cap, one
+/// replaced by a retry after its expiry (a smaller reply, a later expiry), some pruned.
 #[test]
 fn the_derived_expiry_index_is_the_one_apply_wrote() {
+    use crate::keyspace::Limits;
     use crate::machine::RequestId;
     use crate::machine::tests::{Replica, del, set, table_rows};
 
     let mut replica = Replica::new();
+    replica.set_limits(Limits {
+        max_remembered_replies: 36,
+        ..Limits::default()
+    });
     for n in 0..40u32 {
         let proposal = replica.request(set(b"k", &n.to_be_bytes()), n, 5 + u64::from(n % 3));
         replica.apply_proposal(&proposal);
@@ -91,6 +96,10 @@ fn the_derived_expiry_index_is_the_one_apply_wrote() {
     let retry = replica.proposal(del(b"absent", None), Some(retried));
     replica.apply_proposal(&retry);
     replica.assert_counters_exact();
+    assert!(
+        replica.meta().replies_evicted > 0,
+        "the cap evicted replies"
+    );
 
     let written: Vec<(Vec<u8>, Vec<u8>)> = table_rows(&replica.map, Table::ReplyExpiry)
         .into_iter()

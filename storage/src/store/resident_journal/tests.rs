@@ -77,6 +77,47 @@ fn entries_hold_no_derived_rows_and_replay_skips_those_of_older_entries() {
     assert_eq!(replayed, expected);
 }
 
+/// What a clean stop asks ([`ResidentJournal::rebase_next`]): a base after deltas; nothing
+/// when the log already ends at a base of the same rows; nothing from an idle journal (a
+/// snapshot install in progress writes its own base under the next number).
+#[test]
+fn a_rebase_is_written_only_after_deltas_and_never_by_an_idle_journal() {
+    let mut tables = ResidentTables::default();
+    let mut journal = ResidentJournal::starting_at(0);
+    tables.put(row(1), b"one".to_vec());
+    journal.note();
+    assert!(journal.layer_entry(&tables).expect("first").base);
+    journal.rebase_next();
+    assert_eq!(journal.layer_entry(&tables), None, "already at a base");
+
+    tables.put(row(2), b"two".to_vec());
+    journal.note();
+    assert!(!journal.layer_entry(&tables).expect("a delta").base);
+    journal.rebase_next();
+    let rebased = journal
+        .layer_entry(&tables)
+        .expect("a base after the delta");
+    assert!(rebased.base);
+    assert_eq!(rebuild(&[rebased]), tables);
+
+    tables.put(row(3), b"three".to_vec());
+    journal.note();
+    journal.rebase_next();
+    assert!(
+        journal.layer_entry(&tables).expect("changes wait").base,
+        "changes since the base: the stop's layer is a base"
+    );
+
+    let mut idle = ResidentJournal::idle(9);
+    idle.rebase_next();
+    assert_eq!(
+        idle.layer_entry(&tables),
+        None,
+        "an idle journal writes nothing"
+    );
+    assert_eq!(idle.next_seq(), 9);
+}
+
 #[test]
 fn the_first_layer_writes_a_base_even_of_empty_tables() {
     let mut journal = ResidentJournal::starting_at(7);
