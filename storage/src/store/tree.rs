@@ -41,25 +41,29 @@ pub struct Tree {
     keyspace: fjall::Keyspace,
 }
 
+/// The options of a state keyspace but its compaction strategy.
+fn keyspace_options() -> fjall::KeyspaceCreateOptions {
+    fjall::KeyspaceCreateOptions::default()
+        .max_memtable_size(MEMTABLE_BYTES)
+        // LZ4 at every level: fjall's default compresses only from level 2, and the layers are
+        // ingested with the first level's policy (a 1M-key store kept all its tables in levels 0
+        // and 1). Even with random 64-byte values, each record's version (the node's name) and
+        // the keys compress: `state/` after a 1M-key load and stop went from 95 to 78 MiB, the
+        // load rate unchanged (issue 30, BENCHMARKS.md). fjall records these options when it
+        // creates a keyspace: a state keyspace made by an earlier build keeps its policy until a
+        // snapshot install or a rebuild replaces it.
+        .data_block_compression_policy(fjall::config::CompressionPolicy::all(
+            fjall::CompressionType::Lz4,
+        ))
+}
+
 impl Tree {
     /// Opens (or creates) the keyspace `name` of `db`.
     pub fn open(db: &fjall::Database, name: &str) -> Result<Tree> {
         let keyspace = db.keyspace(name, || {
-            fjall::KeyspaceCreateOptions::default()
-                .max_memtable_size(MEMTABLE_BYTES)
-                // LZ4 at every level: fjall's default compresses only from level 2, and the
-                // layers are ingested into level 0 (a 1M-key store kept all its tables in levels
-                // 0 and 1). Even with random 64-byte values, each record's version (the node's
-                // name) and the keys compress: `state/` after a 1M-key load and stop went from
-                // 95 to 78 MiB, the load rate unchanged (issue 30, BENCHMARKS.md). fjall
-                // records these options when it creates a keyspace: a state keyspace made by an
-                // earlier build keeps its policy until a snapshot install or a rebuild replaces it.
-                .data_block_compression_policy(fjall::config::CompressionPolicy::all(
-                    fjall::CompressionType::Lz4,
-                ))
-                .compaction_strategy(std::sync::Arc::new(
-                    fjall::compaction::Leveled::default().with_table_target_size(TABLE_BYTES),
-                ))
+            keyspace_options().compaction_strategy(std::sync::Arc::new(
+                fjall::compaction::Leveled::default().with_table_target_size(TABLE_BYTES),
+            ))
         })?;
         Ok(Tree {
             db: db.clone(),
