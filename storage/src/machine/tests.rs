@@ -309,7 +309,8 @@ pub(crate) fn table_rows(map: &BTreeMap<Vec<u8>, Vec<u8>>, table: Table) -> Vec<
 
 /// Recounts the registration and reply tables, checking that each pair of tables agrees
 /// (every registration in both directions, every reply indexed once under its own expiry and
-/// counted size).
+/// counted size, the index exactly what a restart derives from the replies:
+/// [`reply_rows::expiry_entry`]).
 pub(crate) fn recount(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Recount {
     let registrations = table_rows(map, Table::ObserversByKey);
     let by_key = registrations.len();
@@ -335,6 +336,18 @@ pub(crate) fn recount(map: &BTreeMap<Vec<u8>, Vec<u8>>) -> Recount {
     let replies = table_rows(map, Table::Replies);
     let index = table_rows(map, Table::ReplyExpiry);
     assert_eq!(replies.len(), index.len(), "one index entry per reply");
+    let derived: BTreeMap<Vec<u8>, Vec<u8>> = replies
+        .iter()
+        .map(|(key, value)| reply_rows::expiry_entry(key, value).expect("a remembered reply"))
+        .collect();
+    let written: BTreeMap<Vec<u8>, Vec<u8>> = index
+        .iter()
+        .map(|(key, value)| (key.to_vec(), value.to_vec()))
+        .collect();
+    assert_eq!(
+        derived, written,
+        "the index is what a restart derives from the replies"
+    );
     let mut bytes = 0;
     for (index_key, value) in index {
         let (at, reply_key) = reply_rows::split_reply_expiry_key(index_key).expect("index key");

@@ -81,7 +81,8 @@ pub struct Opened {
 
 impl ResidentLog {
     /// Opens the log in `dir` and rebuilds the tables as of entry `at`, but for their derived
-    /// rows (the entry fjall's state records; `None`: fjall has none, the tables are empty and any file is a leftover).
+    /// rows (the entry fjall's state records; `None`: fjall has none, the tables are empty and
+    /// any file is a leftover).
     /// Files that start after `at` belong to layers fjall never recorded and are removed.
     pub fn open(dir: &Path, at: Option<u64>) -> Result<Opened> {
         crate::dirs::create_durable(dir)?;
@@ -167,18 +168,8 @@ impl ResidentLog {
     }
 
     /// Reads every whole frame of the file that starts at `base` (a torn tail ends it).
-    fn read_file(&self, base: u64, mut each: impl FnMut(JournalEntry) -> Result<()>) -> Result<()> {
-        let path = self.dir.join(file_name(base));
-        let mut input = BufReader::with_capacity(1 << 20, File::open(&path)?);
-        let mut magic = [0u8; 8];
-        input.read_exact(&mut magic)?;
-        if &magic != MAGIC {
-            return Err(corrupt(format!("{} has no log header", path.display())));
-        }
-        while let Some(entry) = read_frame(&mut input)? {
-            each(entry)?;
-        }
-        Ok(())
+    fn read_file(&self, base: u64, each: impl FnMut(JournalEntry) -> Result<()>) -> Result<()> {
+        read_path(&self.dir.join(file_name(base)), each)
     }
 
     /// Appends `entry` (a base starts a new file) and makes it durable.
@@ -247,17 +238,29 @@ impl ResidentLog {
     }
 }
 
+/// Reads every whole frame of the log file at `path` (a torn tail ends it).
+fn read_path(path: &Path, mut each: impl FnMut(JournalEntry) -> Result<()>) -> Result<()> {
+    let mut input = BufReader::with_capacity(1 << 20, File::open(path)?);
+    let mut magic = [0u8; 8];
+    input.read_exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(corrupt(format!("{} has no log header", path.display())));
+    }
+    while let Some(entry) = read_frame(&mut input)? {
+        each(entry)?;
+    }
+    Ok(())
+}
+
 /// Sequence number and base flag of every whole entry in the log file at `path` (tests look at
 /// what a stop left).
 #[cfg(test)]
 pub(crate) fn entries_in(path: &Path) -> Result<Vec<(u64, bool)>> {
-    let mut input = BufReader::new(File::open(path)?);
-    let mut magic = [0u8; 8];
-    input.read_exact(&mut magic)?;
     let mut entries = Vec::new();
-    while let Some(entry) = read_frame(&mut input)? {
+    read_path(path, |entry| {
         entries.push((entry.seq, entry.base));
-    }
+        Ok(())
+    })?;
     Ok(entries)
 }
 

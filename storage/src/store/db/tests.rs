@@ -56,27 +56,33 @@ fn a_new_directory_gets_the_marker_and_an_old_layout_is_refused() {
     ));
 }
 
+/// A directory of `earlier` format after a clean stop, checked by this build: whether its
+/// clean-stop marker is still there (the marker must now be this build's, written whole).
+fn checked_after_a_clean_stop(earlier: &str) -> bool {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(FORMAT_FILE), earlier).expect("write");
+    crate::store::recovery::write_clean_marker(dir.path()).expect("clean marker");
+    check_format(dir.path()).expect("accepted, not refused");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
+        FORMAT
+    );
+    assert!(
+        !dir.path().join(format!("{FORMAT_FILE}.tmp")).exists(),
+        "no temporary marker is left behind"
+    );
+    dir.path()
+        .join(crate::store::recovery::CLEAN_STOP_FILE)
+        .exists()
+}
+
 /// Formats 7 and 8 (sled) are converted: the marker is rewritten, and the clean-stop marker is
 /// gone first, so the open rebuilds the state (see the recovery tests).
 #[test]
 fn formats_7_and_8_are_converted_and_their_clean_marker_removed() {
     for earlier in ["statestore-data 7\n", "statestore-data 8\n"] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join(FORMAT_FILE), earlier).expect("write");
-        crate::store::recovery::write_clean_marker(dir.path()).expect("clean marker");
-        check_format(dir.path()).expect("converted, not refused");
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
-            FORMAT
-        );
         assert!(
-            !dir.path().join(format!("{FORMAT_FILE}.tmp")).exists(),
-            "no temporary marker is left behind"
-        );
-        assert!(
-            !dir.path()
-                .join(crate::store::recovery::CLEAN_STOP_FILE)
-                .exists(),
+            !checked_after_a_clean_stop(earlier),
             "{earlier}: the state is rebuilt, not trusted"
         );
     }
@@ -86,18 +92,8 @@ fn formats_7_and_8_are_converted_and_their_clean_marker_removed() {
 /// marker is rewritten and the clean-stop marker kept (the state is trusted, not rebuilt).
 #[test]
 fn format_9_gets_the_new_marker_and_keeps_its_clean_stop() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join(FORMAT_FILE), "statestore-data 9\n").expect("write");
-    crate::store::recovery::write_clean_marker(dir.path()).expect("clean marker");
-    check_format(dir.path()).expect("accepted");
-    assert_eq!(
-        std::fs::read_to_string(dir.path().join(FORMAT_FILE)).expect("marker"),
-        FORMAT
-    );
     assert!(
-        dir.path()
-            .join(crate::store::recovery::CLEAN_STOP_FILE)
-            .exists(),
+        checked_after_a_clean_stop("statestore-data 9\n"),
         "a clean stop of format 9 is still trusted"
     );
 }
