@@ -206,6 +206,9 @@ pub struct ExportLayers {
     pub layers: Vec<Arc<Writes>>,
     /// The resident tables at the start of the export.
     pub resident: ResidentTables,
+    /// The number the next map frozen gets: the export's state is in fjall once every map
+    /// below it is ([`Memtable::wait_written`]).
+    pub through: u64,
 }
 
 impl Memtable {
@@ -526,9 +529,30 @@ impl Memtable {
             drop(self.freeze(&mut layers));
         }
         let newest = layers.next_seq;
-        while layers.failed.is_none() && layers.frozen.front().is_some_and(|f| f.seq < newest) {
+        drop(self.wait_written_locked(layers, newest));
+    }
+
+    /// Waits until every map numbered below `through` is in fjall (the flush thread must run):
+    /// `Err` with the reason if the flush thread stopped for good first.
+    pub fn wait_written(&self, through: u64) -> Result<(), String> {
+        let layers = self.wait_written_locked(self.lock(), through);
+        match &layers.failed {
+            Some(reason) if layers.frozen.front().is_some_and(|f| f.seq < through) => {
+                Err(reason.clone())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn wait_written_locked<'a>(
+        &self,
+        mut layers: MutexGuard<'a, Layers>,
+        through: u64,
+    ) -> MutexGuard<'a, Layers> {
+        while layers.failed.is_none() && layers.frozen.front().is_some_and(|f| f.seq < through) {
             layers = self.wait_changed(layers);
         }
+        layers
     }
 
     /// Starts a snapshot export: freezes the active map and hands out the frozen maps; from
@@ -554,6 +578,7 @@ impl Memtable {
         let export = ExportLayers {
             layers: layers.frozen.iter().map(|f| f.writes.clone()).collect(),
             resident: layers.resident.clone(),
+            through: layers.next_seq,
         };
         tracing::debug!(
             held_us = locked.elapsed().as_micros() as u64,

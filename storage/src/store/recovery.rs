@@ -9,10 +9,12 @@
 //! an older snapshot than the newest one on disk). It stays with fjall: each memtable layer is
 //! durable once ingested, but the layers lag the log (up to the memtable's size), the few
 //! journalled records are synced only where they must be (`manual_journal_persist`, see `db`),
-//! and the Raft log may already be purged past what the layers hold: after any other stop the
-//! state is whatever part of the writes since then survived. The rebuild below does not depend
-//! on what that was. (Trusting the layers after an unclean stop would need the log kept back
-//! to what they hold: not done.)
+//! and after any other stop the state is whatever part of the writes since then survived. The
+//! rebuild below does not depend on what that was. (Trusting the layers after an unclean stop
+//! needs the log kept back to what they hold. That part holds: a snapshot export returns, and
+//! the log it covers may be purged, only once the layers it read are in fjall, see
+//! `SnapshotExport::write`. The rest is not done: checking after a crash that fjall opens and
+//! that its last applied entry is at or past the log's purge point, then keeping `state/`.)
 //!
 //! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
 //! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before fjall

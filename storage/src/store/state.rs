@@ -574,6 +574,7 @@ impl StateTree {
                 resident: layers.resident,
                 memtable: self.inner.memtable.clone(),
             },
+            through: layers.through,
             state: self.clone(),
         }
     }
@@ -764,6 +765,9 @@ const EXPORT_STOP_WAIT: Duration = Duration::from_secs(5);
 /// A snapshot export in progress (see [`StateTree::begin_export`]); dropping it ends the export.
 pub struct SnapshotExport {
     view: ExportView,
+    /// The memtable maps below this number hold the exported state: written offers wait for
+    /// them to be in fjall.
+    through: u64,
     state: StateTree,
 }
 
@@ -796,13 +800,29 @@ impl SnapshotExport {
     /// process already made a snapshot further in the log current (an install that finished
     /// while this one was written), which is then kept and returned instead. A failed write
     /// removes its unfinished file. Blocking.
+    ///
+    /// Returns only once the state database holds the exported state too (every memtable map
+    /// it read is in fjall, whose layers are fsynced as they are written): the log the snapshot
+    /// covers, which may be purged once this returns, is then in two durable places. If the
+    /// flush thread stopped for good first, the file is removed and nothing is offered.
     pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
         let dir = &self.state.inner.snapshot_dir;
         let tmp = dir.join(format!("{}.tmp", sanitize(id)));
         let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
         let state = self.state.clone();
         let reservation = state.inner.current_snapshot.reserve(&final_path);
-        let file = match self.write_file(&tmp, &final_path, header) {
+        let written = self.write_file(&tmp, &final_path, header).and_then(|file| {
+            match state.inner.memtable.wait_written(self.through) {
+                Ok(()) => Ok(file),
+                Err(reason) => {
+                    if let Err(removing) = crate::gradual_remove::remove(&file.path) {
+                        tracing::warn!(path = %file.path.display(), error = %removing, "could not remove a snapshot whose state never reached the database");
+                    }
+                    Err(StorageError::Failed(reason))
+                }
+            }
+        });
+        let file = match written {
             Ok(file) => file,
             Err(err) => {
                 if let Err(removing) = crate::gradual_remove::remove(&tmp) {

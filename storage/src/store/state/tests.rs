@@ -617,6 +617,50 @@ fn a_layer_the_database_refuses_for_good_stops_the_state_machine() {
     state.wait_for_room();
 }
 
+/// A written export means the state database holds what it exported, so the log it covers
+/// may be purged: with a flush thread that writes, the exported rows are in fjall (not only in
+/// the memtable) once `write` returns; with one that stops for good first (a layer the
+/// database refuses), `write` fails, offers nothing and leaves no file.
+#[test]
+fn an_export_is_offered_only_once_its_state_is_in_the_database() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let snapshot_dir = state
+        .incoming_snapshot_path()
+        .parent()
+        .expect("snapshot dir")
+        .to_path_buf();
+    let mut txn = TxnWrites::new();
+    txn.insert(b"exported".to_vec(), TxnWrite::Put(b"v".to_vec()));
+    state.commit(txn).expect("commit");
+    let export = state.begin_export();
+    export
+        .write("written", b"header", Some(1))
+        .expect("written");
+    assert_eq!(
+        state.view().tree().get(b"exported").expect("read fjall"),
+        Some(b"v".to_vec()),
+        "the exported row is in fjall itself"
+    );
+
+    let mut txn = TxnWrites::new();
+    txn.insert(vec![b'k'; 70_000], TxnWrite::Put(b"v".to_vec()));
+    state.commit(txn).expect("commit: the memtable takes it");
+    let export = state.begin_export();
+    let refused = export.write("refused", b"header", Some(2));
+    assert!(
+        matches!(refused, Err(StorageError::Failed(_))),
+        "an export whose layer never reaches fjall is not offered"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&snapshot_dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, vec!["snapshot-written.bin".to_owned()]);
+}
+
 /// The store's table-release thread: after compactions of the state keyspace, no table file
 /// they replaced stays on disk (without the thread, the last compaction's inputs stay until the
 /// next one); the store then reopens at once with its rows.
