@@ -576,6 +576,13 @@ impl StatestoreCluster {
         Ok(())
     }
 
+    /// SIGKILL to node index `i` (no clean stop: its next start rebuilds its state), reaped.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut process) = self.nodes[i].process.take() {
+            process.kill();
+        }
+    }
+
     /// SIGTERM to every node, then waits (SIGKILL after `grace`); the longest stop time.
     pub fn stop_all(&mut self, grace: Duration) -> Duration {
         let mut longest = Duration::ZERO;

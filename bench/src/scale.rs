@@ -3,8 +3,10 @@
 //! everything, RSS and on-disk size per node (and both per key, the disk as space
 //! amplification over the bytes of keys and values), the stalls of apply while loading, and
 //! after a full-cluster restart (SIGTERM, start again on the same data) the time to ready and a
-//! check that GETs still hit; last, one follower is wiped and rejoins empty, and the time until
-//! it holds every key again (a snapshot transfer) is reported.
+//! check that GETs still hit; then one follower is killed (SIGKILL) and started again on its data,
+//! and the time until it holds every key again (the unclean start's rebuild) is reported; last,
+//! one follower is wiped and rejoins empty, and the time until it holds every key again (a
+//! snapshot transfer) is reported.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -84,6 +86,9 @@ pub struct ScaleReport {
     pub load_started_unix_ms: u64,
     /// The load second by second (its last row may be a partial second).
     pub load_timeline: Vec<Second>,
+    /// A follower killed (SIGKILL, no clean stop) and started again on its data until it held
+    /// every key, seconds: the unclean start's rebuild from the newest snapshot and the log.
+    pub killed_follower_back_secs: Option<f64>,
     /// A wiped follower started empty with `--join` until it held every key, seconds.
     pub wiped_follower_caught_up_secs: Option<f64>,
     /// Data directory size per node once the wiped follower caught up, bytes.
@@ -399,6 +404,10 @@ impl ScaleReport {
             per_key(&self.rss_kib_after_restart),
         );
         row(
+            "killed follower (SIGKILL, started again on its data) → holds every key, s",
+            secs(self.killed_follower_back_secs),
+        );
+        row(
             "wiped follower (removed, started empty with --join, added again) → holds every key, s",
             secs(self.wiped_follower_caught_up_secs),
         );
@@ -458,6 +467,7 @@ impl ScaleReport {
             && self.reads_after_restart.ops > 0
             && self.keys_per_node.iter().all(|k| *k == self.keys)
             && self.restart_to_all_keys_secs.is_some()
+            && self.killed_follower_back_secs.is_some()
             && self.wiped_follower_caught_up_secs.is_some()
     }
 }
@@ -685,6 +695,25 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
     .await?;
     let rss_after_restart = cluster.rss_kib();
 
+    let killed = follower(&cluster).await;
+    eprintln!(
+        "killing node {} (SIGKILL) and starting it again on its data",
+        killed + 1
+    );
+    cluster.kill(killed);
+    let killed_at = Instant::now();
+    cluster.spawn_all()?;
+    let killed_back = wait_node_keys(&cluster, killed, expected, Duration::from_secs(600))
+        .await
+        .then(|| killed_at.elapsed());
+    eprintln!(
+        "killed follower holds every key: {}",
+        killed_back.map_or("no".to_owned(), |d| format!(
+            "after {:.1} s",
+            d.as_secs_f64()
+        ))
+    );
+
     let wiped = follower(&cluster).await;
     let via = leader(&cluster)
         .await
@@ -743,6 +772,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<bool> {
         load_stalls,
         load_started_unix_ms,
         load_timeline: stats.timeline_rows(),
+        killed_follower_back_secs: killed_back.map(|d| d.as_secs_f64()),
         wiped_follower_caught_up_secs: wiped_caught_up.map(|d| d.as_secs_f64()),
         disk_bytes_after_catch_up: disk_after_catch_up,
     };
