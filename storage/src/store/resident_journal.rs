@@ -113,26 +113,34 @@ pub struct PendingEntry {
 impl PendingEntry {
     /// The entry, encoded (a delta's rows: those that differ between the two versions).
     pub fn encode(&self) -> JournalEntry {
-        let rows = if self.base {
-            encode_base(&self.tables)
-        } else {
-            let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
-                .before
-                .changes_to(&self.tables)
-                .filter(|(key, _)| !resident::is_derived(key))
-                .map(|(key, value)| {
-                    (
-                        serde_bytes::Bytes::new(key),
-                        value.map(serde_bytes::Bytes::new),
-                    )
-                })
-                .collect();
-            codec::encode(&rows)
-        };
+        if !self.base {
+            return self.encode_as_delta();
+        }
         JournalEntry {
             seq: self.seq,
-            base: self.base,
-            rows,
+            base: true,
+            rows: encode_base(&self.tables),
+        }
+    }
+
+    /// The entry encoded as a delta from the layer before, a base too (one the disk has no
+    /// room for: its delta is what the file it would have replaced needs).
+    pub fn encode_as_delta(&self) -> JournalEntry {
+        let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
+            .before
+            .changes_to(&self.tables)
+            .filter(|(key, _)| !resident::is_derived(key))
+            .map(|(key, value)| {
+                (
+                    serde_bytes::Bytes::new(key),
+                    value.map(serde_bytes::Bytes::new),
+                )
+            })
+            .collect();
+        JournalEntry {
+            seq: self.seq,
+            base: false,
+            rows: codec::encode(&rows),
         }
     }
 }

@@ -15,9 +15,16 @@
 //! The first frame of a file is its base. Each append is `fdatasync`ed before the layer's fjall
 //! table is written, so every entry fjall's state names is on disk; a torn last frame can only
 //! belong to an entry fjall never recorded, and is ignored.
+//!
+//! A failed append leaves nothing behind for a retry to trip over: a frame cut short (a full
+//! disk) is cut off the file again, so the retry's frame follows the last whole one, and a base
+//! file that could not be written is removed (its bytes are what a full disk needs back). After
+//! a failed `fdatasync`, what reached the disk is unknown (the kernel may have dropped the pages
+//! it could not write, and a later `fdatasync` would not say so): the log refuses every later
+//! append, and the state machine stops.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +51,9 @@ pub struct ResidentLog {
     files: Vec<u64>,
     /// Bytes of those files (readable without the log's lock).
     bytes: Arc<AtomicU64>,
+    /// Why the log refuses appends for good: a failed sync, or a failed append it could not
+    /// undo.
+    broken: Option<String>,
 }
 
 fn corrupt(reason: String) -> StorageError {
@@ -112,6 +122,7 @@ impl ResidentLog {
             current: None,
             files,
             bytes: Arc::new(AtomicU64::new(bytes)),
+            broken: None,
         };
         let Some(at) = at else {
             return Ok(Opened {
@@ -172,35 +183,98 @@ impl ResidentLog {
         read_path(&self.dir.join(file_name(base)), each)
     }
 
-    /// Appends `entry` (a base starts a new file) and makes it durable.
+    /// Appends `entry` (a base starts a new file) and makes it durable. A failed append leaves
+    /// the files as they were, so the same entry may be appended again; but after a failed sync
+    /// (or a failure it cannot undo) every later append fails too ([`ResidentLog::broken`]).
     pub fn append(&mut self, entry: &JournalEntry) -> Result<()> {
-        if entry.base {
-            let path = self.dir.join(file_name(entry.seq));
-            let mut file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .open(&path)?;
-            file.write_all(MAGIC)?;
-            let written = write_frame(&mut file, entry)?;
-            file.sync_data()?;
-            sync_dir(&self.dir)?;
-            if self.files.last() != Some(&entry.seq) {
-                self.files.push(entry.seq);
-            }
-            self.current = Some(file);
-            self.bytes
-                .fetch_add((MAGIC.len() + written) as u64, Ordering::Relaxed);
-            return Ok(());
+        if let Some(reason) = &self.broken {
+            return Err(StorageError::Failed(format!(
+                "the reply memory's log refuses appends after an earlier failure: {reason}"
+            )));
         }
+        if entry.base {
+            self.append_base(entry)
+        } else {
+            self.append_delta(entry)
+        }
+    }
+
+    fn append_base(&mut self, entry: &JournalEntry) -> Result<()> {
+        let path = self.dir.join(file_name(entry.seq));
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)?;
+        let written = file
+            .write_all(MAGIC)
+            .map_err(StorageError::from)
+            .and_then(|()| write_frame(&mut file, entry));
+        let written = match written {
+            Ok(written) => written,
+            Err(err) => {
+                drop(file);
+                if let Err(removing) = std::fs::remove_file(&path) {
+                    self.broken = Some(format!(
+                        "a base it could not write ({err}) could not be removed: {removing}"
+                    ));
+                }
+                return Err(err);
+            }
+        };
+        if let Err(err) = sync_file(&file)
+            .map_err(StorageError::from)
+            .and_then(|()| sync_dir(&self.dir))
+        {
+            self.broken = Some(format!("syncing a new base failed: {err}"));
+            return Err(err);
+        }
+        if self.files.last() != Some(&entry.seq) {
+            self.files.push(entry.seq);
+        }
+        self.current = Some(file);
+        self.bytes
+            .fetch_add((MAGIC.len() + written) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn append_delta(&mut self, entry: &JournalEntry) -> Result<()> {
         let file = self
             .current
             .as_mut()
             .ok_or_else(|| corrupt(format!("delta {} with no base before it", entry.seq)))?;
-        let written = write_frame(file, entry)?;
-        file.sync_data()?;
+        let end = file.stream_position()?;
+        let written = match write_frame(file, entry) {
+            Ok(written) => written,
+            Err(err) => {
+                // A frame cut short would end every later read of the file there.
+                let cut = file
+                    .set_len(end)
+                    .and_then(|()| file.seek(SeekFrom::Start(end)).map(drop));
+                if let Err(cutting) = cut {
+                    self.broken = Some(format!(
+                        "a frame cut short ({err}) could not be cut off: {cutting}"
+                    ));
+                }
+                return Err(err);
+            }
+        };
+        if let Err(err) = sync_file(file) {
+            self.broken = Some(format!("syncing an entry failed: {err}"));
+            return Err(err.into());
+        }
         self.bytes.fetch_add(written as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Why the log refuses every append, if it does.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// True once a base started a file in this run: a delta may follow.
+    pub fn has_base(&self) -> bool {
+        self.current.is_some()
     }
 
     /// Removes the files before the newest one whose base is at or below `durable` (the entry
@@ -278,8 +352,65 @@ fn write_frame(out: &mut File, entry: &JournalEntry) -> Result<usize> {
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(&body);
     frame.extend_from_slice(&xxh3_64(&body).to_be_bytes());
-    out.write_all(&frame)?;
+    write_out(out, &frame)?;
     Ok(frame.len())
+}
+
+#[cfg(not(test))]
+fn write_out(out: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(bytes)
+}
+
+#[cfg(not(test))]
+fn sync_file(file: &File) -> std::io::Result<()> {
+    file.sync_data()
+}
+
+/// The disk faults the tests make happen on their own thread: a write that stops after some
+/// bytes with the disk full, a failed `fdatasync`.
+#[cfg(test)]
+pub(crate) mod fault {
+    use std::cell::Cell;
+
+    /// The next fault on this thread.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) enum Fault {
+        /// The next write stores this many bytes, then fails: no space left.
+        DiskFullAfter(usize),
+        /// The next sync fails (an I/O error).
+        SyncFails,
+    }
+
+    thread_local! {
+        pub(crate) static NEXT: Cell<Option<Fault>> = const { Cell::new(None) };
+    }
+
+    /// Makes `fault` happen at the next write or sync of this thread.
+    pub(crate) fn arm(fault: Fault) {
+        NEXT.with(|next| next.set(Some(fault)));
+    }
+}
+
+#[cfg(test)]
+fn write_out(out: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(fault::Fault::DiskFullAfter(stored)) = fault::NEXT.with(|next| next.get()) {
+        fault::NEXT.with(|next| next.set(None));
+        out.write_all(&bytes[..stored.min(bytes.len())])?;
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            "no space left on device (test fault)",
+        ));
+    }
+    out.write_all(bytes)
+}
+
+#[cfg(test)]
+fn sync_file(file: &File) -> std::io::Result<()> {
+    if let Some(fault::Fault::SyncFails) = fault::NEXT.with(|next| next.get()) {
+        fault::NEXT.with(|next| next.set(None));
+        return Err(std::io::Error::other("fdatasync failed (test fault)"));
+    }
+    file.sync_data()
 }
 
 /// The next whole frame, or `None` at the end of the file or at a torn or damaged last frame.

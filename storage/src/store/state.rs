@@ -18,7 +18,7 @@ use crate::store::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, me
 use crate::store::memtable::{ResidentState, ToWrite};
 use crate::store::preimage::{Exported, Preimages};
 use crate::store::resident::{self, ResidentTables};
-use crate::store::resident_journal::{self, ResidentJournal};
+use crate::store::resident_journal::{self, PendingEntry, ResidentJournal};
 use crate::store::resident_log::ResidentLog;
 use crate::store::snapshot::{self, SnapshotFile, SnapshotWriter};
 use crate::store::table_release::TableRelease;
@@ -304,18 +304,31 @@ fn flush_loop(
     let mut logged: Option<u64> = None;
     // Failed writes of the layer at the front, in a row.
     let mut failures = 0u32;
+    // Failed appends of its reply memory entry, in a row.
+    let mut append_failures = 0u32;
     while let Some(frozen) = memtable.next_to_write() {
         if let Some(pending) = &frozen.entry
             && logged != Some(pending.seq)
         {
-            // Encoded here, outside every lock the writer takes.
-            let entry = pending.encode();
-            if let Err(err) = lock_log(&log).append(&entry) {
-                tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
-                std::thread::sleep(Duration::from_secs(1));
-                continue;
+            let mut log = lock_log(&log);
+            match append_entry(&mut log, pending) {
+                Ok(()) => {
+                    append_failures = 0;
+                    logged = Some(pending.seq);
+                }
+                Err(err) => {
+                    append_failures += 1;
+                    if log.broken().is_some() || append_failures >= MAX_LAYER_ATTEMPTS {
+                        tracing::error!(error = %err, "writing the reply memory's log failed for good; the state machine stops");
+                        memtable.fail(err.to_string());
+                        return;
+                    }
+                    drop(log);
+                    tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
+                    std::thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
             }
-            logged = Some(pending.seq);
         }
         let Some(tree) = active.upgrade().map(|active| match active.read() {
             Ok(guard) => guard.1.clone(),
@@ -356,6 +369,20 @@ fn flush_loop(
                 std::thread::sleep(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// Appends a layer's reply memory entry (encoded here, outside every lock the writer takes). A
+/// new base the disk has no room for (it holds every live reply) is appended as a delta to the
+/// current file instead, when there is one: the next base replaces the file later, and a clean
+/// stop on a nearly full disk still ends with everything durable.
+fn append_entry(log: &mut ResidentLog, pending: &PendingEntry) -> Result<()> {
+    match log.append(&pending.encode()) {
+        Err(err) if pending.base && log.has_base() && log.broken().is_none() => {
+            tracing::warn!(error = %err, seq = pending.seq, "the reply memory's new base could not be written; its changes are appended to the current file instead");
+            log.append(&pending.encode_as_delta())
+        }
+        appended => appended,
     }
 }
 

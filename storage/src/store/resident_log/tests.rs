@@ -155,3 +155,65 @@ fn a_file_without_the_header_is_refused() {
     std::fs::write(dir.path().join(file_name(0)), b"not a log").expect("write");
     assert!(ResidentLog::open(dir.path(), Some(0)).is_err());
 }
+
+#[test]
+fn a_frame_cut_short_by_a_full_disk_is_cut_off_so_the_retry_reads_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 3, &[]);
+    let mut log = ResidentLog::open(dir.path(), Some(2)).expect("open").log;
+    let mut journal = ResidentJournal::starting_at(3);
+    log.append(&journal.base(&after[2]))
+        .expect("this run's base");
+    let mut tables = after[2].clone();
+    tables.put(row(9), vec![9; 10]);
+    journal.note();
+    let delta = journal.layer_entry(&tables).expect("changed");
+    fault::arm(fault::Fault::DiskFullAfter(7));
+    assert!(log.append(&delta).is_err(), "the disk filled up mid-frame");
+    assert_eq!(log.broken(), None, "a full disk is worth a retry");
+    log.append(&delta).expect("the retry");
+    let opened = ResidentLog::open(dir.path(), Some(delta.seq)).expect("reads back");
+    assert_eq!(opened.tables, tables);
+}
+
+#[test]
+fn a_base_the_disk_had_no_room_for_is_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 2, &[]);
+    let mut log = ResidentLog::open(dir.path(), Some(1)).expect("open").log;
+    let mut journal = ResidentJournal::starting_at(2);
+    let base = journal.base(&after[1]);
+    fault::arm(fault::Fault::DiskFullAfter(3));
+    assert!(log.append(&base).is_err());
+    assert!(
+        !dir.path().join(file_name(base.seq)).exists(),
+        "its bytes are freed"
+    );
+    assert_eq!(log.files(), &[0]);
+    assert!(!log.has_base(), "no delta may follow it");
+    log.append(&base).expect("the retry");
+    assert_eq!(log.files(), &[0, 2]);
+    let opened = ResidentLog::open(dir.path(), Some(2)).expect("reads back");
+    assert_eq!(opened.tables, after[1]);
+}
+
+#[test]
+fn after_a_failed_sync_the_log_refuses_every_append() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let after = write_layers(dir.path(), 2, &[]);
+    let mut log = ResidentLog::open(dir.path(), Some(1)).expect("open").log;
+    let mut journal = ResidentJournal::starting_at(2);
+    log.append(&journal.base(&after[1]))
+        .expect("this run's base");
+    let mut tables = after[1].clone();
+    tables.put(row(9), vec![9; 10]);
+    journal.note();
+    let delta = journal.layer_entry(&tables).expect("changed");
+    fault::arm(fault::Fault::SyncFails);
+    assert!(log.append(&delta).is_err());
+    assert!(log.broken().is_some());
+    assert!(
+        matches!(log.append(&delta), Err(StorageError::Failed(_))),
+        "a retry would sync pages the kernel may have dropped"
+    );
+}
