@@ -310,20 +310,18 @@ fn flush_loop(
         if let Some(pending) = &frozen.entry
             && logged != Some(pending.seq)
         {
-            let mut log = lock_log(&log);
-            match append_entry(&mut log, pending) {
+            match append_entry(&log, pending) {
                 Ok(()) => {
                     append_failures = 0;
                     logged = Some(pending.seq);
                 }
-                Err(err) => {
+                Err((err, for_good)) => {
                     append_failures += 1;
-                    if log.broken().is_some() || append_failures >= MAX_LAYER_ATTEMPTS {
+                    if for_good || append_failures >= MAX_LAYER_ATTEMPTS {
                         tracing::error!(error = %err, "writing the reply memory's log failed for good; the state machine stops");
                         memtable.fail(err.to_string());
                         return;
                     }
-                    drop(log);
                     tracing::error!(error = %err, "writing the reply memory's log failed; retrying");
                     std::thread::sleep(Duration::from_secs(1));
                     continue;
@@ -376,14 +374,22 @@ fn flush_loop(
 /// new base the disk has no room for (it holds every live reply) is appended as a delta to the
 /// current file instead, when there is one: the next base replaces the file later, and a clean
 /// stop on a nearly full disk still ends with everything durable.
-fn append_entry(log: &mut ResidentLog, pending: &PendingEntry) -> Result<()> {
-    match log.append(&pending.encode()) {
+/// On failure, the error and whether the log refuses appends for good.
+fn append_entry(
+    log: &Mutex<ResidentLog>,
+    pending: &PendingEntry,
+) -> std::result::Result<(), (StorageError, bool)> {
+    // Encoded outside every lock (a base is every live reply).
+    let entry = pending.encode();
+    let mut log = lock_log(log);
+    let appended = match log.append(&entry) {
         Err(err) if pending.base && log.has_base() && log.broken().is_none() => {
             tracing::warn!(error = %err, seq = pending.seq, "the reply memory's new base could not be written; its changes are appended to the current file instead");
             log.append(&pending.encode_as_delta())
         }
         appended => appended,
-    }
+    };
+    appended.map_err(|err| (err, log.broken().is_some()))
 }
 
 /// Whether a failed layer write would fail the same way however often it is retried: fjall

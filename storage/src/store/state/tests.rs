@@ -667,13 +667,13 @@ fn an_export_is_offered_only_once_its_state_is_in_the_database() {
 fn a_base_the_disk_has_no_room_for_is_appended_as_a_delta() {
     use crate::store::resident_log::fault::{self, Fault};
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut log = ResidentLog::open(dir.path(), None).expect("open").log;
+    let log = Mutex::new(ResidentLog::open(dir.path(), None).expect("open").log);
     let mut journal = ResidentJournal::starting_at(0);
     let mut tables = ResidentTables::default();
     tables.put(reply_row(b"c", b"1"), b"first".to_vec());
     journal.note();
     let first = journal.take_layer(&tables).expect("changed");
-    append_entry(&mut log, &first).expect("the first base");
+    append_entry(&log, &first).expect("the first base");
     tables.put(reply_row(b"c", b"2"), b"second".to_vec());
     tables.remove(&reply_row(b"c", b"1"));
     journal.note();
@@ -681,8 +681,8 @@ fn a_base_the_disk_has_no_room_for_is_appended_as_a_delta() {
     let rebase = journal.take_layer(&tables).expect("changed");
     assert!(rebase.base);
     fault::arm(Fault::DiskFullAfter(10));
-    append_entry(&mut log, &rebase).expect("appended as a delta");
-    assert_eq!(log.files(), &[first.seq], "no second file");
+    append_entry(&log, &rebase).expect("appended as a delta");
+    assert_eq!(lock_log(&log).files(), &[first.seq], "no second file");
     let opened = ResidentLog::open(dir.path(), Some(rebase.seq)).expect("reads back");
     assert_eq!(opened.tables, tables);
 }
@@ -699,7 +699,10 @@ fn a_reply_log_that_cannot_be_written_stops_the_state_machine() {
     std::fs::remove_dir_all(&replies).expect("remove the log directory");
     std::fs::write(&replies, b"not a directory").expect("a file in its place");
     let mut txn = TxnWrites::new();
-    txn.insert(reply_row(b"c", b"1"), TxnWrite::Put(remembered_value(1, "n")));
+    txn.insert(
+        reply_row(b"c", b"1"),
+        TxnWrite::Put(remembered_value(1, "n")),
+    );
     state.commit(txn).expect("commit: the memtable takes it");
     let (done, flushed) = std::sync::mpsc::channel();
     let flushing = store.clone();
@@ -707,7 +710,10 @@ fn a_reply_log_that_cannot_be_written_stops_the_state_machine() {
     let flushed = flushed
         .recv_timeout(Duration::from_secs(60))
         .expect("the flush ends");
-    assert!(matches!(flushed, Err(StorageError::Failed(_))), "{flushed:?}");
+    assert!(
+        matches!(flushed, Err(StorageError::Failed(_))),
+        "{flushed:?}"
+    );
     let mut txn = TxnWrites::new();
     txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
     assert!(matches!(state.commit(txn), Err(StorageError::Failed(_))));
