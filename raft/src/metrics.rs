@@ -50,10 +50,11 @@ pub struct RaftStorageMetrics {
     pub log_slow_flushes: SlowFlushReporter,
     /// `statestore_disk_snapshot_own_corrupt_total` (see `own_snapshot`).
     pub own_snapshot_corrupt_total: IntCounter,
-    /// `statestore_storage_unclean_restarts_total`: opens that found no clean-stop marker and
-    /// rebuilt the state machine (0 or 1 per process).
+    /// `statestore_storage_unclean_restarts_total`: opens that found no clean-stop marker (0 or
+    /// 1 per process), whether they kept the state database or rebuilt the state machine.
     pub unclean_restarts_total: IntCounter,
-    /// `statestore_storage_open{kind=new|clean|unclean}`: 1 for how this process's open went.
+    /// `statestore_storage_open{kind=new|clean|unclean|unclean_kept}`: 1 for how this process's
+    /// open went.
     pub open_kind: IntGaugeVec,
     /// `statestore_storage_rebuild_duration_seconds`: how long the rebuild of this process's
     /// open took (0 unless unclean).
@@ -114,12 +115,12 @@ impl Default for RaftStorageMetrics {
             )),
             unclean_restarts_total: counter(
                 "statestore_storage_unclean_restarts_total",
-                "Opens that found no clean-stop marker: the state database was discarded and the state machine rebuilt from the newest snapshot (the Raft log after it is applied again).",
+                "Opens that found no clean-stop marker: the state database was kept as of its last durable layer if it read back whole, else discarded and the state machine rebuilt from the newest snapshot (the Raft log after either is applied again).",
             ),
             open_kind: IntGaugeVec::new(
                 Opts::new(
                     "statestore_storage_open",
-                    "How this process found its data directory: new, clean (the state database was used) or unclean (rebuilt); 1 for the one that applies.",
+                    "How this process found its data directory: new, clean (the state database was used), unclean_kept (no clean stop, the state database read back whole and was kept) or unclean (rebuilt); 1 for the one that applies.",
                 ),
                 &["kind"],
             )
@@ -158,12 +159,12 @@ impl RaftStorageMetrics {
     /// Records how the store's open went (`kind`: an `OpenKind` label) and what the rebuild
     /// took.
     pub fn record_open(&self, kind: &str, rebuild_seconds: f64) {
-        for label in ["new", "clean", "unclean"] {
+        for label in ["new", "clean", "unclean", "unclean_kept"] {
             self.open_kind
                 .with_label_values(&[label])
                 .set(i64::from(label == kind));
         }
-        if kind == "unclean" {
+        if kind.starts_with("unclean") {
             self.unclean_restarts_total.inc();
         }
         self.rebuild_seconds.set(rebuild_seconds);

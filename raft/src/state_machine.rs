@@ -274,10 +274,20 @@ fn snapshot_covers(header: &[u8]) -> statestore_storage::Result<SnapshotCovers> 
     })
 }
 
+/// The log index the state's consensus records say it has applied (for the store's check of a
+/// state kept after an unclean stop).
+fn applied_index(view: &StateView) -> statestore_storage::Result<Option<u64>> {
+    read::consensus_record(view, LAST_APPLIED)?
+        .map(|bytes| codec::decode::<LogId>("last applied log id", &bytes).map(|id| id.index))
+        .transpose()
+}
+
 /// Runs the store's rebuild after an unclean stop (see `statestore_storage::store::Store::recover`)
 /// before anything reads the state, and records how the open went.
 fn recover(store: &Store, metrics: &RaftStorageMetrics) -> io::Result<()> {
-    let report = store.recover(&snapshot_covers).map_err(io_err)?;
+    let report = store
+        .recover(&snapshot_covers, &applied_index)
+        .map_err(io_err)?;
     metrics.record_open(report.kind.label(), report.took.as_secs_f64());
     if report.kind == OpenKind::Clean {
         tracing::info!("the last run stopped cleanly: the state database is used as it is");

@@ -20,7 +20,7 @@ use crate::dirs;
 use crate::error::{Result, StorageError};
 use crate::store::memtable::MemtableConfig;
 use crate::store::recovery::{self, OpenKind, Recovery, STATE_DIR, SnapshotCovers};
-use crate::store::state::StateTree;
+use crate::store::state::{StateTree, StateView};
 
 /// Name of the marker file that records the data-directory layout.
 const FORMAT_FILE: &str = "FORMAT";
@@ -107,9 +107,10 @@ struct Opened {
 impl Store {
     /// Opens (or creates) the store under `config.dir`. Refuses a data directory written in
     /// another layout, or one another process holds. Without the clean-stop marker of the last
-    /// run (or when converting an earlier format), the database's state is set aside before it
-    /// opens and the store opens empty: call
-    /// [`Store::recover`] before using the state (see `recovery`).
+    /// run (or when converting an earlier format), the database's state is read back first
+    /// ([`StateTree::check_kept`]): whole, it is kept as of its last durable layer; otherwise it
+    /// is set aside and the store opens empty. Call [`Store::recover`] before using the state
+    /// (see `recovery`).
     pub fn open(config: &StoreConfig) -> Result<Store> {
         dirs::create_durable(&config.dir)?;
         let lock = lock_when_released(&config.dir)?;
@@ -118,17 +119,34 @@ impl Store {
         let kind = if recovery::take_clean_marker(&config.dir)? {
             OpenKind::Clean
         } else if recovery::holds_data(&config.dir)? {
-            OpenKind::Unclean
+            match check_kept_state(config) {
+                Ok(rows) => {
+                    tracing::warn!(
+                        dir = %config.dir.display(),
+                        rows,
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "the last run did not stop cleanly (no clean-stop marker: a crash, kill, \
+                         power cut or fatal error); its state database read back whole and is \
+                         kept as of its last durable layer; the Raft log after it is applied again"
+                    );
+                    OpenKind::UncleanKept
+                }
+                Err(reason) => {
+                    tracing::warn!(
+                        dir = %config.dir.display(),
+                        reason,
+                        "the last run did not stop cleanly (no clean-stop marker: a crash, kill, \
+                         power cut or fatal error) and its state database does not read back \
+                         whole: it is removed and the state rebuilt from the newest snapshot and \
+                         the Raft log"
+                    );
+                    OpenKind::Unclean
+                }
+            }
         } else {
             OpenKind::New
         };
         if kind == OpenKind::Unclean {
-            tracing::warn!(
-                dir = %config.dir.display(),
-                "the last run did not stop cleanly (no clean-stop marker: a crash, kill, power \
-                 cut or fatal error); its state database is not trusted: it is removed and the \
-                 state rebuilt from the newest snapshot and the Raft log"
-            );
             recovery::set_aside_state(&config.dir)?;
         } else {
             recovery::remove_set_aside(&config.dir)?;
@@ -159,9 +177,16 @@ impl Store {
     /// `snapshots/` that is complete and verified (newest by the log position `covers` reads
     /// from its header; a damaged one is skipped for the next older); with none, the state
     /// stays empty. The rebuilt state holds the snapshot's rows and `covers`' consensus records
-    /// only, and the snapshot is the current one. Runs once (later calls return the first
-    /// report); after a clean or new open it does nothing. Blocking.
-    pub fn recover(&self, covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>) -> Result<Recovery> {
+    /// only, and the snapshot is the current one. A state kept after an unclean stop is rebuilt
+    /// so too if it is behind the newest snapshot (`applied` reads the log index its consensus
+    /// records say it applied: a crash of a build that purged the log past its layers).
+    /// Runs once (later calls return the first report); after a clean or new open it does
+    /// nothing. Blocking.
+    pub fn recover(
+        &self,
+        covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>,
+        applied: &dyn Fn(&StateView) -> Result<Option<u64>>,
+    ) -> Result<Recovery> {
         let mut recovered = self
             .opened
             .recovered
@@ -176,7 +201,26 @@ impl Store {
             entries: 0,
             took: Duration::ZERO,
         };
-        if self.opened.kind == OpenKind::Unclean {
+        let mut rebuild = self.opened.kind == OpenKind::Unclean;
+        if self.opened.kind == OpenKind::UncleanKept {
+            let state = self.state()?;
+            let applied = applied(&state.view())?;
+            let newest = recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
+                .first()
+                .and_then(|(_, covered)| covered.last_index);
+            if newest > applied {
+                tracing::warn!(
+                    ?applied,
+                    ?newest,
+                    "the kept state database is behind the newest snapshot: rebuilt from it"
+                );
+                report.kind = OpenKind::Unclean;
+                rebuild = true;
+            } else {
+                report.took = self.opened.started.elapsed();
+            }
+        }
+        if rebuild {
             let state = self.state()?;
             for (path, covered) in recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
             {
@@ -261,6 +305,24 @@ impl Store {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+}
+
+/// [`StateTree::check_kept`] on the data directory's `state/`, in a database opened for it
+/// alone and closed again; a panic of the database's own recovery counts as a failure.
+fn check_kept_state(config: &StoreConfig) -> std::result::Result<u64, String> {
+    let state_dir = config.dir.join(STATE_DIR);
+    if !state_dir.is_dir() {
+        return Err("no state database".to_owned());
+    }
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let db = open_when_released(&state_dir, config.cache_capacity_bytes)?;
+        StateTree::check_kept(&db, &config.dir.join("replies"))
+    }));
+    match checked {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(err)) => Err(err.to_string()),
+        Err(_) => Err("the state database's own recovery panicked".to_owned()),
     }
 }
 
@@ -367,7 +429,7 @@ fn earlier_format(marker: &str) -> Option<&'static str> {
 
 /// Accepts an empty directory or one of this format (writing the marker if new) or of
 /// [`READ_AS_IS_FORMATS`] (rewriting it), converts one of [`CONVERTED_FORMATS`]; refuses
-/// anything else. A conversion removes the clean-stop marker
+/// anything else. A conversion removes the clean-stop marker and the old state database
 /// (durably, before the new format's marker is written), so the open that follows rebuilds the
 /// state from the snapshot and the log.
 fn check_format(dir: &Path) -> Result<()> {
@@ -393,6 +455,9 @@ fn check_format(dir: &Path) -> Result<()> {
                  newest snapshot and the Raft log"
             );
             recovery::take_clean_marker(dir)?;
+            // Its state database (sled's files) goes before the new marker is written, so no
+            // open of this build ever reads it back.
+            recovery::set_aside_state(dir)?;
             write_marker(dir, &marker)
         }
         Ok(found) if let Some(why) = earlier_format(&found) => Err(StorageError::DataDir(format!(

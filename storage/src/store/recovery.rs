@@ -1,34 +1,38 @@
 //! What an open does about how the node last stopped.
 //!
-//! The state database is trusted only after a clean stop, which [`write_clean_marker`] records
-//! as the last act of a graceful shutdown (after the final sync). An open removes the marker
-//! durably before anything is written ([`take_clean_marker`]), so a crash after that open is
-//! unclean again. The rule came from sled 0.34, the state database before fjall, which was not
-//! crash consistent across a power cut (its flush was `sync_file_range`, it rewrote segments in
-//! place; a cut left it panicking in recovery, reading back a mix of page versions, and naming
-//! an older snapshot than the newest one on disk). It stays with fjall: each memtable layer is
-//! durable once ingested, but the layers lag the log (up to the memtable's size), the few
-//! journalled records are synced only where they must be (`manual_journal_persist`, see `db`),
-//! and after any other stop the state is whatever part of the writes since then survived. The
-//! rebuild below does not depend on what that was. (Trusting the layers after an unclean stop
-//! needs the log kept back to what they hold. That part holds: a snapshot export returns, and
-//! the log it covers may be purged, only once the layers it read are in fjall, see
-//! `SnapshotExport::write`. The rest is not done: checking after a crash that fjall opens and
-//! that its last applied entry is at or past the log's purge point, then keeping `state/`.)
+//! After a clean stop, which [`write_clean_marker`] records as the last act of a graceful
+//! shutdown (after the final sync), the state database is used as it is. An open removes the
+//! marker durably before anything is written ([`take_clean_marker`]), so a crash after that
+//! open is unclean again.
 //!
-//! Without the marker (a crash, `kill -9`, a power cut, a fatal stop, or a data directory of a
-//! build before the marker), `state/` is set aside and removed ([`set_aside_state`]) before fjall
-//! opens, and the state machine is rebuilt from the newest snapshot file that is complete and
-//! verified, chosen by the log position its header covers ([`newest_snapshots`]), not by the
-//! database's record of the current one. The consensus layer then applies its log after the
-//! snapshot: the rebuilt state carries exactly the snapshot's last-applied id and membership.
-//! The Raft log is durable on its own (fsynced per append) and is never purged past a snapshot
-//! before that snapshot file is durable, so the two together hold every committed entry.
+//! Without the marker (a crash, `kill -9`, a power cut, a fatal stop), the state database is
+//! read back first (`StateTree::check_kept`: fjall opens, every row of the active keyspace
+//! reads, the reply memory's log reaches the entry the keyspace names and its replies decode).
+//! If it does, it is kept ([`OpenKind::UncleanKept`]): fjall's ingestion makes each memtable
+//! layer durable at once (its tables and the version naming them fsynced, `current` replaced
+//! atomically), layers are ingested in order, and each carries its last applied log id, so
+//! `state/` is the state as of some layer, and the consensus layer applies its log after that
+//! id again. The log is never purged past it: a snapshot build returns (and the log behind it
+//! may be purged) only once the layers it exported are in fjall (`SnapshotExport::write`). A
+//! kept state behind the newest snapshot file (a crash of a build before that rule) is rebuilt
+//! from that snapshot. The rule that the state database is trusted only after a clean stop
+//! came from sled 0.34, the state database before fjall, which was not crash consistent
+//! across a power cut (its flush was `sync_file_range`, it rewrote segments in place).
+//!
+//! If it does not read back whole (or a data directory of a build before the marker), `state/`
+//! is set aside and removed ([`set_aside_state`]) before fjall opens, and the state machine is
+//! rebuilt from the newest snapshot file that is complete and verified, chosen by the log
+//! position its header covers ([`newest_snapshots`]), not by the database's record of the
+//! current one. The consensus layer then applies its log after the snapshot: the rebuilt state
+//! carries exactly the snapshot's last-applied id and membership. The Raft log is durable on
+//! its own (fsynced per append) and is never purged past a snapshot before that snapshot file
+//! is durable, so the two together hold every committed entry.
 //!
 //! The reply memory (`replies/`) goes with the database's state: it is part of every snapshot
 //! (its tables are exported with the others), and its journal files are an extension of the
-//! database's state (they record the entries the database's layers name). The new database
-//! names none, so opening the state tree removes every old journal file, and the rebuild starts
+//! database's state (they record the entries the database's layers name). A kept state reads
+//! its journal up to the entry its last layer names (files after it are removed). A new
+//! database names none, so opening the state tree removes every old journal file, and a rebuild starts
 //! the journal afresh with a base of the snapshot's reply memory, as a snapshot install does;
 //! replaying the log re-applies the requests after the snapshot, remembering their replies
 //! again.
@@ -61,6 +65,9 @@ pub enum OpenKind {
     /// No clean stop: the state database was discarded, the state machine is rebuilt from the
     /// newest snapshot and the log.
     Unclean,
+    /// No clean stop, but the state database read back whole and is not behind the newest
+    /// snapshot: kept as of its last durable layer; the log after it is applied again.
+    UncleanKept,
 }
 
 impl OpenKind {
@@ -70,6 +77,7 @@ impl OpenKind {
             OpenKind::New => "new",
             OpenKind::Clean => "clean",
             OpenKind::Unclean => "unclean",
+            OpenKind::UncleanKept => "unclean_kept",
         }
     }
 }

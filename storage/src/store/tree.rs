@@ -58,13 +58,19 @@ fn keyspace_options() -> fjall::KeyspaceCreateOptions {
 }
 
 impl Tree {
-    /// Opens (or creates) the keyspace `name` of `db`.
+    /// Opens (or creates) the keyspace `name` of `db`, its directory's entry durable.
     pub fn open(db: &fjall::Database, name: &str) -> Result<Tree> {
         let keyspace = db.keyspace(name, || {
             keyspace_options().compaction_strategy(std::sync::Arc::new(
                 fjall::compaction::Leveled::default().with_table_target_size(TABLE_BYTES),
             ))
         })?;
+        // fjall 3.1.13 creates a keyspace's directory (`keyspaces/<id>`) without syncing the
+        // directory that holds it: a power cut could drop the keyspace with every table in it,
+        // while the database still names it (t93 found a kept state empty after a cut).
+        if let Some(keyspaces) = keyspace.path().parent() {
+            crate::dirs::sync_dir(keyspaces)?;
+        }
         Ok(Tree {
             db: db.clone(),
             keyspace,

@@ -7,7 +7,7 @@ use super::*;
 use crate::engine::{OrderedRead, TxnWrite, TxnWrites};
 use crate::layout::{self, Table};
 use crate::machine::reply_rows::{self, remembered_value};
-use crate::store::{SnapshotWriter, StateTree, Store, StoreConfig};
+use crate::store::{SnapshotWriter, StateTree, StateView, Store, StoreConfig};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -78,18 +78,21 @@ fn rows(state: &StateTree) -> Map {
         .collect()
 }
 
-/// A store with `before` written, a snapshot at index `index` of it, then `after` written and
-/// synced, dropped without a clean stop. Returns the model as of the snapshot.
+/// A store with `before` written, a snapshot at index `index` of it, then `after` written
+/// (applied through `index + 2`) and synced, dropped without a clean stop: a state that would be
+/// kept if it read back whole. Returns the model as of the snapshot.
 fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
     let store = Store::open(&config(dir)).expect("open");
     let state = store.state().expect("state");
     let mut model = Map::new();
     write(&state, &mut model, "before", 400);
+    applied_through(&state, index);
     state
         .export_snapshot(&format!("1-{index}-1"), &header(index), Some(index))
         .expect("export");
     let at_snapshot = model.clone();
     write(&state, &mut model, "after", 600);
+    applied_through(&state, index + 2);
     store
         .flush()
         .expect("sync: the state database holds the writes after the snapshot");
@@ -101,9 +104,24 @@ fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
     at_snapshot
 }
 
+/// Reads the test's applied record as the consensus layer reads its own.
+fn applied(view: &StateView) -> Result<Option<u64>> {
+    view.get(&applied_key())?
+        .map(|bytes| covers(&bytes).map(|covered| covered.last_index))
+        .transpose()
+        .map(Option::flatten)
+}
+
+/// Commits the test's applied record: the state has applied the log up to `index`.
+fn applied_through(state: &StateTree, index: u64) {
+    let mut txn = TxnWrites::new();
+    txn.insert(applied_key(), TxnWrite::Put(header(index)));
+    state.commit(txn).expect("commit");
+}
+
 fn open_and_recover(dir: &Path) -> (Store, StateTree, Recovery) {
     let store = Store::open(&config(dir)).expect("reopen");
-    let recovery = store.recover(&covers).expect("recover");
+    let recovery = store.recover(&covers, &applied).expect("recover");
     let state = store.state().expect("state");
     (store, state, recovery)
 }
@@ -225,6 +243,7 @@ fn a_format_8_directory_is_rebuilt_from_its_snapshot() {
         "{recovery:?}"
     );
     assert_eq!(rows(&state), at_snapshot, "exactly the snapshot's state");
+    assert!(!state_dir.join("conf").exists(), "sled's files are gone");
     store.close_clean().expect("clean stop");
     drop((store, state));
     let (_store, state, recovery) = open_and_recover(dir.path());
@@ -255,8 +274,68 @@ fn an_unclean_stop_with_garbage_for_a_state_database_rebuilds_from_the_snapshot(
     );
 }
 
+/// A crash keeps a state database that reads back whole and is not behind the newest
+/// snapshot: every layer that reached fjall, the reply memory as of the last one, and the
+/// applied record they carry (the log is applied again after it). Nothing is rebuilt.
 #[test]
-fn an_unclean_stop_without_a_snapshot_starts_empty() {
+fn an_unclean_stop_keeps_a_state_that_reads_back_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut model = Map::new();
+    {
+        let store = Store::open(&config(dir.path())).expect("open");
+        let state = store.state().expect("state");
+        write(&state, &mut model, "before", 300);
+        applied_through(&state, 7);
+        state
+            .export_snapshot("1-7-1", &header(7), Some(7))
+            .expect("export");
+        write(&state, &mut model, "after", 300);
+        applied_through(&state, 9);
+        store.flush().expect("sync");
+        // A crash: no clean stop.
+    }
+    let (store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::UncleanKept);
+    assert_eq!(recovery.rebuilt_from, None);
+    assert_eq!(rows(&state), model, "every layer fjall holds");
+    assert_eq!(
+        state.view().get(&applied_key()).expect("read"),
+        Some(header(9))
+    );
+    assert_eq!(recovery.entries, 0);
+    drop((store, state));
+    // What was kept stops cleanly and reopens as any state does.
+    let (store, _, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::UncleanKept, "still no clean stop");
+    store.close_clean().expect("clean stop");
+    drop(store);
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Clean);
+    assert_eq!(rows(&state), model);
+}
+
+/// A kept state whose reply memory's log does not reach the entry the state names is not kept:
+/// the state is rebuilt from the snapshot.
+#[test]
+fn a_state_whose_reply_log_is_damaged_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at_snapshot = crashed_after_snapshot(dir.path(), 7);
+    for entry in std::fs::read_dir(dir.path().join("replies")).expect("list") {
+        let path = entry.expect("entry").path();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open")
+            .set_len(10)
+            .expect("truncate");
+    }
+    let (_store, state, recovery) = open_and_recover(dir.path());
+    assert_eq!(recovery.kind, OpenKind::Unclean);
+    assert_eq!(rows(&state), at_snapshot);
+}
+
+#[test]
+fn an_unclean_stop_without_a_snapshot_or_a_readable_state_starts_empty() {
     let dir = tempfile::tempdir().expect("tempdir");
     {
         let store = Store::open(&config(dir.path())).expect("open");
@@ -264,6 +343,7 @@ fn an_unclean_stop_without_a_snapshot_starts_empty() {
         write(&state, &mut Map::new(), "lost", 200);
         store.flush().expect("sync");
     }
+    truncate_files(&dir.path().join(STATE_DIR));
     let (_store, state, recovery) = open_and_recover(dir.path());
     assert_eq!(recovery.kind, OpenKind::Unclean);
     assert_eq!(recovery.rebuilt_from, None);
@@ -369,8 +449,8 @@ fn a_first_start_is_not_unclean_and_recover_runs_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&config(&dir.path().join("new").join("data"))).expect("open");
     assert_eq!(store.open_kind(), OpenKind::New);
-    let report = store.recover(&covers).expect("recover");
+    let report = store.recover(&covers, &applied).expect("recover");
     assert_eq!(report.kind, OpenKind::New);
     assert_eq!(report.rebuilt_from, None);
-    assert_eq!(store.recover(&covers).expect("again"), report);
+    assert_eq!(store.recover(&covers, &applied).expect("again"), report);
 }
