@@ -4,9 +4,9 @@
 //! amplification over the bytes of keys and values), the stalls of apply while loading, and
 //! after a full-cluster restart (SIGTERM, start again on the same data) the time to ready and a
 //! check that GETs still hit; then one follower is killed (SIGKILL) and started again on its data,
-//! and the time until it holds every key again (the unclean start's rebuild) is reported; last,
-//! one follower is wiped and rejoins empty, and the time until it holds every key again (a
-//! snapshot transfer) is reported.
+//! and the time until it holds every key again (an unclean start: `state/` kept, or rebuilt from
+//! the snapshot) is reported; last, one follower is wiped and rejoins empty, and the time until
+//! it holds every key again (a snapshot transfer) is reported.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -87,7 +87,8 @@ pub struct ScaleReport {
     /// The load second by second (its last row may be a partial second).
     pub load_timeline: Vec<Second>,
     /// A follower killed (SIGKILL, no clean stop) and started again on its data until it held
-    /// every key, seconds: the unclean start's rebuild from the newest snapshot and the log.
+    /// every key, seconds (an unclean start: `state/` kept, or rebuilt from the snapshot; then
+    /// the log).
     pub killed_follower_back_secs: Option<f64>,
     /// A wiped follower started empty with `--join` until it held every key, seconds.
     pub wiped_follower_caught_up_secs: Option<f64>,
