@@ -576,7 +576,8 @@ impl StatestoreCluster {
         Ok(())
     }
 
-    /// SIGKILL to node index `i` (no clean stop: its next start rebuilds its state), reaped.
+    /// SIGKILL to node index `i` (no clean stop: its next start keeps or rebuilds its state),
+    /// reaped.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut process) = self.nodes[i].process.take() {
             process.kill();

@@ -245,6 +245,13 @@ impl Store {
                     took_ms = report.took.as_millis() as u64,
                     "state rebuilt from the newest snapshot after an unclean stop; the Raft log after it is applied again"
                 ),
+                None if self.opened.kind == OpenKind::UncleanKept => {
+                    report.kind = OpenKind::UncleanKept;
+                    tracing::error!(
+                        took_ms = report.took.as_millis() as u64,
+                        "no snapshot file installs: the kept state database stays as it is, behind the newest snapshot; if the Raft log is purged past it the node cannot start (wipe it and let it rejoin)"
+                    );
+                }
                 None => tracing::warn!(
                     took_ms = report.took.as_millis() as u64,
                     "no usable snapshot after an unclean stop: the state starts empty and the whole Raft log is applied again"
@@ -369,9 +376,9 @@ fn open_when_released(path: &Path, cache_bytes: u64) -> Result<fjall::Database> 
     loop {
         let opened = fjall::Database::builder(path)
             .cache_size(cache_bytes)
-            // Batches stay in fjall's journal buffer until [`sync`]: the state machine is
-            // rebuilt from the last snapshot and the Raft log after a crash, so only a clean
-            // stop and the records `sync` covers need the journal on disk.
+            // Batches stay in fjall's journal buffer until [`sync`]: the state's layers bypass
+            // the journal (each is an ingestion), so only a clean stop and the records `sync`
+            // covers (the current snapshot's name, an install's switch) need it on disk.
             .manual_journal_persist(true)
             // fjall's smallest cap on its journals (default 512 MiB): past it, it flushes the
             // memtables the oldest journal holds so the journal can go. Disk, not durability.

@@ -13,8 +13,9 @@
 //!
 //! Every map holds the consensus records of the entries it covers and reaches fjall in one
 //! table, so fjall's state is always the state after some prefix of the log. Whatever a stop
-//! leaves of writes not yet synced is never read back: a clean stop writes every map and syncs
-//! first, and after an unclean one the state is rebuilt from a snapshot and the Raft log.
+//! leaves of writes not yet in fjall is lost with the process: a clean stop writes every map and
+//! syncs first, and after an unclean one the state is fjall's (the maps that reached it; the
+//! Raft log after them is applied again) or rebuilt from a snapshot and the log.
 //! Readers see the active map, then the frozen ones newest first, then fjall. If memory reaches
 //! [`MemtableConfig::max_bytes`] the writer waits for the flush thread: memory stays bounded.
 //!
@@ -207,7 +208,7 @@ pub struct ExportLayers {
     /// The resident tables at the start of the export.
     pub resident: ResidentTables,
     /// The number the next map frozen gets: the export's state is in fjall once every map
-    /// below it is ([`Memtable::wait_written`]).
+    /// below it is ([`Memtable::wait_written_for`]).
     pub through: u64,
 }
 
@@ -532,15 +533,29 @@ impl Memtable {
         drop(self.wait_written_locked(layers, newest));
     }
 
-    /// Waits until every map numbered below `through` is in fjall (the flush thread must run):
-    /// `Err` with the reason if the flush thread stopped for good first.
-    pub fn wait_written(&self, through: u64) -> Result<(), String> {
-        let layers = self.wait_written_locked(self.lock(), through);
-        match &layers.failed {
-            Some(reason) if layers.frozen.front().is_some_and(|f| f.seq < through) => {
-                Err(reason.clone())
+    /// Waits up to `within` until every map numbered below `through` is in fjall (the flush
+    /// thread must run): `Ok(false)` if some still is not, `Err` with the reason if the flush
+    /// thread stopped for good first.
+    pub fn wait_written_for(&self, through: u64, within: Duration) -> Result<bool, String> {
+        let deadline = Instant::now() + within;
+        let mut layers = self.lock();
+        loop {
+            let pending = layers.frozen.front().is_some_and(|f| f.seq < through);
+            if !pending {
+                return Ok(true);
             }
-            _ => Ok(()),
+            if let Some(reason) = &layers.failed {
+                return Err(reason.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            layers = self
+                .changed
+                .wait_timeout(layers, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 

@@ -214,7 +214,10 @@ impl ResidentLog {
             Ok(written) => written,
             Err(err) => {
                 drop(file);
-                if let Err(removing) = std::fs::remove_file(&path) {
+                // Durably gone: a torn file brought back by a power cut would end the log there.
+                if let Err(removing) =
+                    std::fs::remove_file(&path).and_then(|()| crate::dirs::sync_dir(&self.dir))
+                {
                     self.broken = Some(format!(
                         "a base it could not write ({err}) could not be removed: {removing}"
                     ));

@@ -300,6 +300,9 @@ fn flush_loop(
     log: Arc<Mutex<ResidentLog>>,
     compaction_waits: &std::sync::atomic::AtomicU64,
 ) {
+    // A panic here fails the memtable, so that whoever waits for a layer (a flush, a snapshot
+    // export, a writer waiting for room) stops waiting.
+    let _failing = FailOnPanic(memtable.clone());
     // The journal entry appended last (a retried layer must not log it twice).
     let mut logged: Option<u64> = None;
     // Failed writes of the layer at the front, in a row.
@@ -366,6 +369,18 @@ fn flush_loop(
                 tracing::error!(error = %err, "writing the state machine's memtable to the state database failed; retrying");
                 std::thread::sleep(Duration::from_secs(1));
             }
+        }
+    }
+}
+
+/// Fails the memtable if the flush thread unwinds.
+struct FailOnPanic(Arc<Memtable>);
+
+impl Drop for FailOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .fail("the state database's flush thread panicked".to_owned());
         }
     }
 }
@@ -816,6 +831,9 @@ const EXPORT_CLOSING_CHECK_ROWS: usize = 4_096;
 /// disk is left behind (its file is removed at the next open).
 const EXPORT_STOP_WAIT: Duration = Duration::from_secs(5);
 
+/// How often an export waiting for its maps to reach fjall looks whether the store is closing.
+const EXPORT_WAIT_STEP: Duration = Duration::from_millis(100);
+
 /// A snapshot export in progress (see [`StateTree::begin_export`]); dropping it ends the export.
 pub struct SnapshotExport {
     view: ExportView,
@@ -829,6 +847,24 @@ impl SnapshotExport {
     /// The state being exported (fixed: later applies do not show here).
     pub fn view(&self) -> &ExportView {
         &self.view
+    }
+
+    /// Waits until the memtable maps the export read are in fjall; fails if the flush thread
+    /// stopped for good first, or once the store is closing.
+    fn wait_written(&self) -> Result<()> {
+        let memtable = &self.state.inner.memtable;
+        loop {
+            match memtable.wait_written_for(self.through, EXPORT_WAIT_STEP) {
+                Ok(true) => return Ok(()),
+                Ok(false) if self.state.is_closing() => {
+                    return Err(StorageError::Failed(
+                        "the store is closing: snapshot export abandoned".to_owned(),
+                    ));
+                }
+                Ok(false) => {}
+                Err(reason) => return Err(StorageError::Failed(reason)),
+            }
+        }
     }
 
     /// Writes the view to `tmp`, then durably to `final_path`. Stops with an error once the
@@ -858,7 +894,8 @@ impl SnapshotExport {
     /// Returns only once the state database holds the exported state too (every memtable map
     /// it read is in fjall, whose layers are fsynced as they are written): the log the snapshot
     /// covers, which may be purged once this returns, is then in two durable places. If the
-    /// flush thread stopped for good first, the file is removed and nothing is offered.
+    /// flush thread stopped for good first, or the store began closing, the file is removed and
+    /// nothing is offered.
     pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
         let dir = &self.state.inner.snapshot_dir;
         let tmp = dir.join(format!("{}.tmp", sanitize(id)));
@@ -866,13 +903,13 @@ impl SnapshotExport {
         let state = self.state.clone();
         let reservation = state.inner.current_snapshot.reserve(&final_path);
         let written = self.write_file(&tmp, &final_path, header).and_then(|file| {
-            match state.inner.memtable.wait_written(self.through) {
+            match self.wait_written() {
                 Ok(()) => Ok(file),
-                Err(reason) => {
+                Err(err) => {
                     if let Err(removing) = crate::gradual_remove::remove(&file.path) {
                         tracing::warn!(path = %file.path.display(), error = %removing, "could not remove a snapshot whose state never reached the database");
                     }
-                    Err(StorageError::Failed(reason))
+                    Err(err)
                 }
             }
         });
