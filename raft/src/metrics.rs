@@ -56,8 +56,8 @@ pub struct RaftStorageMetrics {
     /// `statestore_storage_open{kind=new|clean|unclean|unclean_kept}`: 1 for how this process's
     /// open went.
     pub open_kind: IntGaugeVec,
-    /// `statestore_storage_rebuild_duration_seconds`: how long the rebuild of this process's
-    /// open took (0 unless unclean).
+    /// `statestore_storage_rebuild_duration_seconds`: how long this process's open took to keep
+    /// or rebuild the state (0 unless unclean).
     pub rebuild_seconds: Gauge,
 }
 
@@ -127,7 +127,7 @@ impl Default for RaftStorageMetrics {
             .unwrap_or_else(|e| unreachable!("static metric: {e}")),
             rebuild_seconds: Gauge::new(
                 "statestore_storage_rebuild_duration_seconds",
-                "Time the open of this process took to set the state database aside and load the newest snapshot after an unclean stop (0 otherwise; the log replay after it is not included).",
+                "Time the open of this process took after an unclean stop: to read the state database back and keep it, or to set it aside and load the newest snapshot (0 otherwise; the log replay after it is not included).",
             )
             .unwrap_or_else(|e| unreachable!("static metric: {e}")),
         }
