@@ -134,7 +134,7 @@ impl Store {
                 Err(reason) => {
                     tracing::warn!(
                         dir = %config.dir.display(),
-                        reason,
+                        reason = %reason,
                         "the last run did not stop cleanly (no clean-stop marker: a crash, kill, \
                          power cut or fatal error) and its state database does not read back \
                          whole: it is removed and the state rebuilt from the newest snapshot and \
@@ -201,62 +201,62 @@ impl Store {
             entries: 0,
             took: Duration::ZERO,
         };
-        let mut rebuild = self.opened.kind == OpenKind::Unclean;
+        if matches!(self.opened.kind, OpenKind::New | OpenKind::Clean) {
+            *recovered = Some(report.clone());
+            return Ok(report);
+        }
+        let state = self.state()?;
+        let snapshots = recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?;
         if self.opened.kind == OpenKind::UncleanKept {
-            let state = self.state()?;
             let applied = applied(&state.view())?;
-            let newest = recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
+            let newest = snapshots
                 .first()
                 .and_then(|(_, covered)| covered.last_index);
-            if newest > applied {
-                tracing::warn!(
-                    ?applied,
-                    ?newest,
-                    "the kept state database is behind the newest snapshot: rebuilt from it"
-                );
-                report.kind = OpenKind::Unclean;
-                rebuild = true;
-            } else {
+            if newest <= applied {
                 report.took = self.opened.started.elapsed();
+                *recovered = Some(report.clone());
+                return Ok(report);
+            }
+            tracing::warn!(
+                ?applied,
+                ?newest,
+                "the kept state database is behind the newest snapshot: rebuilt from it"
+            );
+            report.kind = OpenKind::Unclean;
+        }
+        for (path, covered) in snapshots {
+            let id = recovery::snapshot_id(&path);
+            match state.install_snapshot(&path, &id, covered.last_index, covered.records) {
+                Ok(file) => {
+                    report.rebuilt_from = Some(file.path);
+                    report.entries = file.entries;
+                    break;
+                }
+                Err(err) if recovery::is_damage(&err) => {
+                    tracing::warn!(path = %path.display(), error = %err, "a snapshot file is damaged; trying an older one");
+                }
+                Err(err) => return Err(err),
             }
         }
-        if rebuild {
-            let state = self.state()?;
-            for (path, covered) in recovery::newest_snapshots(&self.dir.join("snapshots"), covers)?
-            {
-                let id = recovery::snapshot_id(&path);
-                match state.install_snapshot(&path, &id, covered.last_index, covered.records) {
-                    Ok(file) => {
-                        report.rebuilt_from = Some(file.path);
-                        report.entries = file.entries;
-                        break;
-                    }
-                    Err(err) if recovery::is_damage(&err) => {
-                        tracing::warn!(path = %path.display(), error = %err, "a snapshot file is damaged; trying an older one");
-                    }
-                    Err(err) => return Err(err),
-                }
-            }
-            report.took = self.opened.started.elapsed();
-            match &report.rebuilt_from {
-                Some(path) => tracing::warn!(
-                    snapshot = %path.display(),
-                    rows = report.entries,
+        report.took = self.opened.started.elapsed();
+        match &report.rebuilt_from {
+            Some(path) => tracing::warn!(
+                snapshot = %path.display(),
+                rows = report.entries,
+                took_ms = report.took.as_millis() as u64,
+                "state rebuilt from the newest snapshot after an unclean stop; the Raft log after it is applied again"
+            ),
+            None if self.opened.kind == OpenKind::UncleanKept => {
+                report.kind = OpenKind::UncleanKept;
+                tracing::error!(
                     took_ms = report.took.as_millis() as u64,
-                    "state rebuilt from the newest snapshot after an unclean stop; the Raft log after it is applied again"
-                ),
-                None if self.opened.kind == OpenKind::UncleanKept => {
-                    report.kind = OpenKind::UncleanKept;
-                    tracing::error!(
-                        took_ms = report.took.as_millis() as u64,
-                        "no snapshot file installs: the kept state database stays as it is, behind the newest snapshot; if the Raft log is purged past it the node cannot start (wipe it and let it rejoin)"
-                    );
-                }
-                None => tracing::warn!(
-                    took_ms = report.took.as_millis() as u64,
-                    "no usable snapshot after an unclean stop: the state starts empty and the whole Raft log is applied again"
-                ),
+                    "no snapshot file installs: the kept state database stays as it is, behind the newest snapshot; if the Raft log is purged past it the node cannot start (wipe it and let it rejoin)"
+                );
             }
+            None => tracing::warn!(
+                took_ms = report.took.as_millis() as u64,
+                "no usable snapshot after an unclean stop: the state starts empty and the whole Raft log is applied again"
+            ),
         }
         *recovered = Some(report.clone());
         Ok(report)
@@ -317,20 +317,20 @@ impl Store {
 
 /// [`StateTree::check_kept`] on the data directory's `state/`, in a database opened for it
 /// alone and closed again; a panic of the database's own recovery counts as a failure.
-fn check_kept_state(config: &StoreConfig) -> std::result::Result<u64, String> {
+fn check_kept_state(config: &StoreConfig) -> Result<u64> {
     let state_dir = config.dir.join(STATE_DIR);
     if !state_dir.is_dir() {
-        return Err("no state database".to_owned());
+        return Err(StorageError::Failed("no state database".to_owned()));
     }
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let db = open_when_released(&state_dir, config.cache_capacity_bytes)?;
         StateTree::check_kept(&db, &config.dir.join("replies"))
-    }));
-    match checked {
-        Ok(Ok(rows)) => Ok(rows),
-        Ok(Err(err)) => Err(err.to_string()),
-        Err(_) => Err("the state database's own recovery panicked".to_owned()),
-    }
+    }))
+    .unwrap_or_else(|_| {
+        Err(StorageError::Failed(
+            "the state database's own recovery panicked".to_owned(),
+        ))
+    })
 }
 
 /// The most fjall keeps in its journals (the smallest it accepts).

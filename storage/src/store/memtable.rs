@@ -534,9 +534,9 @@ impl Memtable {
     }
 
     /// Waits up to `within` until every map numbered below `through` is in fjall (the flush
-    /// thread must run): `Ok(false)` if some still is not, `Err` with the reason if the flush
+    /// thread must run): `Ok(false)` if some still is not, `Failed` with the reason if the flush
     /// thread stopped for good first.
-    pub fn wait_written_for(&self, through: u64, within: Duration) -> Result<bool, String> {
+    pub fn wait_written_for(&self, through: u64, within: Duration) -> crate::error::Result<bool> {
         let deadline = Instant::now() + within;
         let mut layers = self.lock();
         loop {
@@ -545,7 +545,7 @@ impl Memtable {
                 return Ok(true);
             }
             if let Some(reason) = &layers.failed {
-                return Err(reason.clone());
+                return Err(crate::error::StorageError::Failed(reason.clone()));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

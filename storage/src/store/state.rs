@@ -435,12 +435,7 @@ impl StateTree {
     /// it is not to be kept. Changes nothing but what an open would (reply log files the state
     /// never reached are removed).
     pub(crate) fn check_kept(db: &fjall::Database, log_dir: &Path) -> Result<u64> {
-        let records = Tree::open(db, "store_records")?;
-        let name = match records.get(ACTIVE_TREE_RECORD.as_bytes())? {
-            Some(name) => String::from_utf8_lossy(&name).into_owned(),
-            None => "state_0".to_owned(),
-        };
-        let tree = Tree::open(db, &name)?;
+        let (_, _, tree) = open_active(db)?;
         let mut rows = 0u64;
         for row in tree.range(&[], &[u8::MAX; 2]) {
             row?;
@@ -457,12 +452,7 @@ impl StateTree {
         log_dir: &Path,
         memtable: MemtableConfig,
     ) -> Result<StateTree> {
-        let records = Tree::open(db, "store_records")?;
-        let name = match records.get(ACTIVE_TREE_RECORD.as_bytes())? {
-            Some(name) => String::from_utf8_lossy(&name).into_owned(),
-            None => "state_0".to_owned(),
-        };
-        let tree = Tree::open(db, &name)?;
+        let (records, name, tree) = open_active(db)?;
         remove_temporary_files(snapshot_dir)?;
         let (resident, log) = load_resident(&tree, log_dir)?;
         let log_bytes = log.size_on_disk();
@@ -862,7 +852,7 @@ impl SnapshotExport {
                     ));
                 }
                 Ok(false) => {}
-                Err(reason) => return Err(StorageError::Failed(reason)),
+                Err(err) => return Err(err),
             }
         }
     }
@@ -988,6 +978,17 @@ impl ExportView {
             memory,
         )
     }
+}
+
+/// The store's records keyspace, and the name and keyspace of the active state tree.
+fn open_active(db: &fjall::Database) -> Result<(Tree, String, Tree)> {
+    let records = Tree::open(db, "store_records")?;
+    let name = match records.get(ACTIVE_TREE_RECORD.as_bytes())? {
+        Some(name) => String::from_utf8_lossy(&name).into_owned(),
+        None => "state_0".to_owned(),
+    };
+    let tree = Tree::open(db, &name)?;
+    Ok((records, name, tree))
 }
 
 /// The resident tables as the state in `tree` records them: rebuilt from the reply memory's log

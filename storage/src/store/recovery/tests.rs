@@ -320,15 +320,7 @@ fn an_unclean_stop_keeps_a_state_that_reads_back_whole() {
 fn a_state_whose_reply_log_is_damaged_is_rebuilt() {
     let dir = tempfile::tempdir().expect("tempdir");
     let at_snapshot = crashed_after_snapshot(dir.path(), 7);
-    for entry in std::fs::read_dir(dir.path().join("replies")).expect("list") {
-        let path = entry.expect("entry").path();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .expect("open")
-            .set_len(10)
-            .expect("truncate");
-    }
+    truncate_files(&dir.path().join("replies"));
     let (_store, state, recovery) = open_and_recover(dir.path());
     assert_eq!(recovery.kind, OpenKind::Unclean);
     assert_eq!(rows(&state), at_snapshot);

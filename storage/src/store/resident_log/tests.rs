@@ -156,18 +156,26 @@ fn a_file_without_the_header_is_refused() {
     assert!(ResidentLog::open(dir.path(), Some(0)).is_err());
 }
 
+/// A log of `layers` entries reopened, this run's base appended, and the next entry (a delta
+/// setting one more row) not yet appended; with the tables after it.
+fn reopened_before_a_delta(dir: &Path, layers: u32) -> (ResidentLog, JournalEntry, ResidentTables) {
+    let after = write_layers(dir, layers, &[]);
+    let last = after.last().expect("a layer").clone();
+    let at = u64::from(layers - 1);
+    let mut log = ResidentLog::open(dir, Some(at)).expect("open").log;
+    let mut journal = ResidentJournal::starting_at(at + 1);
+    log.append(&journal.base(&last)).expect("this run's base");
+    let mut tables = last;
+    tables.put(row(layers + 100), vec![9; 10]);
+    journal.note();
+    let delta = journal.layer_entry(&tables).expect("changed");
+    (log, delta, tables)
+}
+
 #[test]
 fn a_frame_cut_short_by_a_full_disk_is_cut_off_so_the_retry_reads_back() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let after = write_layers(dir.path(), 3, &[]);
-    let mut log = ResidentLog::open(dir.path(), Some(2)).expect("open").log;
-    let mut journal = ResidentJournal::starting_at(3);
-    log.append(&journal.base(&after[2]))
-        .expect("this run's base");
-    let mut tables = after[2].clone();
-    tables.put(row(9), vec![9; 10]);
-    journal.note();
-    let delta = journal.layer_entry(&tables).expect("changed");
+    let (mut log, delta, tables) = reopened_before_a_delta(dir.path(), 3);
     fault::arm(fault::Fault::DiskFullAfter(7));
     assert!(log.append(&delta).is_err(), "the disk filled up mid-frame");
     assert_eq!(log.broken(), None, "a full disk is worth a retry");
@@ -200,15 +208,7 @@ fn a_base_the_disk_had_no_room_for_is_removed() {
 #[test]
 fn after_a_failed_sync_the_log_refuses_every_append() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let after = write_layers(dir.path(), 2, &[]);
-    let mut log = ResidentLog::open(dir.path(), Some(1)).expect("open").log;
-    let mut journal = ResidentJournal::starting_at(2);
-    log.append(&journal.base(&after[1]))
-        .expect("this run's base");
-    let mut tables = after[1].clone();
-    tables.put(row(9), vec![9; 10]);
-    journal.note();
-    let delta = journal.layer_entry(&tables).expect("changed");
+    let (mut log, delta, _) = reopened_before_a_delta(dir.path(), 2);
     fault::arm(fault::Fault::SyncFails);
     assert!(log.append(&delta).is_err());
     assert!(log.broken().is_some());

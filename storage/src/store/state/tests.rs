@@ -25,6 +25,16 @@ fn reply_expiry_row(at: u64, reply: &[u8]) -> Vec<u8> {
     row
 }
 
+/// The names of the files in `dir`, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn scan(view: &StateView) -> Vec<(String, String)> {
     view.range(b"a", b"z")
         .map(|entry| {
@@ -53,11 +63,7 @@ fn unfinished_snapshot_files_are_removed_at_open() {
     std::fs::write(snapshot_dir.join("keep.bin"), b"not ours to judge").expect("write");
     let reopened = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("reopen");
     let _state = reopened.state().expect("state opens (and cleans up)");
-    let mut left: Vec<String> = std::fs::read_dir(&snapshot_dir)
-        .expect("list")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
+    let left = file_names(&snapshot_dir);
     assert_eq!(left, vec!["keep.bin".to_owned()]);
 }
 
@@ -653,11 +659,7 @@ fn an_export_is_offered_only_once_its_state_is_in_the_database() {
         matches!(refused, Err(StorageError::Failed(_))),
         "an export whose layer never reaches fjall is not offered"
     );
-    let mut left: Vec<String> = std::fs::read_dir(&snapshot_dir)
-        .expect("list")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
+    let left = file_names(&snapshot_dir);
     assert_eq!(left, vec!["snapshot-written.bin".to_owned()]);
 }
 
@@ -704,7 +706,7 @@ fn a_reply_log_that_cannot_be_written_stops_the_state_machine() {
         TxnWrite::Put(remembered_value(1, "n")),
     );
     state.commit(txn).expect("commit: the memtable takes it");
-    let (done, flushed) = std::sync::mpsc::channel();
+    let (done, flushed) = std::sync::mpsc::sync_channel(1);
     let flushing = store.clone();
     std::thread::spawn(move || done.send(flushing.flush()));
     let flushed = flushed
