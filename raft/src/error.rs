@@ -383,6 +383,13 @@ pub enum PeerError {
     /// The AppendEntries writer task failed.
     #[error("AppendEntries writer: {0}")]
     AppendWriter(#[source] tokio::task::JoinError),
+    /// openraft handed over a snapshot that is not this node's export (a build's result or a
+    /// received one): nothing to send.
+    #[error("not a snapshot to send")]
+    NotSendable,
+    /// The snapshot to send could not be written or opened.
+    #[error("preparing the snapshot to send: {0}")]
+    SnapshotNotWritten(#[source] std::io::Error),
     /// The peer did not take a snapshot chunk in time.
     #[error("snapshot chunk not accepted in time")]
     SnapshotChunkTimeout,

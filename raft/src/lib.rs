@@ -17,7 +17,6 @@ pub mod log_store;
 pub mod membership;
 pub mod metrics;
 pub mod network;
-pub mod own_snapshot;
 mod raft_node;
 mod read_barrier;
 pub mod slow_io;

@@ -22,7 +22,6 @@ use crate::log_store::{LogConfig, LogStore};
 use crate::membership::{self, MembershipChange};
 use crate::metrics::{ConsensusMetrics, PeerRpcMetrics, RaftStorageMetrics};
 use crate::network::{InboundLimits, NetworkFactory, PeerNames, PeerTimeouts, PeerTls, Transport};
-use crate::own_snapshot::{RefusedSnapshots, watch_refusals};
 use crate::read_barrier;
 use crate::snapshot::SnapshotData;
 use crate::state_machine::{EventSink, SnapshotTrigger, StateMachine};
@@ -193,11 +192,9 @@ impl RaftNode {
     ) -> Result<RaftNode> {
         let rpcs = PeerRpcMetrics::default();
         rpcs.register(registry)?;
-        let refused = RefusedSnapshots::default();
         let network = NetworkFactory::new(config.id, config.peer_timeouts, rpcs.clone())
-            .with_tls(config.peer_tls.clone())
-            .with_refusals(refused.clone());
-        Self::start_inner(config, store, sink, registry, network, rpcs, Some(refused)).await
+            .with_tls(config.peer_tls.clone());
+        Self::start_inner(config, store, sink, registry, network, rpcs).await
     }
 
     /// [`RaftNode::start`] with another peer transport (in-process routers in tests).
@@ -221,7 +218,6 @@ impl RaftNode {
             registry,
             network,
             PeerRpcMetrics::default(),
-            None,
         )
         .await
     }
@@ -233,7 +229,6 @@ impl RaftNode {
         registry: &Registry,
         network: N,
         rpcs: PeerRpcMetrics,
-        refused: Option<RefusedSnapshots>,
     ) -> Result<RaftNode>
     where
         N: RaftNetworkFactory<TypeConfig>,
@@ -283,7 +278,6 @@ impl RaftNode {
             StateMachine::new(store.clone(), sink, storage_metrics.clone(), trigger)
                 .map_err(StopCause::StateMachine)?;
         let state = state_machine.state();
-        let rebuild = state_machine.rebuild_request();
         let raft = Raft::new(
             config.id,
             Arc::new(config.openraft()?),
@@ -309,15 +303,6 @@ impl RaftNode {
             },
             consensus_metrics,
         ));
-        if let Some(refused) = refused {
-            tokio::spawn(watch_refusals(
-                raft.clone(),
-                state.clone(),
-                refused,
-                rebuild,
-                storage_metrics,
-            ));
-        }
         let batcher = Batcher::start(raft.clone());
         Ok(RaftNode {
             id: config.id,

@@ -1,32 +1,209 @@
-//! The snapshot data openraft passes between the state machine and the peer network: a
-//! snapshot file (see `statestore_storage::store::SnapshotFile` for its layout) and its path.
+//! The snapshot data openraft passes between the state machine and the peer network.
+//!
+//! This node keeps no snapshot file: the state database is the snapshot (a build only waits
+//! until what it covers is durable there). A snapshot is written to a file only to be sent: the
+//! state machine hands out an [`Outgoing`] snapshot, a point-in-time export of the state begun
+//! when it was asked for (O(1)), written to a temporary file when a sender first reads it, on
+//! a niced background thread (not the state machine's worker), shared by every sender while it
+//! lives, and removed once the last holder drops it. A received snapshot is a file too, the
+//! server's, handed to the install.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// An open snapshot file.
+use statestore_storage::store::{SnapshotExport, background};
+use tokio::sync::watch;
+
+use crate::types::SnapshotMeta;
+
+/// How long a written outgoing snapshot stays after its file is finished, held for nobody: a
+/// transfer retried within it (openraft asks for the snapshot again on every attempt) sends
+/// the same file instead of exporting the state again.
+pub const OUTGOING_GRACE: Duration = Duration::from_secs(30);
+
+/// What a snapshot handed to or from openraft holds.
 #[derive(Debug)]
-pub struct SnapshotData {
-    /// Where the file is (the state machine renames a received one into place). For a
-    /// snapshot the store handed out the name may be gone already, replaced by a newer
-    /// snapshot: read through `file`.
-    pub path: PathBuf,
-    /// The open file, positioned at its start.
-    pub file: tokio::fs::File,
+pub enum SnapshotData {
+    /// A snapshot received from a peer, checked, to be installed.
+    Received {
+        /// The file (the receiving server removes it after the install).
+        path: PathBuf,
+    },
+    /// This node's state, to be sent to a peer.
+    Outgoing(Arc<Outgoing>),
+    /// A build's result: the state database itself, nothing to read (openraft keeps only the
+    /// meta of a build).
+    InDatabase,
 }
 
-impl SnapshotData {
-    /// Opens the snapshot at `path`.
-    pub async fn open(path: PathBuf) -> std::io::Result<SnapshotData> {
-        let file = tokio::fs::File::open(&path).await?;
-        Ok(SnapshotData { path, file })
+/// [`Outgoing::refused`]: no peer refused it.
+const NOT_REFUSED: u8 = 0;
+/// [`Outgoing::refused`]: a peer refused it; not counted yet.
+const REFUSED: u8 = 1;
+/// [`Outgoing::refused`]: a peer refused it, counted.
+const REFUSAL_COUNTED: u8 = 2;
+
+/// Where an outgoing snapshot's file is, once written (or why it is not).
+type Written = Option<Result<PathBuf, String>>;
+
+/// A snapshot of this node's state for peers (see the module documentation).
+pub struct Outgoing {
+    /// What the export covers (read from the export's own view, so data and meta match).
+    pub meta: SnapshotMeta,
+    /// The export, until the first reader starts writing it.
+    export: Mutex<Option<(SnapshotExport, Vec<u8>)>>,
+    /// The file, once written.
+    written: watch::Sender<Written>,
+    /// Whether a peer refused it as corrupt (not handed out again), and whether that was
+    /// counted: [`NOT_REFUSED`], [`REFUSED`] or [`REFUSAL_COUNTED`].
+    refused: AtomicU8,
+}
+
+impl std::fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("meta", &self.meta)
+            .field("written", &*self.written.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outgoing {
+    /// An outgoing snapshot of `export`, whose view `meta` describes; the file gets `header`.
+    pub fn new(meta: SnapshotMeta, export: SnapshotExport, header: Vec<u8>) -> Arc<Outgoing> {
+        Arc::new(Outgoing {
+            meta,
+            export: Mutex::new(Some((export, header))),
+            written: watch::channel(None).0,
+            refused: AtomicU8::new(NOT_REFUSED),
+        })
     }
 
-    /// The snapshot the store opened (see `statestore_storage::store::OpenSnapshot`): its handle
-    /// stays readable even if a newer snapshot replaces the file meanwhile.
-    pub fn from_open(open: statestore_storage::store::OpenSnapshot) -> SnapshotData {
-        SnapshotData {
-            path: open.file.path,
-            file: tokio::fs::File::from_std(open.handle),
+    /// Opens the written file for reading, starting the write if nobody did yet and waiting for
+    /// it. The handle stays readable whatever happens to the name.
+    pub async fn open(self: &Arc<Self>) -> std::io::Result<tokio::fs::File> {
+        tokio::fs::File::open(self.written_path().await?).await
+    }
+
+    /// The written file's path (valid while this snapshot is held), starting the write if
+    /// nobody did yet and waiting for it.
+    pub async fn written_path(self: &Arc<Self>) -> std::io::Result<PathBuf> {
+        self.start_writing()?;
+        let mut written = self.written.subscribe();
+        let done = written
+            .wait_for(Option::is_some)
+            .await
+            .map_err(|_| std::io::Error::other("the snapshot export ended unwritten"))?;
+        match done.as_ref() {
+            Some(Ok(path)) => Ok(path.clone()),
+            Some(Err(reason)) => Err(std::io::Error::other(reason.clone())),
+            None => Err(std::io::Error::other("the snapshot export is unwritten")),
         }
+    }
+
+    /// Starts the export's write on its own niced thread, unless it was started before. The
+    /// thread holds this snapshot until the file is written, then for [`OUTGOING_GRACE`].
+    fn start_writing(self: &Arc<Self>) -> std::io::Result<()> {
+        let taken = self
+            .export
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some((export, header)) = taken else {
+            return Ok(());
+        };
+        let id = outgoing_id(&self.meta);
+        let this = self.clone();
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        let spawned = background::spawn("snapshot-export", move || {
+            let started = std::time::Instant::now();
+            let result = export.write_outgoing(&id, &header);
+            match &result {
+                Ok(file) => tracing::info!(
+                    entries = file.entries,
+                    bytes = file.size,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    last_log_id = ?this.meta.last_log_id,
+                    "snapshot written for sending"
+                ),
+                Err(err) => {
+                    tracing::warn!(error = %err, last_log_id = ?this.meta.last_log_id, "writing a snapshot for sending failed")
+                }
+            }
+            this.written.send_replace(Some(
+                result
+                    .map(|file| file.path)
+                    .map_err(|err| format!("writing the snapshot for sending: {err}")),
+            ));
+            if let Some(runtime) = runtime {
+                runtime.spawn(async move {
+                    tokio::time::sleep(OUTGOING_GRACE).await;
+                    drop(this);
+                });
+            }
+        });
+        if let Err(err) = spawned {
+            // Every reader (this one included) learns of it rather than waiting for ever.
+            self.written.send_replace(Some(Err(format!(
+                "starting the snapshot export thread: {err}"
+            ))));
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// A peer refused this snapshot as corrupt: the state machine exports a new one for the
+    /// next attempt instead of handing this one out again.
+    pub fn refuse(&self) {
+        let _ =
+            self.refused
+                .compare_exchange(NOT_REFUSED, REFUSED, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// True once a peer refused it as corrupt.
+    pub fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::SeqCst) != NOT_REFUSED
+    }
+
+    /// True the first time it is asked after a peer refused it (to count the refusal once).
+    pub fn take_refusal(&self) -> bool {
+        self.refused
+            .compare_exchange(REFUSED, REFUSAL_COUNTED, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// True if its file failed to be written.
+    pub fn failed(&self) -> bool {
+        matches!(&*self.written.borrow(), Some(Err(_)))
+    }
+
+    /// True once its file is written (or failed to be).
+    pub fn is_written(&self) -> bool {
+        self.written.borrow().is_some()
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        if let Some(Ok(path)) = self.written.borrow().as_ref()
+            && let Err(err) = statestore_storage::gradual_remove::remove(path)
+        {
+            tracing::warn!(path = %path.display(), error = %err, "could not remove a sent snapshot file");
+        }
+    }
+}
+
+/// The file name part of an outgoing snapshot: its log position, and the time (two exports of
+/// one position never share a name).
+fn outgoing_id(meta: &SnapshotMeta) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    match &meta.last_log_id {
+        Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, nanos),
+        None => format!("empty-{nanos}"),
     }
 }

@@ -10,12 +10,14 @@
 //!
 //! Snapshots are decided here: openraft asks every `snapshot_check_entries` entries, and a
 //! snapshot is built only once enough proposals or entries were applied since the last one
-//! (an entry can hold one proposal or a thousand), or when a rebuild was asked for because
-//! this node's own snapshot is damaged (see `own_snapshot`).
+//! (an entry can hold one proposal or a thousand). A build writes no file: the state database
+//! is the snapshot, and a build returns once what it covers is durable there (openraft then
+//! purges the log behind it). The snapshot openraft sends to a peer is an export of the state
+//! as it is when asked for, written to a file only for the transfer (see [`crate::snapshot`]).
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
@@ -23,17 +25,15 @@ use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use statestore_storage::codec;
 use statestore_storage::engine::OrderedRead;
-use statestore_storage::error::StorageError;
 use statestore_storage::keyspace;
 use statestore_storage::machine::{KeyEvent, consensus_key, read};
 use statestore_storage::store::{
-    Offered, OpenKind, SnapshotCovers, SnapshotExport, StateTree, StateView, Store, background,
+    Checkpoint, OpenKind, SnapshotCovers, StateTree, StateView, Store, background,
 };
 
 use crate::applier::Applier;
 use crate::metrics::RaftStorageMetrics;
-use crate::own_snapshot::RebuildRequest;
-use crate::snapshot::SnapshotData;
+use crate::snapshot::{Outgoing, SnapshotData};
 use crate::types::{LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// Consensus record: the last applied log id.
@@ -137,9 +137,12 @@ pub struct StateMachine {
     state: StateTree,
     metrics: Arc<RaftStorageMetrics>,
     trigger: SnapshotTrigger,
-    /// A build asked for whatever `trigger` says (this node's snapshot is damaged: see
-    /// `own_snapshot`).
-    rebuild: RebuildRequest,
+    /// The snapshot handed out for peers last, while a sender or its grace period holds it
+    /// (see [`crate::snapshot::Outgoing`]).
+    outgoing: Weak<Outgoing>,
+    /// The log id the last build covers: an outgoing snapshot older than it is not handed out
+    /// again (the log after it may be purged).
+    last_built: Option<LogId>,
     proposals_since_snapshot: u64,
     entries_since_snapshot: u64,
     /// Bytes of the proposal batches applied since the last snapshot.
@@ -169,7 +172,8 @@ impl StateMachine {
             state,
             metrics,
             trigger: trigger.jittered(),
-            rebuild: RebuildRequest::default(),
+            outgoing: Weak::new(),
+            last_built: None,
             proposals_since_snapshot: 0,
             entries_since_snapshot: 0,
             log_bytes_since_snapshot: 0,
@@ -187,12 +191,6 @@ impl StateMachine {
         self.state.clone()
     }
 
-    /// Where a rebuild of the current snapshot is asked for: the next build decision then
-    /// builds, due or not.
-    pub fn rebuild_request(&self) -> RebuildRequest {
-        self.rebuild.clone()
-    }
-
     fn consensus_record<T: serde::de::DeserializeOwned>(
         view: &impl OrderedRead,
         name: &[u8],
@@ -204,33 +202,61 @@ impl StateMachine {
             .map_err(io_err)
     }
 
-    /// Starts a snapshot of the state as applied so far; the builder writes it while apply
-    /// goes on.
+    /// Reads the consensus records of `view`: what a snapshot of it covers.
+    fn meta_of(view: &impl OrderedRead) -> io::Result<SnapshotMeta> {
+        let last_log_id: Option<LogId> = Self::consensus_record(view, LAST_APPLIED)?;
+        let last_membership: StoredMembership =
+            Self::consensus_record(view, MEMBERSHIP)?.unwrap_or_default();
+        Ok(SnapshotMeta {
+            last_log_id,
+            last_membership,
+        })
+    }
+
+    /// Starts a snapshot of the state as applied so far: a checkpoint of the state database
+    /// (no copy); the builder waits until it is durable while apply goes on.
     fn snapshot_builder(&mut self) -> SnapshotBuilder {
         let started = Instant::now();
         let state = self.state.clone();
-        let export = blocking(move || state.begin_export());
+        // Nothing is applied meanwhile (openraft's state-machine worker runs this between
+        // applies): the view's records are what the checkpoint covers.
+        let meta = Self::meta_of(&self.state.view());
+        let checkpoint = blocking(move || state.checkpoint());
         self.metrics
             .snapshot_seconds
             .with_label_values(&["begin"])
             .observe(started.elapsed().as_secs_f64());
-        let meta = (|| {
-            let last_log_id: Option<LogId> = Self::consensus_record(export.view(), LAST_APPLIED)?;
-            let last_membership: StoredMembership =
-                Self::consensus_record(export.view(), MEMBERSHIP)?.unwrap_or_default();
-            Ok(SnapshotMeta {
-                last_log_id,
-                last_membership,
-            })
-        })();
+        if let Ok(meta) = &meta {
+            self.last_built = self.last_built.max(meta.last_log_id);
+        }
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
         self.log_bytes_since_snapshot = 0;
         SnapshotBuilder {
-            prepared: Some(meta.map(|meta| (export, meta))),
+            prepared: Some(meta.map(|meta| (checkpoint, meta))),
             metrics: self.metrics.clone(),
             started,
         }
+    }
+
+    /// The outgoing snapshot handed out last, if a holder still keeps it, no peer refused it,
+    /// its write did not fail, and it is not older than the last build (the log after it may
+    /// be purged: a peer that installed it would need another). One older is still handed out
+    /// while it is being written: a new export would wait for it to end.
+    fn reusable_outgoing(&self) -> Option<Arc<Outgoing>> {
+        let outgoing = self.outgoing.upgrade()?;
+        if outgoing.is_refused() {
+            if outgoing.take_refusal() {
+                self.metrics.own_snapshot_corrupt_total.inc();
+                tracing::error!(last_log_id = ?outgoing.meta.last_log_id, "a peer refused this node's snapshot as corrupt (damaged while written or read here, in transit, or at the peer): exporting a new one for the next transfer");
+            }
+            return None;
+        }
+        let stale = outgoing.meta.last_log_id < self.last_built;
+        if outgoing.failed() || (stale && outgoing.is_written()) {
+            return None;
+        }
+        Some(outgoing)
     }
 
     /// Where a snapshot received from a peer is written before it is installed.
@@ -295,21 +321,10 @@ fn recover(store: &Store, metrics: &RaftStorageMetrics) -> io::Result<()> {
     Ok(())
 }
 
-fn snapshot_id(log_id: Option<&LogId>) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    match log_id {
-        Some(id) => format!("{}-{}-{}", id.leader_id.term, id.index, nanos),
-        None => format!("empty-{nanos}"),
-    }
-}
-
-/// Writes a snapshot of the state as it was when the builder was made (apply goes on
-/// meanwhile: see `statestore_storage::store::StateTree::begin_export`).
+/// Waits until the state applied when the builder was made is durable in the state database
+/// (apply goes on meanwhile: see `statestore_storage::store::StateTree::checkpoint`).
 pub struct SnapshotBuilder {
-    prepared: Option<io::Result<(SnapshotExport, SnapshotMeta)>>,
+    prepared: Option<io::Result<(Checkpoint, SnapshotMeta)>>,
     metrics: Arc<RaftStorageMetrics>,
     started: Instant,
 }
@@ -318,48 +333,30 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     type SnapshotData = SnapshotData;
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
-        let (export, meta) = self
+        let (checkpoint, meta) = self
             .prepared
             .take()
             .unwrap_or_else(|| Err(io::Error::other("snapshot already built")))?;
-        let id = snapshot_id(meta.last_log_id.as_ref());
-        let header = codec::encode(&meta);
-        let last_index = meta.last_log_id.as_ref().map(|id| id.index);
-        let (done, written) = tokio::sync::oneshot::channel();
-        background::spawn("snapshot-export", move || {
-            let _ = done.send(export.write(&id, &header, last_index));
+        let (done, durable) = tokio::sync::oneshot::channel();
+        background::spawn("snapshot-checkpoint", move || {
+            let _ = done.send(checkpoint.wait_durable());
         })?;
-        let offered = written
+        durable
             .await
-            .map_err(|_| io::Error::other("snapshot export thread ended"))?
+            .map_err(|_| io::Error::other("snapshot checkpoint thread ended"))?
             .map_err(io_err)?;
-        // The snapshot file is durable (fsynced, renamed, directory fsynced); the log it covers
-        // may be purged from now on.
+        // What the snapshot covers is durable in the state database; the log it covers may be
+        // purged from now on.
         let took = self.started.elapsed();
         self.metrics
             .snapshot_seconds
             .with_label_values(&["build"])
             .observe(took.as_secs_f64());
-        match offered {
-            Offered::Current(open) => {
-                tracing::info!(entries = open.file.entries, bytes = open.file.size, took_ms = took.as_millis() as u64, last_log_id = ?meta.last_log_id, "snapshot built");
-                Ok(Snapshot {
-                    meta,
-                    snapshot: SnapshotData::from_open(open),
-                })
-            }
-            // An install of a newer snapshot finished while this one was written: that one is
-            // the current snapshot (and the state), so it is what the build hands back.
-            Offered::Superseded(current) => {
-                let current_meta: SnapshotMeta =
-                    codec::decode("snapshot header", &current.file.header).map_err(io_err)?;
-                tracing::info!(built = ?meta.last_log_id, current = ?current_meta.last_log_id, "snapshot built after a newer one was installed; keeping the installed one");
-                Ok(Snapshot {
-                    meta: current_meta,
-                    snapshot: SnapshotData::from_open(current),
-                })
-            }
-        }
+        tracing::info!(took_ms = took.as_millis() as u64, last_log_id = ?meta.last_log_id, "snapshot built (the state database holds it)");
+        Ok(Snapshot {
+            meta,
+            snapshot: SnapshotData::InDatabase,
+        })
     }
 }
 
@@ -417,9 +414,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             self.log_bytes_since_snapshot,
             || state_bytes(state),
         );
-        // Taken whatever else decides, so that a build due anyway answers the request too.
-        let rebuild = self.rebuild.take();
-        if !force && !due && !rebuild {
+        if !force && !due {
             return None;
         }
         Some(self.snapshot_builder())
@@ -435,25 +430,32 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: SnapshotData,
     ) -> io::Result<()> {
         let started = Instant::now();
-        let SnapshotData { path, file } = snapshot;
-        drop(file);
+        // openraft installs a peer's snapshot; a node's own export only in tests of the trait
+        // (at startup it installs the current snapshot only if it is newer than the state,
+        // which this node's export never is). It is written first, and held until installed.
+        let (path, _held) = match snapshot {
+            SnapshotData::Received { path } => (path, None),
+            SnapshotData::Outgoing(outgoing) => (outgoing.written_path().await?, Some(outgoing)),
+            SnapshotData::InDatabase => {
+                return Err(io::Error::other(
+                    "a build's result holds no data to install",
+                ));
+            }
+        };
         let records = consensus_records(meta);
         let state = self.state.clone();
-        let id = snapshot_id(meta.last_log_id.as_ref());
-        let last_index = meta.last_log_id.as_ref().map(|id| id.index);
-        let file = tokio::task::spawn_blocking(move || {
-            state.install_snapshot(&path, &id, last_index, records)
-        })
-        .await
-        .map_err(io_err)?
-        .map_err(|e| {
-            self.metrics.disk_errors_total.inc();
-            io_err(e)
-        })?;
+        let file = tokio::task::spawn_blocking(move || state.install_snapshot(&path, records))
+            .await
+            .map_err(io_err)?
+            .map_err(|e| {
+                self.metrics.disk_errors_total.inc();
+                io_err(e)
+            })?;
         self.proposals_since_snapshot = 0;
         self.entries_since_snapshot = 0;
         self.log_bytes_since_snapshot = 0;
         self.applier.reset();
+        self.last_built = self.last_built.max(meta.last_log_id);
         let took = started.elapsed();
         self.metrics
             .snapshot_seconds
@@ -463,35 +465,31 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(())
     }
 
-    /// The current snapshot, opened. One whose header does not read (a damaged disk), or whose
-    /// file is gone, is replaced by a snapshot built here and now: openraft asks for the current
-    /// snapshot to send it to a peer (and at startup), and an error (or "none", once the log is
-    /// purged) would stop this node's Raft. The build runs on openraft's state-machine worker,
-    /// so applies wait for the whole export (seconds per GB); openraft is not told of the new
-    /// snapshot (its purge point stays at the old one, which is safe: it purges less), and a
-    /// failed build is an error as before.
+    /// A snapshot of the state as applied so far, for a peer (`None` before anything is
+    /// applied): an export begun now (O(1)) and written when the sender first reads it, shared
+    /// with every sender while one holds it (see [`crate::snapshot::Outgoing`]). openraft also
+    /// asks at startup, where it only compares the meta with the applied state (equal: nothing
+    /// to install) and nothing is written.
     async fn get_current_snapshot(&mut self) -> io::Result<Option<Snapshot>> {
+        if let Some(outgoing) = self.reusable_outgoing() {
+            return Ok(Some(Snapshot {
+                meta: outgoing.meta.clone(),
+                snapshot: SnapshotData::Outgoing(outgoing),
+            }));
+        }
         let state = self.state.clone();
-        let damaged = match blocking(move || state.current_snapshot()) {
-            Ok(None) => return Ok(None),
-            Ok(Some(open)) => {
-                match codec::decode::<SnapshotMeta>("snapshot header", &open.file.header) {
-                    Ok(meta) => {
-                        return Ok(Some(Snapshot {
-                            meta,
-                            snapshot: SnapshotData::from_open(open),
-                        }));
-                    }
-                    Err(err) => err,
-                }
-            }
-            Err(err @ StorageError::Corrupt { .. }) => err,
-            Err(err) => return Err(io_err(err)),
-        };
-        self.metrics.own_snapshot_corrupt_total.inc();
-        tracing::error!(error = %damaged, "this node's current snapshot is missing or does not read (a damaged disk, or a file removed by hand?): building a new one in its place (applies wait meanwhile)");
-        let mut builder = self.snapshot_builder();
-        builder.build_snapshot().await.map(Some)
+        let export = blocking(move || state.begin_export());
+        let meta = Self::meta_of(export.view())?;
+        if meta.last_log_id.is_none() {
+            return Ok(None);
+        }
+        let header = codec::encode(&meta);
+        let outgoing = Outgoing::new(meta.clone(), export, header);
+        self.outgoing = Arc::downgrade(&outgoing);
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: SnapshotData::Outgoing(outgoing),
+        }))
     }
 }
 

@@ -122,26 +122,35 @@ impl RaftNetworkV2<TypeConfig> for RouterClient {
             .router
             .reach(self.from, self.to)
             .map_err(StreamingError::Unreachable)?;
-        // The receiver takes ownership of the file it installs: hand it a copy.
-        let copy = snapshot
-            .snapshot
-            .path
-            .with_extension(format!("to-{}.tmp", self.to));
-        tokio::fs::copy(&snapshot.snapshot.path, &copy)
+        // The receiver installs from a file of its own, as the peer server receives one.
+        let network =
+            |e: std::io::Error| StreamingError::Network(openraft::error::NetworkError::new(&e));
+        let SnapshotData::Outgoing(outgoing) = &snapshot.snapshot else {
+            return Err(network(std::io::Error::other("not an outgoing snapshot")));
+        };
+        let mut source = outgoing.open().await.map_err(network)?;
+        let copy = tempfile::NamedTempFile::new()
+            .map_err(network)?
+            .into_temp_path();
+        let mut target = tokio::fs::File::create(&copy).await.map_err(network)?;
+        tokio::io::copy(&mut source, &mut target)
             .await
-            .map_err(|e| StreamingError::Network(openraft::error::NetworkError::new(&e)))?;
-        let data = SnapshotData::open(copy)
+            .map_err(network)?;
+        let data = SnapshotData::Received {
+            path: copy.to_path_buf(),
+        };
+        let installed = raft
+            .install_full_snapshot(
+                vote,
+                Snapshot {
+                    meta: snapshot.meta,
+                    snapshot: data,
+                },
+            )
             .await
-            .map_err(|e| StreamingError::Network(openraft::error::NetworkError::new(&e)))?;
-        raft.install_full_snapshot(
-            vote,
-            Snapshot {
-                meta: snapshot.meta,
-                snapshot: data,
-            },
-        )
-        .await
-        .map_err(|e| StreamingError::Unreachable(Unreachable::from_string(e.to_string())))
+            .map_err(|e| StreamingError::Unreachable(Unreachable::from_string(e.to_string())));
+        drop(copy);
+        installed
     }
 }
 

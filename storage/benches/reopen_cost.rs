@@ -89,10 +89,6 @@ fn main() -> Result<()> {
     {
         let store = Store::open(&config)?;
         fill(&store, 0, keys)?;
-        let file = store
-            .state()?
-            .export_snapshot("1-1-1", b"header", Some(1))?;
-        println!("snapshot: {} rows, {} bytes", file.entries, file.size);
         fill(&store, keys, keys + 1_000)?;
         store.close_clean()?;
     }

@@ -1404,10 +1404,10 @@ proptest! {
 
         run_on_store(&source, &ops, &sizes)?;
         run_on_store(&target, &other_ops, &sizes)?;
-        let exported = source.export_snapshot("1-42", b"header", Some(42)).map_err(fail)?;
+        let exported = source.export_snapshot("1-42", b"header").map_err(fail)?;
         let received = target.incoming_snapshot_path();
         std::fs::copy(&exported.path, &received).map_err(fail)?;
-        let installed = target.install_snapshot(&received, "1-42", Some(42), Vec::new()).map_err(fail)?;
+        let installed = target.install_snapshot(&received, Vec::new()).map_err(fail)?;
         prop_assert_eq!(installed.header, b"header".to_vec());
         prop_assert_eq!(installed.entries, exported.entries);
         prop_assert_eq!(

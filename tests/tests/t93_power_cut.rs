@@ -15,9 +15,9 @@
 //! - [`cuts_of_all_nodes_the_leader_or_a_follower_lose_nothing`]: 3 nodes; each cycle cuts
 //!   all of them at once, the leader alone, or one follower; cut nodes must keep their state
 //!   database (it reads back whole) at least once.
-//! - [`single_node_cuts_while_snapshots_are_written_and_log_chunks_start`]: 1 node (its fsync
-//!   is the whole quorum), cut at a random moment, while a snapshot file is being written, or
-//!   right as the log starts a new chunk.
+//! - [`single_node_cuts_after_snapshot_builds_and_as_log_chunks_start`]: 1 node (its fsync is
+//!   the whole quorum), cut at a random moment, right after a snapshot build returned (the log
+//!   behind it may be purged), or right as the log starts a new chunk.
 //! - [`cuts_during_snapshot_install_and_membership_change`]: a new node joins on its own mount
 //!   and is cut while it receives and installs its snapshot; once restarted, the broker is
 //!   frozen (SIGSTOP, so the workloads' requests wait) until every replica, the joiner's
@@ -310,13 +310,17 @@ async fn cuts_of_all_nodes_the_leader_or_a_follower_lose_nothing() {
     );
 }
 
+/// What a node logs when a snapshot build returned.
+const SNAPSHOT_BUILT: &str = "snapshot built (the state database holds it)";
+
 /// The moment a single-node cycle cuts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Moment {
     /// After a seeded stretch of load.
     Random,
-    /// While a snapshot file is being written (`snapshots/*.tmp` exists).
-    SnapshotWrite,
+    /// Right after a snapshot build returned (openraft may purge the log behind it from then
+    /// on: the state database must hold what it covers).
+    SnapshotBuilt,
     /// Right after the log started a new chunk file (`raft-log/` gained a file).
     ChunkStart,
 }
@@ -346,9 +350,9 @@ async fn wait_event(within: Duration, mut event: impl FnMut() -> bool) -> bool {
 }
 
 /// One node (its own fsync is the quorum) under load with large values, cut at a random
-/// moment, while it writes a snapshot, or as its log starts a new chunk.
+/// moment, right after a snapshot build, or as its log starts a new chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
+async fn single_node_cuts_after_snapshot_builds_and_as_log_chunks_start() {
     let cycles = cycles();
     let mut state = env_u64("STATESTORE_POWERCUT_SEED", 0x9c07_0002);
     let mut cluster = Cluster::start(1, &SNAPSHOT_FLAGS);
@@ -367,7 +371,7 @@ async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
     )
     .await;
 
-    let moments = [Moment::Random, Moment::SnapshotWrite, Moment::ChunkStart];
+    let moments = [Moment::Random, Moment::SnapshotBuilt, Moment::ChunkStart];
     let mut met = [0usize; 3];
     for cycle in 0..cycles {
         // Each cycle's history on its own keys, so that every key's history stays decidable.
@@ -381,10 +385,11 @@ async fn single_node_cuts_while_snapshots_are_written_and_log_chunks_start() {
                 tokio::time::sleep(load_time(&mut state)).await;
                 true
             }
-            Moment::SnapshotWrite => {
-                let snapshots = data.join("snapshots");
-                wait_event(Duration::from_secs(30), || {
-                    files_ending(&snapshots, ".tmp") > 0
+            Moment::SnapshotBuilt => {
+                let builds = |log: String| log.matches(SNAPSHOT_BUILT).count();
+                let before = builds(cluster.nodes[0].log());
+                wait_event(Duration::from_secs(60), || {
+                    builds(cluster.nodes[0].log()) > before
                 })
                 .await
             }

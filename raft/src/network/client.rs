@@ -44,7 +44,6 @@ use crate::metrics::{PeerRpcMetrics, RpcKind};
 use crate::network::protocol::{self, PROTOCOL_VERSION, Request, Response, SNAPSHOT_CHUNK_BYTES};
 use crate::network::refusal::SnapshotRefusal;
 use crate::network::tls::{PeerStream, PeerTls, Transport};
-use crate::own_snapshot::RefusedSnapshots;
 use crate::snapshot::SnapshotData;
 use crate::types::{Node, NodeId, Snapshot, TypeConfig, Vote};
 
@@ -79,7 +78,6 @@ pub struct NetworkFactory {
     timeouts: PeerTimeouts,
     rpcs: PeerRpcMetrics,
     transport: Transport,
-    refused: RefusedSnapshots,
 }
 
 impl NetworkFactory {
@@ -92,14 +90,7 @@ impl NetworkFactory {
             timeouts,
             rpcs,
             transport,
-            refused: RefusedSnapshots::default(),
         }
-    }
-
-    /// Reports the snapshots peers refuse as corrupt to `refused`.
-    pub fn with_refusals(mut self, refused: RefusedSnapshots) -> Self {
-        self.refused = refused;
-        self
     }
 
     /// The same clients over mutual TLS (`Some`) or plain TCP (`None`).
@@ -123,7 +114,6 @@ impl NetworkFactory {
             conn: None,
             rpcs: self.rpcs.clone(),
             appends,
-            refused: self.refused.clone(),
         }
     }
 }
@@ -158,8 +148,6 @@ pub struct PeerClient {
     rpcs: PeerRpcMetrics,
     /// Counts this client's AppendEntries (`append` or `heartbeat`, by purpose).
     appends: prometheus::IntCounter,
-    /// Where a snapshot the peer refused as corrupt is reported.
-    refused: RefusedSnapshots,
 }
 
 /// `err` as openraft's `Network` error (retried at once). Built from the message, so that
@@ -562,17 +550,25 @@ impl PeerClient {
         }
     }
 
-    /// Streams the snapshot file in chunks; the answer comes once the peer installed it.
+    /// Streams the snapshot file in chunks; the answer comes once the peer installed it. A
+    /// peer's `corrupt` refusal marks the snapshot so that it is not sent again.
     async fn send_snapshot(
         &mut self,
         vote: Vote,
         snapshot: Snapshot,
         within: Duration,
     ) -> Result<SnapshotResponse<TypeConfig>, RpcError> {
-        let mut conn = self.connection().await?;
         let Snapshot { meta, snapshot } = snapshot;
-        let sent_from = snapshot.path;
-        let mut file = snapshot.file;
+        let SnapshotData::Outgoing(outgoing) = snapshot else {
+            return Err(network(PeerError::NotSendable));
+        };
+        // Written on first read (an export of the state as it was when openraft asked for
+        // it), before a connection is taken: it may take seconds.
+        let mut file = outgoing
+            .open()
+            .await
+            .map_err(|e| network(PeerError::SnapshotNotWritten(e)))?;
+        let mut conn = self.connection().await?;
         let sent = self.rpcs.sent(RpcKind::Snapshot);
         let transfer = async {
             conn.send(protocol::encode(&Request::SnapshotBegin { vote, meta }))
@@ -608,7 +604,7 @@ impl PeerClient {
                 // The refusal travels as its text (a peer of another version that words it
                 // differently is only not reported: the transfer is retried as before).
                 if reason == SnapshotRefusal::Corrupt.to_string() {
-                    self.refused.report(&sent_from);
+                    outgoing.refuse();
                 }
                 Err(network(PeerError::SnapshotRefusedByPeer { reason }))
             }

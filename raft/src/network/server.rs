@@ -547,9 +547,7 @@ async fn install(raft: Raft, incoming: Incoming, inbound: Inbound) -> Response {
     .map_err(|e: std::io::Error| Unusable::Storage(e.into()));
     let opened = match stored {
         Ok(()) => match check_received(&path).await {
-            Ok(()) => SnapshotData::open(path.clone())
-                .await
-                .map_err(|e| Unusable::Storage(e.into())),
+            Ok(()) => Ok(SnapshotData::Received { path: path.clone() }),
             Err(unusable) => Err(unusable),
         },
         Err(unusable) => Err(unusable),
@@ -579,10 +577,8 @@ async fn install(raft: Raft, incoming: Incoming, inbound: Inbound) -> Response {
         )
         .await
         .map_err(RemoteError::stopped);
-    // The state machine renames an installed snapshot; a refused one is left behind.
-    if path.exists() {
-        let _ = std::fs::remove_file(&path);
-    }
+    // Installed or not, the file is of no more use (this node keeps no snapshot file).
+    let _ = std::fs::remove_file(&path);
     Response::Snapshot(result)
 }
 

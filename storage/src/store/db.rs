@@ -173,15 +173,16 @@ impl Store {
         self.opened.kind
     }
 
-    /// After an unclean open, rebuilds the state machine from the newest snapshot file in
-    /// `snapshots/` that is complete and verified (newest by the log position `covers` reads
-    /// from its header; a damaged one is skipped for the next older); with none, the state
-    /// stays empty. The rebuilt state holds the snapshot's rows and `covers`' consensus records
-    /// only, and the snapshot is the current one. A state kept after an unclean stop is rebuilt
-    /// so too if it is behind the newest snapshot (`applied` reads the log index its consensus
-    /// records say it applied: a crash of a build that purged the log past its layers).
-    /// Runs once (later calls return the first report); after a clean or new open it does
-    /// nothing. Blocking.
+    /// After an unclean open whose state database did not read back whole, rebuilds the state
+    /// machine from the newest snapshot file in `snapshots/` that is complete and verified
+    /// (newest by the log position `covers` reads from its header; a damaged one is skipped for
+    /// the next older); with none, the state stays empty. This build keeps no snapshot file
+    /// (the database is the snapshot), so such files are those an earlier build left: after
+    /// an upgrade. The rebuilt state holds the snapshot's rows and `covers`' consensus records
+    /// only. A state kept after an unclean stop is rebuilt so too if it is behind the newest
+    /// snapshot (`applied` reads the log index its consensus records say it applied: a crash
+    /// of an earlier build that purged the log past its layers). Then every such file is
+    /// removed. Runs once (later calls return the first report). Blocking.
     pub fn recover(
         &self,
         covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>,
@@ -195,6 +196,17 @@ impl Store {
         if let Some(done) = recovered.as_ref() {
             return Ok(done.clone());
         }
+        let report = self.rebuild_if_needed(covers, applied)?;
+        recovery::remove_standing_snapshots(&self.dir.join("snapshots"))?;
+        *recovered = Some(report.clone());
+        Ok(report)
+    }
+
+    fn rebuild_if_needed(
+        &self,
+        covers: &dyn Fn(&[u8]) -> Result<SnapshotCovers>,
+        applied: &dyn Fn(&StateView) -> Result<Option<u64>>,
+    ) -> Result<Recovery> {
         let mut report = Recovery {
             kind: self.opened.kind,
             rebuilt_from: None,
@@ -202,7 +214,6 @@ impl Store {
             took: Duration::ZERO,
         };
         if matches!(self.opened.kind, OpenKind::New | OpenKind::Clean) {
-            *recovered = Some(report.clone());
             return Ok(report);
         }
         let state = self.state()?;
@@ -214,7 +225,6 @@ impl Store {
                 .and_then(|(_, covered)| covered.last_index);
             if newest <= applied {
                 report.took = self.opened.started.elapsed();
-                *recovered = Some(report.clone());
                 return Ok(report);
             }
             tracing::warn!(
@@ -225,8 +235,7 @@ impl Store {
             report.kind = OpenKind::Unclean;
         }
         for (path, covered) in snapshots {
-            let id = recovery::snapshot_id(&path);
-            match state.install_snapshot(&path, &id, covered.last_index, covered.records) {
+            match state.install_snapshot(&path, covered.records) {
                 Ok(file) => {
                     report.rebuilt_from = Some(file.path);
                     report.entries = file.entries;
@@ -255,10 +264,9 @@ impl Store {
             }
             None => tracing::warn!(
                 took_ms = report.took.as_millis() as u64,
-                "no usable snapshot after an unclean stop: the state starts empty and the whole Raft log is applied again"
+                "no usable state after an unclean stop: the state starts empty and the whole Raft log is applied again; if the log is purged the node cannot start (wipe it and let it rejoin)"
             ),
         }
-        *recovered = Some(report.clone());
         Ok(report)
     }
 

@@ -207,9 +207,6 @@ pub struct ExportLayers {
     pub layers: Vec<Arc<Writes>>,
     /// The resident tables at the start of the export.
     pub resident: ResidentTables,
-    /// The number the next map frozen gets: the export's state is in fjall once every map
-    /// below it is ([`Memtable::wait_written_for`]).
-    pub through: u64,
 }
 
 impl Memtable {
@@ -533,6 +530,22 @@ impl Memtable {
         drop(self.wait_written_locked(layers, newest));
     }
 
+    /// Freezes the active map (if it holds anything) and returns the number below which every
+    /// map holds the writes committed so far: what [`Memtable::wait_written_for`] waits for.
+    pub fn freeze_all(&self) -> u64 {
+        let mut layers = self.lock();
+        // Freed after the lock is let go (the flush thread may be waiting for it).
+        let fresh = if layers.nothing_active() {
+            BTreeSet::new()
+        } else {
+            self.freeze(&mut layers)
+        };
+        let through = layers.next_seq;
+        drop(layers);
+        drop(fresh);
+        through
+    }
+
     /// Waits up to `within` until every map numbered below `through` is in fjall (the flush
     /// thread must run): `Ok(false)` if some still is not, `Failed` with the reason if the flush
     /// thread stopped for good first.
@@ -593,7 +606,6 @@ impl Memtable {
         let export = ExportLayers {
             layers: layers.frozen.iter().map(|f| f.writes.clone()).collect(),
             resident: layers.resident.clone(),
-            through: layers.next_seq,
         };
         tracing::debug!(
             held_us = locked.elapsed().as_micros() as u64,

@@ -1,11 +1,13 @@
 //! The only module that touches the state database (fjall): one [`fjall::Database`] per process
 //! for the state machine, with a keyspace of small store records (which state keyspace is
-//! active, the current snapshot) and the state keyspace itself; plus the snapshot files beside
-//! it. (The Raft log is not here: it is a WAL owned by the consensus layer.)
+//! active) and the state keyspace itself; plus the snapshot files in transit beside it (one
+//! written for peers, one received). (The Raft log is not here: it is a WAL owned by the
+//! consensus layer.)
 //!
-//! The database's own state is trusted only after a clean stop (`recovery`): after any other
-//! stop it is rebuilt from the newest snapshot file, and the consensus layer applies its log
-//! after it.
+//! The state database is the snapshot: a snapshot build only waits until what was applied is
+//! durable in it ([`StateTree::checkpoint`]); a file is written only when a peer needs one.
+//! After an unclean stop the database is kept when it reads back whole (`recovery`), and the
+//! consensus layer applies its log after it.
 //!
 //! Everything here moves bytes: the state machine encodes its records. Durability points are
 //! explicit and really reach the disk ([`Store::flush`]; see `db`: each memtable layer is
@@ -13,7 +15,6 @@
 //! persisted only at these points).
 
 pub mod background;
-mod current_snapshot;
 mod db;
 mod memtable;
 mod preimage;
@@ -26,12 +27,11 @@ mod state;
 mod table_release;
 mod tree;
 
-pub use current_snapshot::{Offered, OpenSnapshot};
 pub use db::{Store, StoreConfig};
 pub use memtable::MemtableConfig;
 pub use recovery::{CLEAN_STOP_FILE, OpenKind, Recovery, SnapshotCovers};
 pub use snapshot::{SnapshotFile, SnapshotWriter};
-pub use state::{ExportView, SnapshotExport, StateTree, StateView, verify_snapshot};
+pub use state::{Checkpoint, ExportView, SnapshotExport, StateTree, StateView, verify_snapshot};
 pub use tree::MAX_STORED_KEY_BYTES;
 
 /// Longest user key the state can hold: the longest key the database stores, less the table

@@ -13,20 +13,22 @@
 //! atomically), layers are ingested in order, and each carries its last applied log id, so
 //! `state/` is the state as of some layer, and the consensus layer applies its log after that
 //! id again. The log is never purged past it: a snapshot build returns (and the log behind it
-//! may be purged) only once the layers it exported are in fjall (`SnapshotExport::write`). A
-//! kept state behind the newest snapshot file (a crash of a build before that rule) is rebuilt
-//! from that snapshot. The rule that the state database is trusted only after a clean stop
-//! came from sled 0.34, the state database before fjall, which was not crash consistent
-//! across a power cut (its flush was `sync_file_range`, it rewrote segments in place).
+//! may be purged) only once what it covers is in fjall (`StateTree::checkpoint`). The rule that
+//! the state database is trusted only after a clean stop came from sled 0.34, the state
+//! database before fjall, which was not crash consistent across a power cut (its flush was
+//! `sync_file_range`, it rewrote segments in place).
 //!
 //! If it does not read back whole (or a data directory of a build before the marker), `state/`
-//! is set aside and removed ([`set_aside_state`]) before fjall opens, and the state machine is
-//! rebuilt from the newest snapshot file that is complete and verified, chosen by the log
-//! position its header covers ([`newest_snapshots`]), not by the database's record of the
-//! current one. The consensus layer then applies its log after the snapshot: the rebuilt state
-//! carries exactly the snapshot's last-applied id and membership. The Raft log is durable on
-//! its own (fsynced per append) and is never purged past a snapshot before that snapshot file
-//! is durable, so the two together hold every committed entry.
+//! is set aside and removed ([`set_aside_state`]) before fjall opens, and the state machine
+//! starts empty; the consensus layer applies its whole log after it, which it can only if the
+//! log was never purged: otherwise the node cannot start and is wiped to rejoin (it receives a
+//! snapshot). This build keeps no snapshot file (the database is the snapshot, see
+//! `StateTree::checkpoint`); a directory of an earlier build may hold its standing snapshot
+//! files (`snapshot-*.bin`): the state is then rebuilt from the newest that is complete and
+//! verified, chosen by the log position its header covers ([`newest_snapshots`]), and such a
+//! kept state behind the newest file (a crash of a build that purged the log before its layers
+//! were in fjall) is rebuilt from it too; the files are removed after the open
+//! ([`remove_standing_snapshots`]).
 //!
 //! The reply memory (`replies/`) goes with the database's state: it is part of every snapshot
 //! (its tables are exported with the others), and its journal files are an extension of the
@@ -188,11 +190,7 @@ pub fn newest_snapshots(
     let mut found = Vec::new();
     for entry in std::fs::read_dir(snapshot_dir)? {
         let path = entry?.path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if !(name.starts_with("snapshot-") && name.ends_with(".bin")) {
+        if !is_standing_snapshot(&path) {
             continue;
         }
         match snapshot::read_header(&path).and_then(|file| covers(&file.header)) {
@@ -208,16 +206,25 @@ pub fn newest_snapshots(
     Ok(found)
 }
 
-/// The id a snapshot file was written under (`snapshot-<id>.bin`).
-pub fn snapshot_id(path: &Path) -> String {
+/// Whether `path` names a standing snapshot file an earlier build kept (`snapshot-*.bin`).
+fn is_standing_snapshot(path: &Path) -> bool {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .and_then(|name| {
-            name.strip_prefix("snapshot-")
-                .and_then(|rest| rest.strip_suffix(".bin"))
-                .map(str::to_owned)
-        })
-        .unwrap_or_default()
+        .is_some_and(|name| name.starts_with("snapshot-") && name.ends_with(".bin"))
+}
+
+/// Removes the standing snapshot files an earlier build kept in `snapshot_dir` (this build
+/// keeps none; they are only read by the open right after an upgrade). Their blocks are freed
+/// gradually ([`crate::gradual_remove`]).
+pub fn remove_standing_snapshots(snapshot_dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(snapshot_dir)? {
+        let path = entry?.path();
+        if is_standing_snapshot(&path) {
+            tracing::info!(path = %path.display(), "removing a snapshot file an earlier build kept (this build keeps none)");
+            crate::gradual_remove::remove(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether a failed load means the file is damaged (try an older one) rather than the disk

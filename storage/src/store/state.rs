@@ -13,7 +13,6 @@ use crate::devicebound::DeviceIndex;
 use crate::engine::{KvPair, OrderedRead, RangeIter, TxnWrites};
 use crate::error::{Result, StorageError};
 use crate::layout::Table;
-use crate::store::current_snapshot::{CurrentSnapshot, Offered, OpenSnapshot, Rule};
 use crate::store::memtable::{Lookup, Memtable, MemtableConfig, Write, Writes, merge_range};
 use crate::store::memtable::{ResidentState, ToWrite};
 use crate::store::preimage::{Exported, Preimages};
@@ -192,8 +191,6 @@ struct Inner {
     active: Arc<RwLock<(String, Tree)>>,
     memtable: Arc<Memtable>,
     snapshot_dir: PathBuf,
-    /// Which snapshot file is current (made current in log order).
-    current_snapshot: CurrentSnapshot,
     /// The device queues' index of the committed state (see [`StateTree::device_index`]).
     devices: Arc<Mutex<DeviceIndex>>,
     /// The reply memory's log (the flush thread appends, syncs prune).
@@ -482,7 +479,6 @@ impl StateTree {
                 .name("state-flush".to_owned())
                 .spawn(move || flush_loop(memtable, active, log, &compaction_waits))?
         };
-        let current_snapshot = CurrentSnapshot::new(&records, snapshot_dir);
         Ok(StateTree {
             inner: Arc::new(Inner {
                 db: db.clone(),
@@ -491,7 +487,6 @@ impl StateTree {
                 active,
                 memtable,
                 snapshot_dir: snapshot_dir.to_owned(),
-                current_snapshot,
                 devices,
                 log,
                 log_bytes,
@@ -603,20 +598,23 @@ impl StateTree {
         self.inner.memtable.preimages().cap_waits()
     }
 
-    /// Writes a snapshot of the whole state (without the consensus records) named `id`,
-    /// covering the log up to `last_index`, offers it as the current snapshot (see
-    /// [`SnapshotExport::write`]) and returns the current one. Blocking.
-    pub fn export_snapshot(
-        &self,
-        id: &str,
-        header: &[u8],
-        last_index: Option<u64>,
-    ) -> Result<SnapshotFile> {
-        Ok(self
-            .begin_export()
-            .write(id, header, last_index)?
-            .into_current()
-            .file)
+    /// Marks the state applied so far as a snapshot point: freezes the memtable's active map,
+    /// so that [`Checkpoint::wait_durable`] can wait until everything applied up to now is in
+    /// fjall (whose layers are fsynced as they are written). A snapshot build is this and
+    /// nothing more: the state database is the snapshot, and the log it covers may be purged
+    /// once the wait returns. Cheap (no copy): call it where nothing is applied concurrently.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            through: self.inner.memtable.freeze_all(),
+            state: self.clone(),
+        }
+    }
+
+    /// Writes a snapshot of the whole state as it is now (without the consensus records) to
+    /// `outgoing-<id>.tmp` in the snapshot directory (see [`SnapshotExport::write_outgoing`]).
+    /// Blocking.
+    pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
+        self.begin_export().write_outgoing(id, header)
     }
 
     /// Starts a snapshot export of the state as it is now, without stopping apply or the
@@ -633,7 +631,6 @@ impl StateTree {
                 resident: layers.resident,
                 memtable: self.inner.memtable.clone(),
             },
-            through: layers.through,
             state: self.clone(),
         }
     }
@@ -649,22 +646,18 @@ impl StateTree {
             .join(format!("incoming-{nanos}.tmp"))
     }
 
-    /// Replaces the state with the snapshot at `received`, adds the consensus layer's records,
-    /// keeps the file as the current snapshot under `id` (it covers the log up to
-    /// `last_index`). Blocking. The entries are loaded into
-    /// a fresh tree as they are read and the checksum is checked at the end (one read of the
-    /// file): a damaged file leaves the old state as it was. Crash-safe: the verified file is
-    /// under its final name (directory fsynced) before the switch to the new tree, which is
-    /// one durable record update; a crash between the two leaves the new snapshot as the
-    /// newest on disk, which the unclean start rebuilds from.
+    /// Replaces the state with the snapshot at `received` and adds the consensus layer's
+    /// records. Blocking. The entries are loaded into a fresh keyspace as they are read and the
+    /// checksum is checked at the end (one read of the file): a damaged file leaves the old
+    /// state as it was. Crash-safe: the switch to the new keyspace is one durable record update,
+    /// made after the new keyspace's tables and records are durable; a crash before it leaves
+    /// the old state (the leader sends the snapshot again), after it the new one. The file is
+    /// the caller's: nothing keeps it once this returns.
     pub fn install_snapshot(
         &self,
         received: &Path,
-        id: &str,
-        last_index: Option<u64>,
         consensus_records: Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<SnapshotFile> {
-        std::fs::File::open(received)?.sync_all()?; // it stays on as the current snapshot
         let (old_name, _) = self.active();
         let generation = old_name
             .strip_prefix("state_")
@@ -693,16 +686,6 @@ impl StateTree {
                 return Err(err);
             }
         };
-        // Verified: under its final name (durably) before the state switches to it, so a crash
-        // from here on finds it as the newest snapshot on disk, which an unclean start rebuilds
-        // from (see `recovery`); the log it covers is purged only after this call returns.
-        let final_path = self
-            .inner
-            .snapshot_dir
-            .join(format!("snapshot-{}.bin", sanitize(id)));
-        let reservation = self.inner.current_snapshot.reserve(&final_path);
-        std::fs::rename(received, &final_path)?;
-        crate::dirs::sync_dir(&self.inner.snapshot_dir)?;
         // Readers of the index wait until it describes the new state.
         let devices = self.inner.devices.clone();
         let mut index = lock_index(&devices);
@@ -742,11 +725,6 @@ impl StateTree {
         if let Err(err) = Tree::drop_named(&self.inner.db, &old_name) {
             tracing::warn!(keyspace = %old_name, error = %err, "could not remove the state's previous keyspace");
         }
-        let file = SnapshotFile {
-            path: final_path,
-            ..file
-        };
-        reservation.offer(file.clone(), last_index, Rule::Always)?;
         Ok(file)
     }
 
@@ -806,12 +784,6 @@ impl StateTree {
         }
         Ok(())
     }
-
-    /// The current snapshot, if one was built or installed, opened: the handle stays
-    /// readable whatever is made current later.
-    pub fn current_snapshot(&self) -> Result<Option<OpenSnapshot>> {
-        self.inner.current_snapshot.open()
-    }
 }
 
 /// Rows an export writes between two looks at whether the store is closing (a few ms of work).
@@ -824,12 +796,36 @@ const EXPORT_STOP_WAIT: Duration = Duration::from_secs(5);
 /// How often an export waiting for its maps to reach fjall looks whether the store is closing.
 const EXPORT_WAIT_STEP: Duration = Duration::from_millis(100);
 
+/// A snapshot point (see [`StateTree::checkpoint`]).
+pub struct Checkpoint {
+    /// The memtable maps below this number hold the state applied up to the checkpoint.
+    through: u64,
+    state: StateTree,
+}
+
+impl Checkpoint {
+    /// Waits until the state applied up to the checkpoint is in fjall (blocking); fails if the
+    /// flush thread stopped for good first, or once the store is closing.
+    pub fn wait_durable(&self) -> Result<()> {
+        let memtable = &self.state.inner.memtable;
+        loop {
+            match memtable.wait_written_for(self.through, EXPORT_WAIT_STEP) {
+                Ok(true) => return Ok(()),
+                Ok(false) if self.state.is_closing() => {
+                    return Err(StorageError::Failed(
+                        "the store is closing: snapshot build abandoned".to_owned(),
+                    ));
+                }
+                Ok(false) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}
+
 /// A snapshot export in progress (see [`StateTree::begin_export`]); dropping it ends the export.
 pub struct SnapshotExport {
     view: ExportView,
-    /// The memtable maps below this number hold the exported state: written offers wait for
-    /// them to be in fjall.
-    through: u64,
     state: StateTree,
 }
 
@@ -837,24 +833,6 @@ impl SnapshotExport {
     /// The state being exported (fixed: later applies do not show here).
     pub fn view(&self) -> &ExportView {
         &self.view
-    }
-
-    /// Waits until the memtable maps the export read are in fjall; fails if the flush thread
-    /// stopped for good first, or once the store is closing.
-    fn wait_written(&self) -> Result<()> {
-        let memtable = &self.state.inner.memtable;
-        loop {
-            match memtable.wait_written_for(self.through, EXPORT_WAIT_STEP) {
-                Ok(true) => return Ok(()),
-                Ok(false) if self.state.is_closing() => {
-                    return Err(StorageError::Failed(
-                        "the store is closing: snapshot export abandoned".to_owned(),
-                    ));
-                }
-                Ok(false) => {}
-                Err(err) => return Err(err),
-            }
-        }
     }
 
     /// Writes the view to `tmp`, then durably to `final_path`. Stops with an error once the
@@ -875,48 +853,22 @@ impl SnapshotExport {
         writer.finish(final_path, header)
     }
 
-    /// Writes the snapshot named `id` with `header`, covering the log up to `last_index`, and
-    /// offers it as the current snapshot: it becomes current (older files deleted) unless this
-    /// process already made a snapshot further in the log current (an install that finished
-    /// while this one was written), which is then kept and returned instead. A failed write
-    /// removes its unfinished file. Blocking.
-    ///
-    /// Returns only once the state database holds the exported state too (every memtable map
-    /// it read is in fjall, whose layers are fsynced as they are written): the log the snapshot
-    /// covers, which may be purged once this returns, is then in two durable places. If the
-    /// flush thread stopped for good first, or the store began closing, the file is removed and
-    /// nothing is offered.
-    pub fn write(self, id: &str, header: &[u8], last_index: Option<u64>) -> Result<Offered> {
+    /// Writes the snapshot named `id` with `header` to a file of its own for sending to peers
+    /// (`outgoing-<id>.tmp` in the snapshot directory: the caller removes it once it is sent;
+    /// an open removes what a stopped process left). The export ends (its pre-images dropped)
+    /// when this returns. A failed write removes its unfinished file. Blocking.
+    pub fn write_outgoing(self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
         let dir = &self.state.inner.snapshot_dir;
-        let tmp = dir.join(format!("{}.tmp", sanitize(id)));
-        let final_path = dir.join(format!("snapshot-{}.bin", sanitize(id)));
-        let state = self.state.clone();
-        let reservation = state.inner.current_snapshot.reserve(&final_path);
-        let written = self.write_file(&tmp, &final_path, header).and_then(|file| {
-            match self.wait_written() {
-                Ok(()) => Ok(file),
-                Err(err) => {
-                    if let Err(removing) = crate::gradual_remove::remove(&file.path) {
-                        tracing::warn!(path = %file.path.display(), error = %removing, "could not remove a snapshot whose state never reached the database");
-                    }
-                    Err(err)
-                }
-            }
-        });
-        let file = match written {
-            Ok(file) => file,
-            Err(err) => {
-                if let Err(removing) = crate::gradual_remove::remove(&tmp) {
-                    tracing::warn!(path = %tmp.display(), error = %removing, "could not remove a failed snapshot export");
-                }
-                return Err(err);
-            }
-        };
-        let offered = reservation.offer(file, last_index, Rule::IfNotOlder);
-        // The export ends (its pre-images dropped) once its file is recorded, so a closing
-        // store that waits for it ([`StateTree::abandon_exports`]) finds nothing in flight.
+        let partial = dir.join(format!("outgoing-{}.part.tmp", sanitize(id)));
+        let final_path = dir.join(format!("outgoing-{}.tmp", sanitize(id)));
+        let written = self.write_file(&partial, &final_path, header);
         drop(self);
-        offered
+        if written.is_err()
+            && let Err(removing) = crate::gradual_remove::remove(&partial)
+        {
+            tracing::warn!(path = %partial.display(), error = %removing, "could not remove a failed snapshot export");
+        }
+        written
     }
 }
 

@@ -217,11 +217,6 @@ impl Tree {
         true
     }
 
-    /// The database this keyspace belongs to.
-    pub fn db(&self) -> &fjall::Database {
-        &self.db
-    }
-
     /// This keyspace's table files: in its directory (one listing) and in its current set.
     pub fn table_files(&self) -> Result<TableFiles> {
         let on_disk = match std::fs::read_dir(self.keyspace.path().join("tables")) {

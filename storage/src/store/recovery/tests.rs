@@ -78,7 +78,16 @@ fn rows(state: &StateTree) -> Map {
         .collect()
 }
 
-/// A store with `before` written, a snapshot at index `index` of it, then `after` written
+/// Writes a snapshot of the state as an earlier build kept one (`snapshots/snapshot-<id>.bin`,
+/// covering the log up to `index`): what the first open after an upgrade finds.
+fn legacy_snapshot(state: &StateTree, dir: &Path, id: &str, index: u64) -> PathBuf {
+    let file = state.export_snapshot(id, &header(index)).expect("export");
+    let path = dir.join("snapshots").join(format!("snapshot-{id}.bin"));
+    std::fs::rename(&file.path, &path).expect("rename");
+    path
+}
+
+/// A store with `before` written, a snapshot at index `index` of it (see [`legacy_snapshot`]), then `after` written
 /// (applied through `index + 2`) and synced, dropped without a clean stop: a state that would be
 /// kept if it read back whole. Returns the model as of the snapshot.
 fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
@@ -87,9 +96,7 @@ fn crashed_after_snapshot(dir: &Path, index: u64) -> Map {
     let mut model = Map::new();
     write(&state, &mut model, "before", 400);
     applied_through(&state, index);
-    state
-        .export_snapshot(&format!("1-{index}-1"), &header(index), Some(index))
-        .expect("export");
+    legacy_snapshot(&state, dir, &format!("1-{index}-1"), index);
     let at_snapshot = model.clone();
     write(&state, &mut model, "after", 600);
     applied_through(&state, index + 2);
@@ -135,15 +142,17 @@ fn a_clean_stop_reopens_with_its_state_and_no_rebuild() {
         assert_eq!(store.open_kind(), OpenKind::New, "a first start");
         let state = store.state().expect("state");
         write(&state, &mut model, "before", 300);
-        state
-            .export_snapshot("1-3-1", &header(3), Some(3))
-            .expect("export");
+        legacy_snapshot(&state, dir.path(), "1-3-1", 3);
         write(&state, &mut model, "after", 300);
         store.close_clean().expect("clean stop");
         assert!(dir.path().join(CLEAN_STOP_FILE).exists());
     }
     let (store, state, recovery) = open_and_recover(dir.path());
     assert_eq!(recovery.kind, OpenKind::Clean);
+    assert!(
+        !dir.path().join("snapshots/snapshot-1-3-1.bin").exists(),
+        "the snapshot file an earlier build kept is removed"
+    );
     assert_eq!(recovery.rebuilt_from, None);
     assert_eq!(recovery.took, Duration::ZERO);
     assert_eq!(store.open_kind(), OpenKind::Clean);
@@ -181,12 +190,9 @@ fn an_unclean_stop_with_a_truncated_state_database_rebuilds_from_the_snapshot() 
         Some(header(7)),
         "the snapshot's consensus records: the log is applied from after it"
     );
-    assert_eq!(
-        state
-            .current_snapshot()
-            .expect("current")
-            .map(|f| f.file.header),
-        Some(header(7))
+    assert!(
+        !dir.path().join("snapshots/snapshot-1-7-1.bin").exists(),
+        "the file is removed once the state is rebuilt from it"
     );
     // The reply memory went with the snapshot and its journal starts afresh: a clean reopen
     // of the rebuilt store reads it back.
@@ -286,9 +292,7 @@ fn an_unclean_stop_keeps_a_state_that_reads_back_whole() {
         let state = store.state().expect("state");
         write(&state, &mut model, "before", 300);
         applied_through(&state, 7);
-        state
-            .export_snapshot("1-7-1", &header(7), Some(7))
-            .expect("export");
+        legacy_snapshot(&state, dir.path(), "1-7-1", 7);
         write(&state, &mut model, "after", 300);
         applied_through(&state, 9);
         store.flush().expect("sync");
@@ -406,20 +410,18 @@ fn the_newest_complete_snapshot_on_disk_wins_over_the_one_the_database_names() {
     );
 }
 
+/// The clean-stop marker is removed at open, so a crash after it is an unclean stop again:
+/// the state is checked before it is kept (and, read back whole, kept with every synced write).
 #[test]
-fn the_marker_is_removed_at_open_so_a_later_crash_rebuilds_again() {
+fn the_marker_is_removed_at_open_so_a_later_crash_is_unclean_again() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let at_snapshot = {
+    let mut model = Map::new();
+    {
         let store = Store::open(&config(dir.path())).expect("open");
         let state = store.state().expect("state");
-        let mut model = Map::new();
         write(&state, &mut model, "before", 300);
-        state
-            .export_snapshot("1-4-1", &header(4), Some(4))
-            .expect("export");
         store.close_clean().expect("clean stop");
-        model
-    };
+    }
     {
         let (store, state, recovery) = open_and_recover(dir.path());
         assert_eq!(recovery.kind, OpenKind::Clean);
@@ -427,13 +429,13 @@ fn the_marker_is_removed_at_open_so_a_later_crash_rebuilds_again() {
             !dir.path().join(CLEAN_STOP_FILE).exists(),
             "the marker is gone once the store is open"
         );
-        write(&state, &mut Map::new(), "after", 300);
+        write(&state, &mut model, "after", 300);
         store.flush().expect("sync");
         // A crash: no clean stop.
     }
     let (_store, state, recovery) = open_and_recover(dir.path());
-    assert_eq!(recovery.kind, OpenKind::Unclean);
-    assert_eq!(rows(&state), at_snapshot);
+    assert_eq!(recovery.kind, OpenKind::UncleanKept);
+    assert_eq!(rows(&state), model);
 }
 
 #[test]

@@ -213,11 +213,7 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
         export.view().get(b"flushed").expect("read"),
         Some(b"old".to_vec())
     );
-    let file = export
-        .write("test", b"header", Some(1))
-        .expect("written")
-        .into_current()
-        .file;
+    let file = export.write_outgoing("test", b"header").expect("written");
     let mut rows = Vec::new();
     snapshot::read_entries(&file.path, |row| {
         rows.push(row);
@@ -379,7 +375,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
     txn.insert(b"k".to_vec(), TxnWrite::Put(b"v".to_vec()));
     source_state.commit(txn).expect("commit");
     let file = source_state
-        .export_snapshot("one", b"header", Some(1))
+        .export_snapshot("one", b"header")
         .expect("export");
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -397,7 +393,7 @@ fn an_install_starts_the_reply_memory_log_afresh() {
         let received = state.incoming_snapshot_path();
         std::fs::copy(&file.path, &received).expect("copy");
         state
-            .install_snapshot(&received, "one", Some(1), Vec::new())
+            .install_snapshot(&received, Vec::new())
             .expect("install");
         let after = log_files(dir.path());
         assert_eq!(after.len(), 1, "{after:?}");
@@ -427,7 +423,7 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     }
     source_state.commit(txn).expect("commit");
     let file = source_state
-        .export_snapshot("s", b"header", Some(1))
+        .export_snapshot("s", b"header")
         .expect("export");
     let mut bytes = std::fs::read(&file.path).expect("read");
     let last_value = bytes.len() - 30;
@@ -442,7 +438,7 @@ fn a_damaged_snapshot_is_refused_and_the_old_state_kept() {
     let received = state.incoming_snapshot_path();
     std::fs::write(&received, &bytes).expect("write");
     assert!(matches!(
-        state.install_snapshot(&received, "s", Some(1), Vec::new()),
+        state.install_snapshot(&received, Vec::new()),
         Err(StorageError::Corrupt { .. })
     ));
     assert_eq!(
@@ -469,9 +465,7 @@ fn verify_snapshot_passes_what_an_install_takes_and_refuses_the_rest() {
         );
     }
     state.commit(txn).expect("commit");
-    let exported = state
-        .export_snapshot("s", b"header", Some(1))
-        .expect("export");
+    let exported = state.export_snapshot("s", b"header").expect("export");
     let verified = verify_snapshot(&exported.path).expect("an exported snapshot passes");
     assert_eq!(verified.entries, exported.entries);
 
@@ -519,8 +513,8 @@ fn verify_snapshot_passes_what_an_install_takes_and_refuses_the_rest() {
 }
 
 /// A clean stop abandons a snapshot export in progress: the closing store waits for it, the
-/// export stops with an error and removes its unfinished file, no snapshot becomes current, and
-/// an export begun after that stops at once.
+/// export stops with an error and removes its unfinished file, and an export begun after that
+/// stops at once.
 #[test]
 fn a_closing_store_abandons_its_export_and_leaves_no_unfinished_file() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -554,15 +548,14 @@ fn a_closing_store_abandons_its_export_and_leaves_no_unfinished_file() {
         std::thread::yield_now();
     }
     assert!(matches!(
-        export.write("s", b"header", Some(1)),
+        export.write_outgoing("s", b"header"),
         Err(StorageError::Failed(_))
     ));
     assert!(closing.join().expect("join"), "the export ended in time");
     assert_eq!(unfinished(), Vec::<String>::new());
-    assert!(state.current_snapshot().expect("current").is_none());
 
     assert!(matches!(
-        state.begin_export().write("t", b"header", Some(2)),
+        state.begin_export().write_outgoing("t", b"header"),
         Err(StorageError::Failed(_))
     ));
     assert_eq!(unfinished(), Vec::<String>::new());
@@ -579,7 +572,7 @@ fn a_view_taken_before_an_install_reads_the_installed_state() {
     txn.insert(b"theirs".to_vec(), TxnWrite::Put(b"installed".to_vec()));
     source_state.commit(txn).expect("commit");
     let file = source_state
-        .export_snapshot("one", b"header", Some(1))
+        .export_snapshot("one", b"header")
         .expect("export");
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -595,7 +588,7 @@ fn a_view_taken_before_an_install_reads_the_installed_state() {
     let received = state.incoming_snapshot_path();
     std::fs::copy(&file.path, &received).expect("copy");
     state
-        .install_snapshot(&received, "one", Some(1), Vec::new())
+        .install_snapshot(&received, Vec::new())
         .expect("install");
     assert_eq!(kept.get(b"mine").expect("read"), None);
     assert_eq!(
@@ -623,44 +616,35 @@ fn a_layer_the_database_refuses_for_good_stops_the_state_machine() {
     state.wait_for_room();
 }
 
-/// A written export means the state database holds what it exported, so the log it covers
-/// may be purged: with a flush thread that writes, the exported rows are in fjall (not only in
-/// the memtable) once `write` returns; with one that stops for good first (a layer the
-/// database refuses), `write` fails, offers nothing and leaves no file.
+/// A snapshot build is a checkpoint: once its wait returns, the state database holds what it
+/// covers, so the log it covers may be purged. With a flush thread that writes, the rows are
+/// in fjall itself (not only in the memtable) when the wait returns; with one that stops for
+/// good first (a layer the database refuses), the wait fails.
 #[test]
-fn an_export_is_offered_only_once_its_state_is_in_the_database() {
+fn a_checkpoint_returns_only_once_its_state_is_in_the_database() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
     let state = store.state().expect("state");
-    let snapshot_dir = state
-        .incoming_snapshot_path()
-        .parent()
-        .expect("snapshot dir")
-        .to_path_buf();
     let mut txn = TxnWrites::new();
-    txn.insert(b"exported".to_vec(), TxnWrite::Put(b"v".to_vec()));
+    txn.insert(b"covered".to_vec(), TxnWrite::Put(b"v".to_vec()));
     state.commit(txn).expect("commit");
-    let export = state.begin_export();
-    export
-        .write("written", b"header", Some(1))
-        .expect("written");
+    state.checkpoint().wait_durable().expect("durable");
     assert_eq!(
-        state.view().tree().get(b"exported").expect("read fjall"),
+        state.view().tree().get(b"covered").expect("read fjall"),
         Some(b"v".to_vec()),
-        "the exported row is in fjall itself"
+        "the covered row is in fjall itself"
     );
 
     let mut txn = TxnWrites::new();
     txn.insert(vec![b'k'; 70_000], TxnWrite::Put(b"v".to_vec()));
     state.commit(txn).expect("commit: the memtable takes it");
-    let export = state.begin_export();
-    let refused = export.write("refused", b"header", Some(2));
     assert!(
-        matches!(refused, Err(StorageError::Failed(_))),
-        "an export whose layer never reaches fjall is not offered"
+        matches!(
+            state.checkpoint().wait_durable(),
+            Err(StorageError::Failed(_))
+        ),
+        "a checkpoint whose layer never reaches fjall fails"
     );
-    let left = file_names(&snapshot_dir);
-    assert_eq!(left, vec!["snapshot-written.bin".to_owned()]);
 }
 
 /// A new base of the reply memory that the disk has no room for (it holds every live reply) is

@@ -65,7 +65,7 @@ fn long_range_bounds_select_what_the_bounds_say() {
         .write(stored.iter().map(|k| (k.as_slice(), Some(b"v".as_slice()))))
         .expect("write");
     // The same rows in a table file (fjall reads tables by another path).
-    let in_table = Tree::open(in_memtable.db(), "tables").expect("tree");
+    let in_table = Tree::open(&in_memtable.db, "tables").expect("tree");
     in_table
         .load_sorted(|load| stored.iter().try_for_each(|k| load(k, b"v")))
         .expect("load");
@@ -108,16 +108,16 @@ fn a_bulk_load_refuses_rows_out_of_order_and_keys_it_cannot_store() {
         load(b"a", b"2")
     });
     assert!(matches!(out_of_order, Err(StorageError::Corrupt { .. })));
-    let other = Tree::open(tree.db(), "u").expect("tree");
+    let other = Tree::open(&tree.db, "u").expect("tree");
     let too_long = vec![b'k'; MAX_STORED_KEY_BYTES + 1];
     let long = other.load_sorted(|load| load(&too_long, b"v"));
     assert!(matches!(long, Err(StorageError::Corrupt { .. })));
-    let empty = Tree::open(tree.db(), "v").expect("tree");
+    let empty = Tree::open(&tree.db, "v").expect("tree");
     assert!(matches!(
         empty.load_sorted(|load| load(b"", b"v")),
         Err(StorageError::Corrupt { .. })
     ));
-    let duplicate = Tree::open(tree.db(), "x").expect("tree");
+    let duplicate = Tree::open(&tree.db, "x").expect("tree");
     assert!(matches!(
         duplicate.load_sorted(|load| {
             load(b"a", b"1")?;
@@ -125,7 +125,7 @@ fn a_bulk_load_refuses_rows_out_of_order_and_keys_it_cannot_store() {
         }),
         Err(StorageError::Corrupt { .. })
     ));
-    let fresh = Tree::open(tree.db(), "w").expect("tree");
+    let fresh = Tree::open(&tree.db, "w").expect("tree");
     fresh
         .load_sorted(|load| {
             load(b"a", b"1")?;
