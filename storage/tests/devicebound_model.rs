@@ -426,36 +426,29 @@ impl Model {
         DeviceResult::Settled { settled: true }
     }
 
-    /// (due, device, position) of every message matching `due`, earliest first, at most `max`.
-    fn due(&self, max: u32, due: impl Fn(&ModelMessage) -> Option<u64>) -> Vec<(Vec<u8>, Message)> {
-        let mut all: Vec<(u64, Vec<u8>, usize, Message)> = Vec::new();
+    /// (device, position) of every message matching `due`, earliest first (ties by device, then
+    /// position), at most `max`. Positions, not contents: a retry executed again (after another
+    /// request took its reply slot, `machine::replies`) enqueues a message equal to the first.
+    fn due(&self, max: u32, due: impl Fn(&ModelMessage) -> Option<u64>) -> Vec<(Vec<u8>, usize)> {
+        let mut all: Vec<(u64, Vec<u8>, usize)> = Vec::new();
         for (device, d) in &self.devices {
             for (i, m) in d.queue.iter().enumerate() {
                 if let Some(at) = due(m).filter(|at| *at <= self.now) {
-                    all.push((at, device.clone(), i, m.message.clone()));
+                    all.push((at, device.clone(), i));
                 }
             }
         }
-        all.sort_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+        all.sort();
         all.into_iter()
             .take(max as usize)
-            .map(|(_, device, _, message)| (device, message))
+            .map(|(_, device, position)| (device, position))
             .collect()
-    }
-
-    fn position(&self, device: &[u8], message: &Message) -> usize {
-        self.devices[device]
-            .queue
-            .iter()
-            .position(|m| m.message == *message)
-            .unwrap_or(usize::MAX)
     }
 
     fn expire_locks(&mut self, max: u32) -> DeviceResult {
         let due = self.due(max, |m| m.lock.as_ref().map(|(_, until)| *until));
-        for (device, message) in &due {
-            let at = self.position(device, message);
-            self.device(device).queue[at].lock = None;
+        for (device, position) in &due {
+            self.device(device).queue[*position].lock = None;
         }
         DeviceResult::LocksExpired {
             count: due.len() as u32,
@@ -464,10 +457,17 @@ impl Model {
 
     fn expire_messages(&mut self, max: u32) -> DeviceResult {
         let due = self.due(max, |m| Some(m.message.expires_at_ms));
-        for (device, message) in &due {
-            let at = self.position(device, message);
-            let m = self.device(device).queue.remove(at);
+        for (device, position) in &due {
+            let m = self.devices[device].queue[*position].clone();
             self.dead_letter(device, m, DeadLetterReason::Expired);
+        }
+        for (device, d) in &mut self.devices {
+            let mut position = 0;
+            d.queue.retain(|_| {
+                let expired = due.iter().any(|(d, p)| d == device && *p == position);
+                position += 1;
+                !expired
+            });
         }
         DeviceResult::Expired {
             count: due.len() as u32,

@@ -1059,6 +1059,68 @@ fn retried_send_takes_effect_once_and_counts_nothing_the_second_time() {
     assert_eq!(r.stats(DEV).enqueued, 1, "enqueued once");
 }
 
+/// A victim's retry after an impostor took its reply slot is executed again
+/// (`machine::replies`), so the queue holds two equal messages; each keeps its own lock, and the
+/// lock sweep frees only the one whose lock is due (the model once told them apart by content).
+#[test]
+fn section_1_lock_expiry_frees_only_the_due_one_of_two_equal_messages() {
+    let mut r = Replica::with(DeviceboundSettings {
+        device_window: 3,
+        ..DeviceboundSettings::default()
+    });
+    let victim = RequestId {
+        client: b"backend".to_vec(),
+        correlation: b"c-1".to_vec(),
+        remember_for_ms: 10_000,
+        digest: 0,
+    };
+    let original = r.proposal(
+        send(DEV, "m", Ack::None, Expiry::Default),
+        Some(victim.clone()),
+    );
+    assert_eq!(r.apply_proposal(&original).result, sent());
+    let first = r.deliver_one(DEV);
+    let impostor = r.proposal(
+        send(DEV, "forged", Ack::None, Expiry::Default),
+        Some(RequestId {
+            digest: 1,
+            ..victim
+        }),
+    );
+    assert_eq!(r.apply_proposal(&impostor).result, sent());
+    let retry = r.apply_proposal(&original);
+    assert_eq!(retry.result, sent());
+    assert_eq!(
+        retry.counters.enqueued, 1,
+        "executed again: an equal message"
+    );
+    assert_eq!(r.ids(DEV), ["m", "forged", "m"]);
+
+    r.advance(1_000);
+    let later = r.deliver(DEV, 3);
+    assert_eq!(later.iter().map(id_of).collect::<Vec<_>>(), ["forged", "m"]);
+    assert_eq!(
+        later[1].message, first.message,
+        "the two messages are equal"
+    );
+    assert_eq!(r.stats(DEV).invisible, 3);
+
+    r.advance(59_000);
+    assert_eq!(
+        r.run(DeviceCommand::ExpireLocks { max: 10 }).result,
+        DeviceResult::LocksExpired { count: 1 }
+    );
+    assert_eq!(
+        (r.stats(DEV).enqueued, r.stats(DEV).invisible),
+        (1, 2),
+        "only the first delivery's lock was due"
+    );
+    assert!(!r.settle(DEV, &first.token, Settlement::Complete));
+    assert!(r.settle(DEV, &later[1].token, Settlement::Complete));
+    let again = r.deliver_one(DEV);
+    assert_eq!((id_of(&again), again.delivery_count), ("m".to_owned(), 2));
+}
+
 #[test]
 fn tokens_are_unique_across_devices_forget_and_feedback() {
     let mut r = Replica::new();
