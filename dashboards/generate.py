@@ -402,8 +402,8 @@ def details():
                  [(f"sum by (instance) (increase(statestore_disk_memtable_stalls_total{{{SEL}}}[{RATE}]))",
                    "{{instance}}")], "short", steps(GREEN, (1, ORANGE), (10, RED)), w=12)
     d.timeseries("Disk errors", "Failed storage operations (increase per interval). Any stops Raft on that "
-                 "member, which exits (alert StatestoreDiskErrors). Damaged snapshot: a snapshot of the member's "
-                 "own that failed its checks after it was written, replaced by a new one (alert "
+                 "member, which exits (alert StatestoreDiskErrors). Damaged snapshot: a snapshot the member "
+                 "wrote for a peer that the peer refused as corrupt, replaced by a new export (alert "
                  "StatestoreSnapshotDamaged).",
                  [(f"sum by (instance) (increase(statestore_disk_errors_total{{{SEL}}}[{RATE}]))", "{{instance}}"),
                   (f"sum by (instance) (increase(statestore_disk_snapshot_own_corrupt_total{{{SEL}}}[{RATE}]))",

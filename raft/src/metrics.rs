@@ -48,7 +48,7 @@ pub struct RaftStorageMetrics {
     pub disk_errors_total: IntCounter,
     /// `statestore_disk_log_slow_flushes_total`, and the rate-limited WARN line about them.
     pub log_slow_flushes: SlowFlushReporter,
-    /// `statestore_disk_snapshot_own_corrupt_total` (see `own_snapshot`).
+    /// `statestore_disk_snapshot_own_corrupt_total` (see `snapshot::Outgoing::refuse`).
     pub own_snapshot_corrupt_total: IntCounter,
     /// `statestore_storage_unclean_restarts_total`: opens that found no clean-stop marker (0 or
     /// 1 per process), whether they kept the state database or rebuilt the state machine.
@@ -107,7 +107,7 @@ impl Default for RaftStorageMetrics {
             ),
             own_snapshot_corrupt_total: counter(
                 "statestore_disk_snapshot_own_corrupt_total",
-                "Snapshots of this node's own found damaged: refused by a peer as corrupt and failing this node's checks too, or with a header that did not read, or a file gone, when the snapshot was to be sent (each is replaced by a new one).",
+                "Snapshots this node wrote for a peer that the peer refused as corrupt (damaged here while written or read, in transit, or at the peer); each is replaced by a new export for the next transfer.",
             ),
             log_slow_flushes: SlowFlushReporter::new(counter(
                 "statestore_disk_log_slow_flushes_total",
