@@ -1,12 +1,11 @@
 //! What a restart costs the store, printed as a table: a clean reopen (the clean-stop marker
-//! found, the state database used as it is) against an unclean one (no marker: `state/` set
-//! aside and removed, the state rebuilt from the newest snapshot file; the Raft log replay
+//! found, the state database used as it is) against an unclean one (no marker: `state/` read
+//! back whole, every row and the reply memory's log, before it is kept; the Raft log replay
 //! after it is the consensus layer's and not timed here).
 //!
 //! Workload: `REOPEN_COST_KEYS` keys (default 100,000) of 32-byte values, every tenth
-//! transaction also remembering a reply, committed 100 keys per transaction; a snapshot of it
-//! all; then 1,000 more keys after the snapshot (which an unclean reopen drops and the log would
-//! replay). Each row times open + [`Store::recover`] + the first read, the median of
+//! transaction also remembering a reply, committed 100 keys per transaction, then 1,000 more.
+//! Each row times open + [`Store::recover`] + the first read, the median of
 //! `REOPEN_COST_ROUNDS` rounds (default 3).
 //!
 //! Run: `cargo bench -p statestore-storage --bench reopen_cost`.
@@ -67,8 +66,7 @@ fn fill(store: &Store, from: usize, to: usize) -> Result<()> {
 fn reopen(config: &StoreConfig) -> Result<(Duration, OpenKind, Store)> {
     let started = Instant::now();
     let store = Store::open(config)?;
-    // The bench's state has no applied record: one kept after an unclean stop counts as behind
-    // its snapshot, and the state is rebuilt from it (the cost measured).
+    // No snapshot file: a state kept after an unclean stop is not behind one.
     let report = store.recover(&covers, &|_| Ok(None))?;
     let value = store.state()?.view().get(b"key-00000000")?;
     assert!(value.is_some(), "the first key is there");
@@ -99,9 +97,9 @@ fn main() -> Result<()> {
         assert_eq!(kind, OpenKind::Clean);
         clean.push(took);
         if with_unclean {
-            drop(store); // no clean stop: the next open rebuilds
+            drop(store); // no clean stop: the next open reads the state back first
             let (took, kind, store) = reopen(&config)?;
-            assert_eq!(kind, OpenKind::Unclean);
+            assert_eq!(kind, OpenKind::UncleanKept);
             unclean.push(took);
             fill(&store, keys, keys + 1_000)?;
             store.close_clean()?;
@@ -110,7 +108,7 @@ fn main() -> Result<()> {
         }
     }
     println!(
-        "keys {keys}: reopen after a clean stop {:?} (median of {rounds}), after an unclean stop (rebuild from the snapshot) {:?}",
+        "keys {keys}: reopen after a clean stop {:?} (median of {rounds}), after an unclean stop (the state read back and kept) {:?}",
         median(clean),
         median(unclean)
     );

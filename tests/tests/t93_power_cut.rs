@@ -18,8 +18,9 @@
 //! - [`single_node_cuts_after_snapshot_builds_and_as_log_chunks_start`]: 1 node (its fsync is
 //!   the whole quorum), cut at a random moment, right after a snapshot build returned (the log
 //!   behind it may be purged), or right as the log starts a new chunk.
-//! - [`cuts_during_snapshot_install_and_membership_change`]: a new node joins on its own mount
-//!   and is cut while it receives and installs its snapshot; once restarted, the broker is
+//! - [`cuts_during_snapshot_install_and_membership_change`]: a new node joins on its own mount,
+//!   is stopped until the leader's log is purged past it, and is cut while it receives and
+//!   installs the snapshot it then needs; once restarted, the broker is
 //!   frozen (SIGSTOP, so the workloads' requests wait) until every replica, the joiner's
 //!   rebuilt state included, hashes alike at one index; then a follower is removed, the leader
 //!   cut, and the follower added back.
@@ -418,8 +419,9 @@ async fn single_node_cuts_after_snapshot_builds_and_as_log_chunks_start() {
     println!("{cycles} single-node power cuts (moments met {met:?}): {summary}");
 }
 
-/// Each cycle a new node joins on its own mount and is cut while it receives and installs
-/// its snapshot, restarted, and removed again once it is in sync; then a follower is removed
+/// Each cycle a new node joins on its own mount, is stopped until the leader's log is purged
+/// past it and cut while it receives and installs the snapshot it then needs, restarted, and
+/// removed again once it is in sync; then a follower is removed
 /// and added back, the leader's power cut right after the removal was committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cuts_during_snapshot_install_and_membership_change() {
@@ -457,15 +459,32 @@ async fn cuts_during_snapshot_install_and_membership_change() {
         // Each cycle's history on its own keys, so that every key's history stays decidable.
         workloads.recorder.move_to_fresh_keys();
         let leader = cluster.wait_serving_leader(Duration::from_secs(60)).await;
+        // The add returns once the joiner caught up (its first snapshot installed). To cut it
+        // while it receives one, it is stopped (SIGSTOP) until the leader purged its log past
+        // the joiner's position, then let go: the leader sends it a new snapshot.
         let joiner = cluster
             .add_node_with(leader, |node| node.put_data_on_powercut_fs())
             .await;
         let cut = choose_cut(&mut state);
-        let snapshots = cluster.nodes[joiner].data_dir.join("snapshots");
-        let receiving = wait_event(Duration::from_secs(30), || {
-            files_ending(&snapshots, ".tmp") > 0
+        let reached = cluster.nodes[joiner]
+            .status()
+            .await
+            .and_then(|status| status["applied_index"].as_u64())
+            .unwrap_or(0);
+        cluster.nodes[joiner].pause();
+        let leader = cluster.wait_serving_leader(Duration::from_secs(60)).await;
+        let purged_past = wait_for(Duration::from_secs(120), || async {
+            let purged = cluster.nodes[leader].status().await?["purged_index"].as_u64()?;
+            (purged > reached).then_some(purged)
         })
         .await;
+        let snapshots = cluster.nodes[joiner].data_dir.join("snapshots");
+        cluster.nodes[joiner].resume();
+        let receiving = purged_past.is_some()
+            && wait_event(Duration::from_secs(60), || {
+                files_ending(&snapshots, ".tmp") > 0
+            })
+            .await;
         installs_cut += usize::from(receiving);
         cluster.nodes[joiner].cut_power(cut);
         cluster.nodes[joiner].spawn();
