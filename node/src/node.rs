@@ -346,13 +346,14 @@ pub async fn run(config: Config) -> Result<(), NodeError> {
     }
     if let Some(error) = fatal {
         // No final flush and no clean-stop marker: a disk that failed is not trusted (a flush
-        // to a full one retries for ever); the restart rebuilds the state from the newest
-        // snapshot and Raft's log.
+        // to a full one retries for ever); the restart reads the state database back before
+        // it keeps it, and applies Raft's log after it.
         return Err(error);
     }
     // The final sync, then the clean-stop marker: the next start uses the state database as it
     // is. Every other way out (a fatal error above, a crash, a kill) leaves no marker, and the
-    // next start rebuilds the state from the newest snapshot and the log.
+    // next start reads the state database back before it keeps it (see the storage crate's
+    // `recovery`).
     let closing = store.clone();
     tokio::task::spawn_blocking(move || closing.close_clean())
         .await

@@ -104,7 +104,8 @@ impl Outgoing {
     }
 
     /// Starts the export's write on its own niced thread, unless it was started before. The
-    /// thread holds this snapshot until the file is written, then for [`OUTGOING_GRACE`].
+    /// thread holds this snapshot until the file is written, then a task for
+    /// [`OUTGOING_GRACE`]; the write stops early once the thread is its only holder.
     fn start_writing(self: &Arc<Self>) -> std::io::Result<()> {
         let taken = self
             .export
@@ -119,7 +120,17 @@ impl Outgoing {
         let runtime = tokio::runtime::Handle::try_current().ok();
         let spawned = background::spawn("snapshot-export", move || {
             let started = std::time::Instant::now();
-            let result = export.write_outgoing(&id, &header);
+            // Nobody but this thread holds it: every transfer that wanted it is gone.
+            let wanted = || Arc::strong_count(&this) > 1;
+            // A panic is published as a failure: readers must not wait for ever.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                export.write_outgoing(&id, &header, &wanted)
+            }))
+            .unwrap_or_else(|_| {
+                Err(statestore_storage::StorageError::Failed(
+                    "the snapshot export panicked".to_owned(),
+                ))
+            });
             match &result {
                 Ok(file) => tracing::info!(
                     entries = file.entries,
@@ -132,17 +143,21 @@ impl Outgoing {
                     tracing::warn!(error = %err, last_log_id = ?this.meta.last_log_id, "writing a snapshot for sending failed")
                 }
             }
+            // Held for retries from before it is published, so its grace is never cut short.
+            if result.is_ok()
+                && let Some(runtime) = runtime
+            {
+                let held = this.clone();
+                runtime.spawn(async move {
+                    tokio::time::sleep(OUTGOING_GRACE).await;
+                    drop(held);
+                });
+            }
             this.written.send_replace(Some(
                 result
                     .map(|file| file.path)
                     .map_err(|err| format!("writing the snapshot for sending: {err}")),
             ));
-            if let Some(runtime) = runtime {
-                runtime.spawn(async move {
-                    tokio::time::sleep(OUTGOING_GRACE).await;
-                    drop(this);
-                });
-            }
         });
         if let Err(err) = spawned {
             // Every reader (this one included) learns of it rather than waiting for ever.

@@ -567,7 +567,9 @@ impl PeerClient {
         let mut file = outgoing
             .open()
             .await
-            .map_err(|e| network(PeerError::SnapshotNotWritten(e)))?;
+            // Unreachable, not Network: openraft backs off before it asks for a new export
+            // (a full disk would otherwise make it export again and again at once).
+            .map_err(|e| unreachable(PeerError::SnapshotNotWritten(e)))?;
         let mut conn = self.connection().await?;
         let sent = self.rpcs.sent(RpcKind::Snapshot);
         let transfer = async {

@@ -197,8 +197,11 @@ impl Store {
             return Ok(done.clone());
         }
         let report = self.rebuild_if_needed(covers, applied)?;
-        recovery::remove_standing_snapshots(&self.dir.join("snapshots"))?;
         *recovered = Some(report.clone());
+        // Only disk space is at stake: the next open tries again.
+        if let Err(err) = recovery::remove_standing_snapshots(&self.dir.join("snapshots")) {
+            tracing::warn!(error = %err, "could not remove the snapshot files an earlier build kept");
+        }
         Ok(report)
     }
 

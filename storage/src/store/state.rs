@@ -614,7 +614,7 @@ impl StateTree {
     /// `outgoing-<id>.tmp` in the snapshot directory (see [`SnapshotExport::write_outgoing`]).
     /// Blocking.
     pub fn export_snapshot(&self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
-        self.begin_export().write_outgoing(id, header)
+        self.begin_export().write_outgoing(id, header, &|| true)
     }
 
     /// Starts a snapshot export of the state as it is now, without stopping apply or the
@@ -836,16 +836,29 @@ impl SnapshotExport {
     }
 
     /// Writes the view to `tmp`, then durably to `final_path`. Stops with an error once the
-    /// store is closing ([`StateTree::abandon_exports`]).
-    fn write_file(&self, tmp: &Path, final_path: &Path, header: &[u8]) -> Result<SnapshotFile> {
+    /// store is closing ([`StateTree::abandon_exports`]) or `wanted` says nobody waits for it.
+    fn write_file(
+        &self,
+        tmp: &Path,
+        final_path: &Path,
+        header: &[u8],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<SnapshotFile> {
         let mut writer = SnapshotWriter::create(tmp, header)?;
         let start = [0u8];
         let end = [Table::ConsensusState.prefix()];
         for (row, entry) in self.view.range(&start, &end).enumerate() {
-            if row % EXPORT_CLOSING_CHECK_ROWS == 0 && self.state.is_closing() {
-                return Err(StorageError::Failed(
-                    "the store is closing: snapshot export abandoned".to_owned(),
-                ));
+            if row % EXPORT_CLOSING_CHECK_ROWS == 0 {
+                if self.state.is_closing() {
+                    return Err(StorageError::Failed(
+                        "the store is closing: snapshot export abandoned".to_owned(),
+                    ));
+                }
+                if !wanted() {
+                    return Err(StorageError::Failed(
+                        "nobody waits for the snapshot any more: export abandoned".to_owned(),
+                    ));
+                }
             }
             let (key, value) = entry?;
             writer.push(&key, &value)?;
@@ -856,12 +869,19 @@ impl SnapshotExport {
     /// Writes the snapshot named `id` with `header` to a file of its own for sending to peers
     /// (`outgoing-<id>.tmp` in the snapshot directory: the caller removes it once it is sent;
     /// an open removes what a stopped process left). The export ends (its pre-images dropped)
-    /// when this returns. A failed write removes its unfinished file. Blocking.
-    pub fn write_outgoing(self, id: &str, header: &[u8]) -> Result<SnapshotFile> {
+    /// when this returns. It stops with an error as soon as `wanted` returns false (asked every
+    /// few thousand rows: nobody waits for it any more). A failed write removes its unfinished
+    /// file. Blocking.
+    pub fn write_outgoing(
+        self,
+        id: &str,
+        header: &[u8],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<SnapshotFile> {
         let dir = &self.state.inner.snapshot_dir;
         let partial = dir.join(format!("outgoing-{}.part.tmp", sanitize(id)));
         let final_path = dir.join(format!("outgoing-{}.tmp", sanitize(id)));
-        let written = self.write_file(&partial, &final_path, header);
+        let written = self.write_file(&partial, &final_path, header, wanted);
         drop(self);
         if written.is_err()
             && let Err(removing) = crate::gradual_remove::remove(&partial)

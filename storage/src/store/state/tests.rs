@@ -213,7 +213,9 @@ fn an_export_writes_the_state_at_its_start_while_writes_go_on() {
         export.view().get(b"flushed").expect("read"),
         Some(b"old".to_vec())
     );
-    let file = export.write_outgoing("test", b"header").expect("written");
+    let file = export
+        .write_outgoing("test", b"header", &|| true)
+        .expect("written");
     let mut rows = Vec::new();
     snapshot::read_entries(&file.path, |row| {
         rows.push(row);
@@ -548,17 +550,47 @@ fn a_closing_store_abandons_its_export_and_leaves_no_unfinished_file() {
         std::thread::yield_now();
     }
     assert!(matches!(
-        export.write_outgoing("s", b"header"),
+        export.write_outgoing("s", b"header", &|| true),
         Err(StorageError::Failed(_))
     ));
     assert!(closing.join().expect("join"), "the export ended in time");
     assert_eq!(unfinished(), Vec::<String>::new());
 
     assert!(matches!(
-        state.begin_export().write_outgoing("t", b"header"),
+        state
+            .begin_export()
+            .write_outgoing("t", b"header", &|| true),
         Err(StorageError::Failed(_))
     ));
     assert_eq!(unfinished(), Vec::<String>::new());
+}
+
+/// An export for a peer that nobody waits for any more (the transfer was cancelled) stops
+/// instead of writing the whole state, and leaves no file.
+#[test]
+fn an_export_nobody_waits_for_stops_and_leaves_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
+    let state = store.state().expect("state");
+    let mut txn = TxnWrites::new();
+    for i in 0..10_000u32 {
+        txn.insert(format!("k{i:05}").into_bytes(), TxnWrite::Put(vec![1; 64]));
+    }
+    state.commit(txn).expect("commit");
+    let asked = std::cell::Cell::new(0);
+    let wanted = || {
+        asked.set(asked.get() + 1);
+        asked.get() < 2
+    };
+    assert!(matches!(
+        state.begin_export().write_outgoing("u", b"header", &wanted),
+        Err(StorageError::Failed(_))
+    ));
+    assert_eq!(asked.get(), 2, "stopped at the second look");
+    assert_eq!(
+        file_names(&dir.path().join("snapshots")),
+        Vec::<String>::new()
+    );
 }
 
 /// A view kept across a snapshot install (the notifier keeps one for its whole life) reads the
