@@ -15,6 +15,7 @@ use openraft::storage::RaftStateMachine;
 use statestore_raft::metrics::RaftStorageMetrics;
 use statestore_raft::snapshot::{OUTGOING_GRACE, SnapshotData};
 use statestore_raft::state_machine::{DiscardEvents, SnapshotTrigger, StateMachine};
+use statestore_storage::engine::{TxnWrite, TxnWrites};
 use statestore_storage::store::{Store, StoreConfig, verify_snapshot};
 use tokio::io::AsyncReadExt;
 
@@ -156,6 +157,39 @@ async fn the_snapshot_for_peers_is_the_state_written_on_first_read_and_shared() 
     assert_eq!(metrics.own_snapshot_corrupt_total.get(), 1);
 }
 
+/// An export older than the state's last build or install is not handed out again once it is
+/// written, even while a sender still holds it: the log after it may be purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_written_export_older_than_an_install_is_not_handed_out_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut sm, _, _) = installed(dir.path(), 629).await;
+    let old = sm
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    read_outgoing(&old.snapshot).await;
+
+    let leader_dir = tempfile::tempdir().expect("tempdir");
+    let (newer, leader_file) = support::leader_snapshot(leader_dir.path(), 4, 1, 700);
+    let received = dir.path().join("received-700.bin");
+    std::fs::copy(&leader_file, &received).expect("copy");
+    sm.install_snapshot(&newer, SnapshotData::Received { path: received })
+        .await
+        .expect("install");
+    let current = sm
+        .get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("one");
+    assert_eq!(current.meta, newer);
+    let (SnapshotData::Outgoing(a), SnapshotData::Outgoing(b)) = (&old.snapshot, &current.snapshot)
+    else {
+        panic!("outgoing snapshots expected");
+    };
+    assert!(!Arc::ptr_eq(a, b), "a new export of the installed state");
+}
+
 /// Once no sender holds it and its grace period is over, the written file is removed.
 #[tokio::test(start_paused = true)]
 async fn a_written_snapshot_is_removed_after_its_grace_period() {
@@ -173,14 +207,21 @@ async fn a_written_snapshot_is_removed_after_its_grace_period() {
     assert_eq!(snapshot_files(dir.path()), Vec::<String>::new());
 }
 
-/// A build begun before an install of a newer snapshot (its checkpoint waiting) and the install
-/// both finish: the install discards what the build waited for only after it is written.
+/// A build begun before an install of a newer snapshot (its checkpoint waiting for a layer of
+/// rows) and the install both finish: the install discards the memtable only once nothing is
+/// frozen, which is what the build waits for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_and_an_install_of_a_newer_snapshot_both_finish() {
     let leader_dir = tempfile::tempdir().expect("tempdir");
     let (meta, leader_file) = support::leader_snapshot(leader_dir.path(), 3, 1, 629);
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut sm, _) = state_machine(dir.path());
+    // Rows in the memtable (about 6 MB): the build's checkpoint has a layer to wait for.
+    let mut txn = TxnWrites::new();
+    for i in 0..50_000u32 {
+        txn.insert(format!("k{i:06}").into_bytes(), TxnWrite::Put(vec![7; 100]));
+    }
+    sm.state().commit(txn).expect("commit");
     let mut builder = sm.get_snapshot_builder().await;
     let received = dir.path().join("received.bin");
     std::fs::copy(&leader_file, &received).expect("copy");
