@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use statestore_storage::StorageError;
 use statestore_storage::store::{SnapshotExport, background};
 use tokio::sync::watch;
 
@@ -45,8 +46,9 @@ const REFUSED: u8 = 1;
 /// [`Outgoing::refused`]: a peer refused it, counted.
 const REFUSAL_COUNTED: u8 = 2;
 
-/// Where an outgoing snapshot's file is, once written (or why it is not).
-type Written = Option<Result<PathBuf, String>>;
+/// Where an outgoing snapshot's file is, once written (or why it is not: shared by every
+/// reader, each of which gets it as the source of its own `io::Error`).
+type Written = Option<Result<PathBuf, Arc<StorageError>>>;
 
 /// A snapshot of this node's state for peers (see the module documentation).
 pub struct Outgoing {
@@ -98,7 +100,7 @@ impl Outgoing {
             .map_err(|_| std::io::Error::other("the snapshot export ended unwritten"))?;
         match done.as_ref() {
             Some(Ok(path)) => Ok(path.clone()),
-            Some(Err(reason)) => Err(std::io::Error::other(reason.clone())),
+            Some(Err(err)) => Err(std::io::Error::other(err.clone())),
             None => Err(std::io::Error::other("the snapshot export is unwritten")),
         }
     }
@@ -127,7 +129,7 @@ impl Outgoing {
                 export.write_outgoing(&id, &header, &wanted)
             }))
             .unwrap_or_else(|_| {
-                Err(statestore_storage::StorageError::Failed(
+                Err(StorageError::Failed(
                     "the snapshot export panicked".to_owned(),
                 ))
             });
@@ -153,17 +155,15 @@ impl Outgoing {
                     drop(held);
                 });
             }
-            this.written.send_replace(Some(
-                result
-                    .map(|file| file.path)
-                    .map_err(|err| format!("writing the snapshot for sending: {err}")),
-            ));
+            this.written
+                .send_replace(Some(result.map(|file| file.path).map_err(Arc::new)));
         });
         if let Err(err) = spawned {
             // Every reader (this one included) learns of it rather than waiting for ever.
-            self.written.send_replace(Some(Err(format!(
-                "starting the snapshot export thread: {err}"
-            ))));
+            self.written
+                .send_replace(Some(Err(Arc::new(StorageError::Failed(format!(
+                    "starting the snapshot export thread: {err}"
+                ))))));
             return Err(err);
         }
         Ok(())

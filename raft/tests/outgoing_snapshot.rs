@@ -71,6 +71,14 @@ async fn installed(
     (sm, metrics, meta)
 }
 
+/// The snapshot `sm` hands out for peers (something must be applied).
+async fn current(sm: &mut StateMachine) -> statestore_raft::types::Snapshot {
+    sm.get_current_snapshot()
+        .await
+        .expect("current")
+        .expect("something is applied")
+}
+
 /// Reads an outgoing snapshot whole (writing it first) and returns its bytes.
 async fn read_outgoing(data: &SnapshotData) -> Vec<u8> {
     let SnapshotData::Outgoing(outgoing) = data else {
@@ -106,11 +114,7 @@ async fn a_build_writes_no_file_and_returns_the_applied_state() {
 async fn the_snapshot_for_peers_is_the_state_written_on_first_read_and_shared() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut sm, metrics, meta) = installed(dir.path(), 629).await;
-    let first = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("something is applied");
+    let first = current(&mut sm).await;
     assert_eq!(first.meta, meta);
     assert_eq!(
         snapshot_files(dir.path()),
@@ -118,11 +122,7 @@ async fn the_snapshot_for_peers_is_the_state_written_on_first_read_and_shared() 
         "nothing written before a read"
     );
 
-    let second = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("one");
+    let second = current(&mut sm).await;
     let (SnapshotData::Outgoing(a), SnapshotData::Outgoing(b)) =
         (&first.snapshot, &second.snapshot)
     else {
@@ -144,11 +144,7 @@ async fn the_snapshot_for_peers_is_the_state_written_on_first_read_and_shared() 
 
     // Refused by a peer as corrupt: not handed out again, counted once.
     a.refuse();
-    let third = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("one");
+    let third = current(&mut sm).await;
     let SnapshotData::Outgoing(c) = &third.snapshot else {
         panic!("outgoing snapshot expected");
     };
@@ -163,11 +159,7 @@ async fn the_snapshot_for_peers_is_the_state_written_on_first_read_and_shared() 
 async fn a_written_export_older_than_an_install_is_not_handed_out_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut sm, _, _) = installed(dir.path(), 629).await;
-    let old = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("one");
+    let old = current(&mut sm).await;
     read_outgoing(&old.snapshot).await;
 
     let leader_dir = tempfile::tempdir().expect("tempdir");
@@ -177,11 +169,7 @@ async fn a_written_export_older_than_an_install_is_not_handed_out_again() {
     sm.install_snapshot(&newer, SnapshotData::Received { path: received })
         .await
         .expect("install");
-    let current = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("one");
+    let current = current(&mut sm).await;
     assert_eq!(current.meta, newer);
     let (SnapshotData::Outgoing(a), SnapshotData::Outgoing(b)) = (&old.snapshot, &current.snapshot)
     else {
@@ -195,11 +183,7 @@ async fn a_written_export_older_than_an_install_is_not_handed_out_again() {
 async fn a_written_snapshot_is_removed_after_its_grace_period() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut sm, _, _) = installed(dir.path(), 7).await;
-    let snapshot = sm
-        .get_current_snapshot()
-        .await
-        .expect("current")
-        .expect("one");
+    let snapshot = current(&mut sm).await;
     read_outgoing(&snapshot.snapshot).await;
     drop(snapshot);
     assert_eq!(snapshot_files(dir.path()).len(), 1, "held for retries");

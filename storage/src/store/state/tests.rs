@@ -514,6 +514,16 @@ fn verify_snapshot_passes_what_an_install_takes_and_refuses_the_rest() {
     }
 }
 
+/// Commits `count` keys of 64-byte values in one transaction: enough rows that an export
+/// looks whether to stop more than once.
+fn commit_rows(state: &StateTree, count: u32) {
+    let mut txn = TxnWrites::new();
+    for i in 0..count {
+        txn.insert(format!("k{i:05}").into_bytes(), TxnWrite::Put(vec![1; 64]));
+    }
+    state.commit(txn).expect("commit");
+}
+
 /// A clean stop abandons a snapshot export in progress: the closing store waits for it, the
 /// export stops with an error and removes its unfinished file, and an export begun after that
 /// stops at once.
@@ -522,11 +532,7 @@ fn a_closing_store_abandons_its_export_and_leaves_no_unfinished_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
     let state = store.state().expect("state");
-    let mut txn = TxnWrites::new();
-    for i in 0..10_000u32 {
-        txn.insert(format!("k{i:05}").into_bytes(), TxnWrite::Put(vec![1; 64]));
-    }
-    state.commit(txn).expect("commit");
+    commit_rows(&state, 10_000);
     let unfinished = || -> Vec<String> {
         std::fs::read_dir(dir.path().join("snapshots"))
             .expect("snapshot dir")
@@ -572,11 +578,7 @@ fn an_export_nobody_waits_for_stops_and_leaves_no_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&StoreConfig::new(dir.path(), 4 << 20)).expect("store");
     let state = store.state().expect("state");
-    let mut txn = TxnWrites::new();
-    for i in 0..10_000u32 {
-        txn.insert(format!("k{i:05}").into_bytes(), TxnWrite::Put(vec![1; 64]));
-    }
-    state.commit(txn).expect("commit");
+    commit_rows(&state, 10_000);
     let asked = std::cell::Cell::new(0);
     let wanted = || {
         asked.set(asked.get() + 1);
