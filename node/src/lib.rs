@@ -17,6 +17,7 @@ pub mod error;
 pub mod file_watch;
 pub mod http;
 pub mod https;
+pub mod huge_pages;
 pub mod kv;
 pub mod metrics;
 pub mod mqtt;

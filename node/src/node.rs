@@ -85,6 +85,13 @@ fn start_authorization(
 pub async fn run(config: Config) -> Result<(), NodeError> {
     // First: unusable TLS files (or a password file) stop the node before it opens anything.
     let session = config.session()?;
+    match crate::huge_pages::disable() {
+        Ok(true) => tracing::info!("transparent huge pages turned off for this process"),
+        Ok(false) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot turn transparent huge pages off; the allocator's page faults will cost more CPU")
+        }
+    }
     let metrics = Arc::new(NodeMetrics::new()?);
     let mut supervisor = Supervisor::new(
         &metrics.registry,

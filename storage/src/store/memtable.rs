@@ -296,7 +296,7 @@ impl Memtable {
         } = &mut *layers;
         for (key, write) in writes {
             if resident::contains(&key) {
-                journal.note();
+                journal.note(&key, write.value().map(Vec::as_slice));
                 match write.into_value() {
                     Some(value) => resident.put(key, value),
                     None => resident.remove(&key),

@@ -33,12 +33,16 @@
 //! each pending entry the version of the layer before its own until the flush thread wrote it;
 //! what they keep apart from the live tables is tree nodes (16 rows each, a pointer pair per
 //! row: at most about 40 bytes per row and version, less than the 48 bytes of bookkeeping each
-//! row is already counted at) and the rows removed since, which the changes count. Whether an
-//! entry is a base or a delta is decided when it is taken, from an estimate of the delta's size
-//! (the changes counted, at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each;
-//! a row changed twice counts twice, so the estimate is an upper bound: bases come a little
-//! sooner, and a load of reply-memory changes freezes its layer a little sooner, than the rows
-//! that really changed would make them).
+//! row is already counted at) and the rows removed since, which the changes count (at the
+//! tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each: `held_bytes`).
+//!
+//! Whether an entry is a base or a delta is decided when it is taken, from a bound of the
+//! delta's encoded size: the key and value bytes of every journaled change apply noted, plus
+//! framing (a row changed twice counts twice, so the bound is an upper one and bases come a
+//! little sooner than the rows that really changed would make them). Derived rows do not count,
+//! and a removal counts its key only. (The bound was the changes at the mean row size, derived
+//! rows and removals included: under SET 64×8 about three times the real delta, so a node wrote
+//! a base of the whole reply memory every few seconds, 6-14 % of its CPU in `perf`.)
 //!
 //! The delta relies on `imbl`'s `OrdMap::diff` skipping shared nodes correctly: 7.0.0 and 7.0.1
 //! dropped changes that followed a shared run (imbl issues 160/161), hence `imbl = "7.0.2"` and
@@ -58,6 +62,11 @@ pub const REBASE_FACTOR: usize = 2;
 pub const REBASE_SLACK: usize = 1 << 20;
 /// A changed row is estimated at no less than this (a removal still writes its key).
 pub const MIN_DELTA_ROW_BYTES: usize = 32;
+/// What an entry's encoding adds to its rows' bytes, at most: per row, the two length prefixes
+/// and the `Option` tag...
+const ROW_FRAMING_BYTES: usize = 11;
+/// ... and per entry, the format version and the row count.
+const ENTRY_FRAMING_BYTES: usize = 11;
 
 /// Key of the record in fjall that names the journal entry the state tree's resident tables are
 /// at (a consensus-layer record: not part of the keyspace digest or snapshot dumps).
@@ -194,6 +203,9 @@ pub struct ResidentJournal {
     taken: ResidentTables,
     /// Changes of rows since then, each counted (a row set then removed counts twice).
     changes: usize,
+    /// What the next delta writes at most: the key and value bytes (and framing) of each
+    /// journaled change since then, each counted (derived rows are not journaled).
+    logged_bytes: usize,
     /// Deltas taken since the last base.
     deltas_since_base: usize,
     /// Replaced soon (a snapshot install in progress): writes nothing ([`Self::idle`]).
@@ -208,6 +220,7 @@ impl std::fmt::Debug for ResidentJournal {
             .field("since_base", &self.since_base)
             .field("taken_rows", &self.taken.len())
             .field("changes", &self.changes)
+            .field("logged_bytes", &self.logged_bytes)
             .field("deltas_since_base", &self.deltas_since_base)
             .field("idle", &self.idle)
             .finish()
@@ -235,10 +248,15 @@ impl ResidentJournal {
         }
     }
 
-    /// Counts a change of a row of the tables (set or removed). O(1): which rows changed is
-    /// found later, by the flush thread ([`PendingEntry::encode`]).
-    pub fn note(&mut self) {
+    /// Counts a change of a row of the tables: `key` set to `value`, or removed (`None`). O(1):
+    /// which rows changed is found later, by the flush thread ([`PendingEntry::encode`]); the
+    /// sizes only bound what the next delta writes.
+    pub fn note(&mut self, key: &[u8], value: Option<&[u8]>) {
         self.changes = self.changes.saturating_add(1);
+        if !resident::is_derived(key) {
+            let row = key.len() + value.map_or(0, <[u8]>::len) + ROW_FRAMING_BYTES;
+            self.logged_bytes = self.logged_bytes.saturating_add(row);
+        }
     }
 
     /// The next layer's delta as estimated: the changes since the last layer at the tables'
@@ -278,6 +296,8 @@ impl ResidentJournal {
             return None;
         }
         let delta_bytes = self.pending_bytes(tables);
+        let logged_bytes =
+            std::mem::take(&mut self.logged_bytes).saturating_add(ENTRY_FRAMING_BYTES);
         self.changes = 0;
         let before = std::mem::replace(&mut self.taken, tables.clone());
         let limit = REBASE_FACTOR
@@ -285,12 +305,12 @@ impl ResidentJournal {
             .saturating_add(REBASE_SLACK);
         let base = match self.since_base {
             None => true,
-            Some(written) => written.saturating_add(delta_bytes) > limit,
+            Some(written) => written.saturating_add(logged_bytes) > limit,
         };
         self.since_base = if base {
             Some(tables.bytes())
         } else {
-            self.since_base.map(|w| w.saturating_add(delta_bytes))
+            self.since_base.map(|w| w.saturating_add(logged_bytes))
         };
         self.deltas_since_base = if base {
             0
@@ -323,6 +343,7 @@ impl ResidentJournal {
     /// A base entry of `tables` (what a snapshot install starts the journal with).
     pub fn base(&mut self, tables: &ResidentTables) -> JournalEntry {
         self.changes = 0;
+        self.logged_bytes = 0;
         self.deltas_since_base = 0;
         self.idle = false;
         self.taken = tables.clone();

@@ -19,7 +19,7 @@ fn write_layers(dir: &Path, layers: u32, rebase_at: &[u32]) -> Vec<ResidentTable
     let mut after = Vec::new();
     for i in 0..layers {
         tables.put(row(i), vec![i as u8; 10]);
-        journal.note();
+        journal.note(&row(i), Some(&vec![i as u8; 10][..]));
         let entry = if rebase_at.contains(&i) {
             journal.base(&tables)
         } else {
@@ -167,7 +167,7 @@ fn reopened_before_a_delta(dir: &Path, layers: u32) -> (ResidentLog, JournalEntr
     log.append(&journal.base(&last)).expect("this run's base");
     let mut tables = last;
     tables.put(row(layers + 100), vec![9; 10]);
-    journal.note();
+    journal.note(&row(layers + 100), Some(&vec![9; 10][..]));
     let delta = journal.layer_entry(&tables).expect("changed");
     (log, delta, tables)
 }

@@ -691,12 +691,13 @@ fn a_base_the_disk_has_no_room_for_is_appended_as_a_delta() {
     let mut journal = ResidentJournal::starting_at(0);
     let mut tables = ResidentTables::default();
     tables.put(reply_row(b"c", b"1"), b"first".to_vec());
-    journal.note();
+    journal.note(&reply_row(b"c", b"1"), Some(b"first"));
     let first = journal.take_layer(&tables).expect("changed");
     append_entry(&log, &first).expect("the first base");
     tables.put(reply_row(b"c", b"2"), b"second".to_vec());
+    journal.note(&reply_row(b"c", b"2"), Some(b"second"));
     tables.remove(&reply_row(b"c", b"1"));
-    journal.note();
+    journal.note(&reply_row(b"c", b"1"), None);
     journal.rebase_next();
     let rebase = journal.take_layer(&tables).expect("changed");
     assert!(rebase.base);
