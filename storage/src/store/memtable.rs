@@ -296,10 +296,17 @@ impl Memtable {
         } = &mut *layers;
         for (key, write) in writes {
             if resident::contains(&key) {
-                journal.note(&key, write.value().map(Vec::as_slice));
+                let key: Arc<[u8]> = Arc::from(key);
                 match write.into_value() {
-                    Some(value) => resident.put(key, value),
-                    None => resident.remove(&key),
+                    Some(value) => {
+                        let value: Arc<[u8]> = Arc::from(value);
+                        journal.note_shared(&key, Some(&value));
+                        resident.put_shared(key, value);
+                    }
+                    None => {
+                        journal.note_shared(&key, None);
+                        resident.remove(&key);
+                    }
                 }
                 continue;
             }

@@ -70,8 +70,13 @@ fn is_reply(key: &[u8]) -> bool {
 impl ResidentTables {
     /// Sets a row.
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.put_shared(Arc::from(key), Arc::from(value));
+    }
+
+    /// [`ResidentTables::put`] of bytes shared with the caller.
+    pub fn put_shared(&mut self, key: Arc<[u8]>, value: Arc<[u8]>) {
         let (key_len, value_len, reply) = (key.len(), value.len(), is_reply(&key));
-        match self.rows.insert(Arc::from(key), Arc::from(value)) {
+        match self.rows.insert(key, value) {
             Some(old) => self.bytes = self.bytes.saturating_sub(old.len()) + value_len,
             None => {
                 self.bytes += key_len + value_len + ENTRY_OVERHEAD;
@@ -109,23 +114,6 @@ impl ResidentTables {
     /// Every row, ascending.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.rows.iter().map(|(k, v)| (&**k, &**v))
-    }
-
-    /// The rows that differ from `self` (an older version) in `newer`, ascending: `Some` value
-    /// for a row set or changed, `None` for a row removed. Subtrees the two versions share are
-    /// skipped unvisited (`imbl`'s diff), so the time grows with the nodes changed between them,
-    /// not with the tables.
-    pub fn changes_to<'a>(
-        &'a self,
-        newer: &'a ResidentTables,
-    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
-        self.rows.diff(&newer.rows).map(|change| match change {
-            imbl::ordmap::DiffItem::Add(key, value)
-            | imbl::ordmap::DiffItem::Update {
-                new: (key, value), ..
-            } => (&**key, Some(&**value)),
-            imbl::ordmap::DiffItem::Remove(key, _) => (&**key, None),
-        })
     }
 
     /// A row's value.

@@ -2,11 +2,11 @@
 //! a journal of entries, pure (the [`resident_log`](crate::store::resident_log) writes them to
 //! their own files).
 //!
-//! A *base* entry holds every row; each later *delta* holds the rows changed since the layer
-//! before (a removed row as a tombstone), as the tables are when the layer freezes. Replaying
-//! the newest base up to some entry and the deltas after it, in order, gives the tables as of
-//! that entry's layer. Once the deltas since the base would hold more than
-//! [`REBASE_FACTOR`] times the live rows, the layer writes a new base instead: the journal
+//! A *base* entry holds every row; each later *delta* holds the changes of rows since the layer
+//! before, in the order apply made them (a removed row as a tombstone; a row changed twice is
+//! there twice). Replaying the newest base up to some entry and the deltas after it, in order,
+//! gives the tables as of that entry's layer. Once the deltas since the base would hold more
+//! than [`REBASE_FACTOR`] times the live rows, the layer writes a new base instead: the journal
 //! stays within a few times the reply memory, and each remembered reply is written about once
 //! instead of once per layer (the whole tables were one record rewritten by every layer: 8 MiB
 //! every few seconds at 5,000 writes/s).
@@ -18,35 +18,33 @@
 //! [`seq_record`]), so a restart knows which entry fjall's state goes with.
 //!
 //! A layer freezes under the memtable's lock, so it only *takes* its entry there, in time that
-//! does not grow with the rows ([`ResidentJournal::take_layer`]: the tables as they are, and as
-//! they were when the layer before was taken, two clones that copy nothing); the flush thread
-//! finds the changed rows by comparing the two versions, skipping the nodes they share
-//! ([`ResidentTables::changes_to`]), and encodes them ([`PendingEntry::encode`]) before it logs
-//! the entry. Apply only counts its changes ([`ResidentJournal::note`]): a set of the changed
-//! keys, kept by apply under the memtable's lock, cost a follower 10-15 % of its CPU at SET
-//! 64×8 (`perf`: two to four probes per write into a set of ~400,000 keys, each a cache miss).
-//! (Reading the rows under the lock instead cost the writer 64-234 ms per layer at 25,000
-//! changed rows in `statestore-bench scale --keys 3000000` on two cores: see BENCHMARKS.md.)
+//! does not grow with the rows ([`ResidentJournal::take_layer`]: the changes apply recorded,
+//! moved out, and for a base the tables as they are, a clone that copies nothing); the flush
+//! thread encodes them ([`PendingEntry::encode`]) before it logs the entry. Apply records each
+//! change as it makes it ([`ResidentJournal::note_shared`]): a push of two shared byte slices.
+//! Earlier designs cost more: a set of the changed keys, kept by apply under the memtable's
+//! lock, cost a follower 10-15 % of its CPU at SET 64×8 (`perf`: two to four probes per write
+//! into a set of ~400,000 keys, each a cache miss); reading the rows under the lock cost the
+//! writer 64-234 ms per layer at 25,000 changed rows in `statestore-bench scale --keys 3000000`;
+//! comparing the tables as of two layers on the flush thread, skipping the nodes they share,
+//! cost a follower 4-6 % of its CPU (a walk of the reply memory, which turns over in seconds)
+//! and made every write after a layer copy the tree nodes the two versions shared.
 //!
-//! Memory: every version shares the rows' bytes (reference-counted) and every node not changed
-//! since it was taken. The journal keeps the version of the last layer until the next one, and
-//! each pending entry the version of the layer before its own until the flush thread wrote it;
-//! what they keep apart from the live tables is tree nodes (16 rows each, a pointer pair per
-//! row: at most about 40 bytes per row and version, less than the 48 bytes of bookkeeping each
-//! row is already counted at) and the rows removed since, which the changes count (at the
-//! tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each: `held_bytes`).
+//! Memory: the recorded changes share the rows' bytes (reference-counted) with the tables; what
+//! they keep apart is a pointer pair per change and the rows removed since, which the changes
+//! count (at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each: `held_bytes`). A
+//! pending base's version of the tables shares every node with the live ones but those changed
+//! since (16 rows each, a pointer pair per row: at most about 40 bytes per row, less than the
+//! 48 bytes of bookkeeping each row is already counted at).
 //!
 //! Whether an entry is a base or a delta is decided when it is taken, from a bound of the
-//! delta's encoded size: the key and value bytes of every journaled change apply noted, plus
-//! framing (a row changed twice counts twice, so the bound is an upper one and bases come a
-//! little sooner than the rows that really changed would make them). Derived rows do not count,
-//! and a removal counts its key only. (The bound was the changes at the mean row size, derived
-//! rows and removals included: under SET 64×8 about three times the real delta, so a node wrote
-//! a base of the whole reply memory every few seconds, 6-14 % of its CPU in `perf`.)
-//!
-//! The delta relies on `imbl`'s `OrdMap::diff` skipping shared nodes correctly: 7.0.0 and 7.0.1
-//! dropped changes that followed a shared run (imbl issues 160/161), hence `imbl = "7.0.2"` and
-//! the test `a_delta_after_shared_runs_holds_every_change`.
+//! delta's encoded size: the key and value bytes of every journaled change, plus framing at
+//! most. Derived rows do not count, and a removal counts its key only. (The bound was the
+//! changes at the mean row size, derived rows and removals included: under SET 64×8 about three
+//! times the real delta, so a node wrote a base of the whole reply memory nearly every layer,
+//! 6-14 % of its CPU in `perf`.)
+
+use std::sync::Arc;
 
 use serde_bytes::ByteBuf;
 
@@ -105,30 +103,34 @@ pub struct PendingEntry {
     pub seq: u64,
     /// True for a base (every row), false for a delta.
     pub base: bool,
-    /// The tables as of the layer (sharing their nodes with the live tables).
-    tables: ResidentTables,
-    /// The tables as of the layer before (sharing their nodes with `tables`): a delta holds what
-    /// differs between the two. (A base keeps it too, unread, so that the nodes only it holds
-    /// are freed by the flush thread and not under the memtable's lock.)
-    before: ResidentTables,
+    /// A base's rows: the tables as of the layer (sharing their nodes with the live tables).
+    tables: Option<ResidentTables>,
+    /// The journaled changes since the layer before, in the order apply made them: a delta's
+    /// rows (a base keeps them too, for [`PendingEntry::encode_as_delta`]).
+    changes: ChangeLog,
     /// About the memory it holds until the flush thread has written it, what the memtable
-    /// accounts it at: the changes counted at the tables' mean row size, for a base too. (Its
-    /// two versions of the tables share every node with the live tables but those changed
+    /// accounts it at: the changes counted at the tables' mean row size, for a base too. (A
+    /// base's version of the tables shares every node with the live tables but those changed
     /// since; a base's encoding, a buffer of the whole tables, exists only while the flush
     /// thread writes it, one at a time.)
     pub held_bytes: usize,
 }
 
+/// Changed rows in the order they changed: a row set (`Some`) or removed (`None`); a row
+/// changed twice is there twice, and replaying in order leaves its last state. The bytes are
+/// shared with the tables (reference-counted).
+type ChangeLog = Vec<(Arc<[u8]>, Option<Arc<[u8]>>)>;
+
 impl PendingEntry {
-    /// The entry, encoded (a delta's rows: those that differ between the two versions).
+    /// The entry, encoded (a delta's rows: the changes since the layer before).
     pub fn encode(&self) -> JournalEntry {
-        if !self.base {
-            return self.encode_as_delta();
-        }
-        JournalEntry {
-            seq: self.seq,
-            base: true,
-            rows: encode_base(&self.tables),
+        match (&self.tables, self.base) {
+            (Some(tables), true) => JournalEntry {
+                seq: self.seq,
+                base: true,
+                rows: encode_base(tables),
+            },
+            _ => self.encode_as_delta(),
         }
     }
 
@@ -136,13 +138,12 @@ impl PendingEntry {
     /// room for: its delta is what the file it would have replaced needs).
     pub fn encode_as_delta(&self) -> JournalEntry {
         let rows: Vec<(&serde_bytes::Bytes, Option<&serde_bytes::Bytes>)> = self
-            .before
-            .changes_to(&self.tables)
-            .filter(|(key, _)| !resident::is_derived(key))
+            .changes
+            .iter()
             .map(|(key, value)| {
                 (
                     serde_bytes::Bytes::new(key),
-                    value.map(serde_bytes::Bytes::new),
+                    value.as_deref().map(serde_bytes::Bytes::new),
                 )
             })
             .collect();
@@ -191,17 +192,17 @@ pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
 }
 
 /// The journal's bookkeeping: the next sequence number, what was written since the last base,
-/// the tables as of the last layer, and how many changes apply made since.
+/// and the changes apply made since the last layer.
 #[derive(Default)]
 pub struct ResidentJournal {
     next_seq: u64,
     /// Bytes of the entries since the last base (the base included; deltas as estimated);
     /// `None` before the first base, which the next layer then writes.
     since_base: Option<usize>,
-    /// The tables as of the last layer taken (or base written): the next delta is what differs
-    /// from them.
-    taken: ResidentTables,
-    /// Changes of rows since then, each counted (a row set then removed counts twice).
+    /// The journaled changes since the last layer taken (or base written): the next delta.
+    logged: ChangeLog,
+    /// Changes of rows since then, each counted (a row set then removed counts twice; derived
+    /// rows too).
     changes: usize,
     /// What the next delta writes at most: the key and value bytes (and framing) of each
     /// journaled change since then, each counted (derived rows are not journaled).
@@ -213,12 +214,12 @@ pub struct ResidentJournal {
 }
 
 impl std::fmt::Debug for ResidentJournal {
-    /// Without the rows of `taken` (the whole reply memory).
+    /// Without the recorded changes.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResidentJournal")
             .field("next_seq", &self.next_seq)
             .field("since_base", &self.since_base)
-            .field("taken_rows", &self.taken.len())
+            .field("logged", &self.logged.len())
             .field("changes", &self.changes)
             .field("logged_bytes", &self.logged_bytes)
             .field("deltas_since_base", &self.deltas_since_base)
@@ -248,15 +249,22 @@ impl ResidentJournal {
         }
     }
 
-    /// Counts a change of a row of the tables: `key` set to `value`, or removed (`None`). O(1):
-    /// which rows changed is found later, by the flush thread ([`PendingEntry::encode`]); the
-    /// sizes only bound what the next delta writes.
-    pub fn note(&mut self, key: &[u8], value: Option<&[u8]>) {
+    /// Records a change of a row of the tables: `key` set to `value`, or removed (`None`),
+    /// sharing their bytes. O(1): a push onto the next delta (derived rows are only counted);
+    /// the flush thread encodes it ([`PendingEntry::encode`]).
+    pub fn note_shared(&mut self, key: &Arc<[u8]>, value: Option<&Arc<[u8]>>) {
         self.changes = self.changes.saturating_add(1);
         if !resident::is_derived(key) {
-            let row = key.len() + value.map_or(0, <[u8]>::len) + ROW_FRAMING_BYTES;
+            let row = key.len() + value.map_or(0, |v| v.len()) + ROW_FRAMING_BYTES;
             self.logged_bytes = self.logged_bytes.saturating_add(row);
+            self.logged.push((key.clone(), value.cloned()));
         }
+    }
+
+    /// [`ResidentJournal::note_shared`] of copies of `key` and `value`.
+    #[cfg(test)]
+    pub fn note(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.note_shared(&Arc::from(key), value.map(Arc::from).as_ref());
     }
 
     /// The next layer's delta as estimated: the changes since the last layer at the tables'
@@ -299,7 +307,7 @@ impl ResidentJournal {
         let logged_bytes =
             std::mem::take(&mut self.logged_bytes).saturating_add(ENTRY_FRAMING_BYTES);
         self.changes = 0;
-        let before = std::mem::replace(&mut self.taken, tables.clone());
+        let changes = std::mem::take(&mut self.logged);
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);
@@ -322,8 +330,8 @@ impl ResidentJournal {
         Some(PendingEntry {
             seq,
             base,
-            tables: tables.clone(),
-            before,
+            tables: base.then(|| tables.clone()),
+            changes,
             held_bytes: delta_bytes,
         })
     }
@@ -344,9 +352,9 @@ impl ResidentJournal {
     pub fn base(&mut self, tables: &ResidentTables) -> JournalEntry {
         self.changes = 0;
         self.logged_bytes = 0;
+        self.logged = ChangeLog::new();
         self.deltas_since_base = 0;
         self.idle = false;
-        self.taken = tables.clone();
         self.since_base = Some(tables.bytes());
         let seq = self.next_seq;
         self.next_seq += 1;
