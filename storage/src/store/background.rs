@@ -1,7 +1,8 @@
-//! Threads for background storage work that nothing waits for (snapshot exports), niced below
-//! the threads that serve Raft and clients: on a busy machine they take what CPU is left rather
-//! than delay heartbeats and replies. (The memtable's flush thread is not one of them: apply
-//! waits for it once the memtable is full.)
+//! Threads for background storage work that nothing urgent waits for (the wait for a snapshot
+//! build's checkpoint), niced below the threads that serve Raft and clients: on a busy machine
+//! they take what CPU is left rather than delay heartbeats and replies. (The memtable's flush
+//! thread is not one of them: apply waits for it once the memtable is full. Nor is a snapshot
+//! export: a follower waits for it, see `statestore_raft::snapshot`.)
 
 use thread_priority::{ThreadPriority, ThreadPriorityValue};
 
