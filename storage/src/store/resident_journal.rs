@@ -5,9 +5,12 @@
 //! A *base* entry holds every row; each later *delta* holds the changes of rows since the layer
 //! before, in the order apply made them (a removed row as a tombstone; a row changed twice is
 //! there twice). Replaying the newest base up to some entry and the deltas after it, in order,
-//! gives the tables as of that entry's layer. Once the deltas since the base would hold more
-//! than [`REBASE_FACTOR`] times the live rows, the layer writes a new base instead: the journal
-//! stays within a few times the reply memory, and each remembered reply is written about once
+//! gives the tables as of that entry's layer. Once the base, counted at the tables' size in
+//! memory ([`ResidentTables::bytes`]: index rows and bookkeeping included, about twice what a
+//! base writes), and the deltas since it, counted at what they write, would pass
+//! [`REBASE_FACTOR`] times the tables' size in memory (plus [`REBASE_SLACK`]), the layer writes
+//! a new base instead: the journal stays within a few times the reply memory (deltas up to
+//! about twice the live replies' written size), and each remembered reply is written about once
 //! instead of once per layer (the whole tables were one record rewritten by every layer: 8 MiB
 //! every few seconds at 5,000 writes/s).
 //!
@@ -53,8 +56,8 @@ use crate::error::{Result, StorageError};
 use crate::layout;
 use crate::store::resident::{self, ResidentTables};
 
-/// A new base is written once the deltas since the last one would exceed this many times the
-/// live rows...
+/// A new base is written once the last base (at the tables' size in memory) and the deltas
+/// since it (at what they write) would exceed this many times the tables' size in memory...
 pub const REBASE_FACTOR: usize = 2;
 /// ... plus this many bytes (small tables are rebased rarely).
 pub const REBASE_SLACK: usize = 1 << 20;
@@ -196,7 +199,8 @@ pub fn replay(tables: &mut ResidentTables, entry: &JournalEntry) -> Result<()> {
 #[derive(Default)]
 pub struct ResidentJournal {
     next_seq: u64,
-    /// Bytes of the entries since the last base (the base included; deltas as estimated);
+    /// Bytes of the entries since the last base (the base at the tables' size in memory, deltas
+    /// at what they write);
     /// `None` before the first base, which the next layer then writes.
     since_base: Option<usize>,
     /// The journaled changes since the last layer taken (or base written): the next delta.
@@ -267,13 +271,19 @@ impl ResidentJournal {
         self.note_shared(&Arc::from(key), value.map(Arc::from).as_ref());
     }
 
-    /// The next layer's delta as estimated: the changes since the last layer at the tables'
-    /// mean row size (at least [`MIN_DELTA_ROW_BYTES`] each). Also about what the nodes of the
-    /// tables changed since the last layer and, once the layer freezes, its entry hold in
-    /// memory. O(1).
+    /// About what the changes since the last layer hold in memory (the nodes of the tables they
+    /// changed and, once the layer freezes, its entry): the changes at the tables' mean row
+    /// size (at least [`MIN_DELTA_ROW_BYTES`] each), and never less than the recorded changes'
+    /// own bytes, a slot each included (a burst of large replies stored and removed among many
+    /// small ones holds more than the mean says). O(1).
     pub fn pending_bytes(&self, tables: &ResidentTables) -> usize {
         let row_bytes = (tables.bytes() / tables.len().max(1)).max(MIN_DELTA_ROW_BYTES);
-        self.changes.saturating_mul(row_bytes)
+        let estimate = self.changes.saturating_mul(row_bytes);
+        let slots = self
+            .logged
+            .len()
+            .saturating_mul(std::mem::size_of::<(Arc<[u8]>, Option<Arc<[u8]>>)>());
+        estimate.max(self.logged_bytes.saturating_add(slots))
     }
 
     /// True if the next layer has something to write.
@@ -307,7 +317,10 @@ impl ResidentJournal {
         let logged_bytes =
             std::mem::take(&mut self.logged_bytes).saturating_add(ENTRY_FRAMING_BYTES);
         self.changes = 0;
-        let changes = std::mem::take(&mut self.logged);
+        // The next layer's log starts at this one's length: it does not regrow by doubling,
+        // copying what it holds, under the memtable's lock.
+        let next_log = ChangeLog::with_capacity(self.logged.len());
+        let changes = std::mem::replace(&mut self.logged, next_log);
         let limit = REBASE_FACTOR
             .saturating_mul(tables.bytes())
             .saturating_add(REBASE_SLACK);

@@ -1,6 +1,7 @@
 //! Unit tests of the write-back memtable.
 
 use super::*;
+use proptest::prelude::*;
 
 /// Writes from `(key, value)` pairs (`None`: a removal).
 pub(crate) fn writes(pairs: &[(&str, Option<&str>)]) -> TxnWrites {
@@ -333,4 +334,102 @@ fn resident_changes_fill_the_room_a_writer_waits_for() {
         !table.is_full(),
         "with no flush pending the writer never waits"
     );
+}
+
+/// One step of [`the_journal_entries_of_its_layers_replay_to_the_live_tables`].
+#[derive(Debug, Clone)]
+enum ResidentStep {
+    /// One transaction: `(reply number, value length)` pairs set (`Some`) or removed (`None`),
+    /// each with its expiry-index row (derived: not journaled).
+    Commit(Vec<(u8, Option<u8>)>),
+    /// The active map freezes and the flush thread takes its layer.
+    Freeze,
+    /// The next layer's entry is a base.
+    Rebase,
+}
+
+fn resident_step() -> impl Strategy<Value = ResidentStep> {
+    let write = (0u8..16, proptest::option::of(0u8..40));
+    prop_oneof![
+        6 => proptest::collection::vec(write, 1..6).prop_map(ResidentStep::Commit),
+        2 => Just(ResidentStep::Freeze),
+        1 => Just(ResidentStep::Rebase),
+    ]
+}
+
+/// The replies' key and an expiry-index key (a derived row) of reply `n`.
+fn reply_and_index_keys(n: u8) -> (Vec<u8>, Vec<u8>) {
+    let reply = vec![crate::layout::Table::Replies.prefix(), b'r', n];
+    let index = vec![crate::layout::Table::ReplyExpiry.prefix(), b'i', n];
+    (reply, index)
+}
+
+/// The journaled (not derived) resident rows of `table`.
+fn journaled_rows(table: &Memtable) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let (start, end) = resident::bounds();
+    table
+        .resident_range(&start, &end, usize::MAX)
+        .into_iter()
+        .filter(|(key, _)| !resident::is_derived(key))
+        .collect()
+}
+
+/// Takes every frozen layer as the flush thread does, replaying its journal entry.
+fn replay_frozen(table: &Memtable, replayed: &mut ResidentTables) -> Result<(), TestCaseError> {
+    while table.writable() > 0 {
+        let layer = table.next_to_write().expect("a frozen layer");
+        if let Some(entry) = &layer.entry {
+            resident_journal::replay(replayed, &entry.encode())
+                .map_err(|err| TestCaseError::fail(err.to_string()))?;
+        }
+        table.written();
+    }
+    Ok(())
+}
+
+proptest! {
+    /// What apply commits to the reply memory reaches the journal: replaying the entries the
+    /// memtable's layers carry (bases and deltas as the memtable chose them) gives the live
+    /// replies after every freeze, removals included; derived index rows are never written.
+    #[test]
+    fn the_journal_entries_of_its_layers_replay_to_the_live_tables(
+        steps in proptest::collection::vec(resident_step(), 1..80)
+    ) {
+        let table = unbounded();
+        let mut replayed = ResidentTables::default();
+        for step in steps {
+            match step {
+                ResidentStep::Commit(changes) => {
+                    let mut txn = TxnWrites::new();
+                    for (n, value) in changes {
+                        let (reply, index) = reply_and_index_keys(n);
+                        let (reply_write, index_write) = match value {
+                            Some(len) => (
+                                TxnWrite::Put(vec![n; usize::from(len)]),
+                                TxnWrite::Put(vec![len]),
+                            ),
+                            None => (TxnWrite::Remove, TxnWrite::Remove),
+                        };
+                        txn.insert(reply, reply_write);
+                        txn.insert(index, index_write);
+                    }
+                    table.commit(txn);
+                }
+                ResidentStep::Freeze => {
+                    table.flush_now();
+                    replay_frozen(&table, &mut replayed)?;
+                    let replayed_rows: BTreeMap<Vec<u8>, Vec<u8>> = replayed
+                        .iter()
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect();
+                    prop_assert!(
+                        replayed_rows.keys().all(|key| !resident::is_derived(key)),
+                        "a derived row was journaled"
+                    );
+                    prop_assert_eq!(replayed_rows, journaled_rows(&table));
+                }
+                ResidentStep::Rebase => table.rebase_resident(),
+            }
+        }
+    }
 }
