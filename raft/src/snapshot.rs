@@ -11,7 +11,7 @@
 //! The export thread runs at the serving threads' priority, not niced: a follower that needs a
 //! snapshot is a replica the cluster lacks, and a busy leader is exactly when it must catch up.
 //! Niced (about nice 10), an export on a saturated two-core leader got 2.4 % of a core (perf:
-//! 180 samples in 15 s at 499 Hz) and took 60-72 s for 9,000-12,000 rows, long enough for the
+//! 180 samples in 15 s at 499 Hz) and took 60-72 s for 8,700-12,400 rows, long enough for the
 //! leader to purge the log past it again, so the follower never caught up (t93).
 
 use std::path::PathBuf;

@@ -296,15 +296,14 @@ impl Memtable {
         } = &mut *layers;
         for (key, write) in writes {
             if resident::contains(&key) {
-                let key: Arc<[u8]> = Arc::from(key);
                 match write.into_value() {
                     Some(value) => {
-                        let value: Arc<[u8]> = Arc::from(value);
-                        journal.note_shared(&key, Some(&value));
+                        let (key, value): (Arc<[u8]>, Arc<[u8]>) = (key.into(), value.into());
+                        journal.note_set(&key, &value);
                         resident.put_shared(key, value);
                     }
                     None => {
-                        journal.note_shared(&key, None);
+                        journal.note_removal(&key);
                         resident.remove(&key);
                     }
                 }

@@ -24,7 +24,8 @@
 //! does not grow with the rows ([`ResidentJournal::take_layer`]: the changes apply recorded,
 //! moved out, and for a base the tables as they are, a clone that copies nothing); the flush
 //! thread encodes them ([`PendingEntry::encode`]) before it logs the entry. Apply records each
-//! change as it makes it ([`ResidentJournal::note_shared`]): a push of two shared byte slices.
+//! change as it makes it ([`ResidentJournal::note_set`], [`ResidentJournal::note_removal`]): a
+//! push of two shared byte slices.
 //! Earlier designs cost more: a set of the changed keys, kept by apply under the memtable's
 //! lock, cost a follower 10-15 % of its CPU at SET 64×8 (`perf`: two to four probes per write
 //! into a set of ~400,000 keys, each a cache miss); reading the rows under the lock cost the
@@ -35,7 +36,8 @@
 //!
 //! Memory: the recorded changes share the rows' bytes (reference-counted) with the tables; what
 //! they keep apart is a pointer pair per change and the rows removed since, which the changes
-//! count (at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each: `held_bytes`). A
+//! count (at the tables' mean row size, at least [`MIN_DELTA_ROW_BYTES`] each, and never below
+//! the changes' own bytes: [`ResidentJournal::pending_bytes`], `held_bytes`). A
 //! pending base's version of the tables shares every node with the live ones but those changed
 //! since (16 rows each, a pointer pair per row: at most about 40 bytes per row, less than the
 //! 48 bytes of bookkeeping each row is already counted at).
@@ -104,9 +106,8 @@ type Rows = Vec<(ByteBuf, Option<ByteBuf>)>;
 pub struct PendingEntry {
     /// Its place in the journal.
     pub seq: u64,
-    /// True for a base (every row), false for a delta.
-    pub base: bool,
-    /// A base's rows: the tables as of the layer (sharing their nodes with the live tables).
+    /// A base's rows, `None` for a delta: the tables as of the layer (sharing their nodes with
+    /// the live tables).
     tables: Option<ResidentTables>,
     /// The journaled changes since the layer before, in the order apply made them: a delta's
     /// rows (a base keeps them too, for [`PendingEntry::encode_as_delta`]).
@@ -125,15 +126,20 @@ pub struct PendingEntry {
 type ChangeLog = Vec<(Arc<[u8]>, Option<Arc<[u8]>>)>;
 
 impl PendingEntry {
+    /// True for a base (every row), false for a delta.
+    pub fn is_base(&self) -> bool {
+        self.tables.is_some()
+    }
+
     /// The entry, encoded (a delta's rows: the changes since the layer before).
     pub fn encode(&self) -> JournalEntry {
-        match (&self.tables, self.base) {
-            (Some(tables), true) => JournalEntry {
+        match &self.tables {
+            Some(tables) => JournalEntry {
                 seq: self.seq,
                 base: true,
                 rows: encode_base(tables),
             },
-            _ => self.encode_as_delta(),
+            None => self.encode_as_delta(),
         }
     }
 
@@ -253,22 +259,38 @@ impl ResidentJournal {
         }
     }
 
-    /// Records a change of a row of the tables: `key` set to `value`, or removed (`None`),
-    /// sharing their bytes. O(1): a push onto the next delta (derived rows are only counted);
-    /// the flush thread encodes it ([`PendingEntry::encode`]).
-    pub fn note_shared(&mut self, key: &Arc<[u8]>, value: Option<&Arc<[u8]>>) {
+    /// Records that row `key` of the tables was set to `value`, sharing their bytes. O(1): a push
+    /// onto the next delta (a derived row is only counted); the flush thread encodes it
+    /// ([`PendingEntry::encode`]).
+    pub fn note_set(&mut self, key: &Arc<[u8]>, value: &Arc<[u8]>) {
         self.changes = self.changes.saturating_add(1);
         if !resident::is_derived(key) {
-            let row = key.len() + value.map_or(0, |v| v.len()) + ROW_FRAMING_BYTES;
-            self.logged_bytes = self.logged_bytes.saturating_add(row);
-            self.logged.push((key.clone(), value.cloned()));
+            self.log(key.clone(), Some(value.clone()));
         }
     }
 
-    /// [`ResidentJournal::note_shared`] of copies of `key` and `value`.
+    /// Records that row `key` of the tables was removed. O(1); only a journaled row's key is
+    /// copied (a derived row is only counted).
+    pub fn note_removal(&mut self, key: &[u8]) {
+        self.changes = self.changes.saturating_add(1);
+        if !resident::is_derived(key) {
+            self.log(Arc::from(key), None);
+        }
+    }
+
+    fn log(&mut self, key: Arc<[u8]>, value: Option<Arc<[u8]>>) {
+        let row = key.len() + value.as_ref().map_or(0, |v| v.len()) + ROW_FRAMING_BYTES;
+        self.logged_bytes = self.logged_bytes.saturating_add(row);
+        self.logged.push((key, value));
+    }
+
+    /// [`ResidentJournal::note_set`] or [`ResidentJournal::note_removal`] of copies.
     #[cfg(test)]
     pub fn note(&mut self, key: &[u8], value: Option<&[u8]>) {
-        self.note_shared(&Arc::from(key), value.map(Arc::from).as_ref());
+        match value {
+            Some(value) => self.note_set(&Arc::from(key), &Arc::from(value)),
+            None => self.note_removal(key),
+        }
     }
 
     /// About what the changes since the last layer hold in memory (the nodes of the tables they
@@ -342,7 +364,6 @@ impl ResidentJournal {
         self.next_seq += 1;
         Some(PendingEntry {
             seq,
-            base,
             tables: base.then(|| tables.clone()),
             changes,
             held_bytes: delta_bytes,

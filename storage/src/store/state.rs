@@ -340,7 +340,7 @@ fn flush_loop(
         let started = std::time::Instant::now();
         let written = write_layer(&tree, memtable.preimages(), &frozen);
         if written.is_ok()
-            && let Some(pending) = frozen.entry.as_ref().filter(|pending| pending.base)
+            && let Some(pending) = frozen.entry.as_ref().filter(|pending| pending.is_base())
             && let Err(err) = prune_log_to_base(&log, pending.seq)
         {
             // The layer is written: the next base or sync prunes again.
@@ -395,7 +395,7 @@ fn append_entry(
     let entry = pending.encode();
     let mut log = lock_log(log);
     let appended = match log.append(&entry) {
-        Err(err) if pending.base && log.has_base() && log.broken().is_none() => {
+        Err(err) if pending.is_base() && log.has_base() && log.broken().is_none() => {
             tracing::warn!(error = %err, seq = pending.seq, "the reply memory's new base could not be written; its changes are appended to the current file instead");
             log.append(&pending.encode_as_delta())
         }

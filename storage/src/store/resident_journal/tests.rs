@@ -31,6 +31,15 @@ fn index_row(i: u32) -> Vec<u8> {
     key
 }
 
+/// Tables of `rows` replies, each holding `value`.
+fn tables_of(rows: u32, value: &[u8]) -> ResidentTables {
+    let mut tables = ResidentTables::default();
+    for i in 0..rows {
+        tables.put(row(i), value.to_vec());
+    }
+    tables
+}
+
 fn keys_of(entry: &JournalEntry) -> Vec<Vec<u8>> {
     let rows: Rows = codec::decode("entry", &entry.rows).expect("rows");
     rows.into_iter().map(|(key, _)| key.into_vec()).collect()
@@ -179,11 +188,8 @@ fn a_taken_entry_encodes_the_rows_as_they_were_when_taken() {
 
 #[test]
 fn a_delta_holds_only_the_rows_that_changed() {
-    let mut tables = ResidentTables::default();
+    let mut tables = tables_of(1_000, &[1; 100]);
     let mut journal = ResidentJournal::starting_at(0);
-    for i in 0..1_000 {
-        tables.put(row(i), vec![1; 100]);
-    }
     let base = journal.layer_entry(&tables).expect("base");
     tables.put(row(5), vec![2; 100]);
     journal.note(&row(5), Some(&vec![2; 100][..]));
@@ -255,7 +261,7 @@ fn a_pending_base_holds_its_changed_rows_not_the_whole_tables() {
         journal.note(&row(i), Some(&vec![1; 100][..]));
     }
     let first = journal.take_layer(&tables).expect("the first base");
-    assert!(first.base);
+    assert!(first.is_base());
     assert!(first.held_bytes >= 10_000 * 100, "{}", first.held_bytes);
     // Churn until the journal rebases: 50 rows changed per layer.
     let mut rebased = None;
@@ -266,7 +272,7 @@ fn a_pending_base_holds_its_changed_rows_not_the_whole_tables() {
             journal.note(&key, Some(&vec![2; 100][..]));
         }
         let entry = journal.take_layer(&tables).expect("an entry");
-        if entry.base {
+        if entry.is_base() {
             rebased = Some(entry);
             break;
         }
@@ -489,11 +495,8 @@ fn the_reply_memorys_churn_writes_deltas_up_to_the_bound_before_a_new_base() {
 /// size says (the estimate alone counted these 20 changes at about 1,400 bytes).
 #[test]
 fn pending_bytes_count_at_least_the_recorded_changes_own_bytes() {
-    let mut tables = ResidentTables::default();
+    let tables = tables_of(10_000, &[1; 8]);
     let mut journal = ResidentJournal::starting_at(0);
-    for i in 0..10_000 {
-        tables.put(row(i), vec![1; 8]);
-    }
     journal.layer_entry(&tables).expect("the first base");
     let big = vec![7u8; 60_000];
     for i in 0..10 {

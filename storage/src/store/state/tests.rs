@@ -700,7 +700,7 @@ fn a_base_the_disk_has_no_room_for_is_appended_as_a_delta() {
     journal.note(&reply_row(b"c", b"1"), None);
     journal.rebase_next();
     let rebase = journal.take_layer(&tables).expect("changed");
-    assert!(rebase.base);
+    assert!(rebase.is_base());
     fault::arm(Fault::DiskFullAfter(10));
     append_entry(&log, &rebase).expect("appended as a delta");
     assert_eq!(lock_log(&log).files(), &[first.seq], "no second file");
