@@ -17,6 +17,7 @@ pub mod log_store;
 pub mod membership;
 pub mod metrics;
 pub mod network;
+mod purged_chunks;
 mod raft_node;
 mod read_barrier;
 pub mod slow_io;

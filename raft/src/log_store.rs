@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::error::Error;
 use crate::metrics::RaftStorageMetrics;
+use crate::purged_chunks;
 use crate::trace;
 use crate::types::{Entry, EntryPayload, LogId, TypeConfig, Vote};
 use crate::wal_check::{self, record::MAX_ID_FRAME_BYTES, record::MAX_PAYLOAD_FRAME_BYTES};
@@ -428,9 +429,33 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> io::Result<()> {
-        // The WAL removes chunk files only after the purge record is durable.
-        let mut wal = self.lock();
-        wal.purge(WalLogId(log_id))?;
-        wal.flush(true, None)
+        let (held, removed) = {
+            let mut wal = self.lock();
+            let closed_before = purged_chunks::closed_chunk_paths(&wal);
+            wal.purge(WalLogId(log_id))?;
+            let removed = purged_chunks::removed_by_purge(
+                closed_before,
+                &purged_chunks::closed_chunk_paths(&wal),
+            );
+            // Held open, their unlink on the flush thread frees nothing (`purged_chunks`).
+            let held = purged_chunks::hold(&removed);
+            // The WAL removes chunk files only after the purge record is durable.
+            wal.flush(true, None)?;
+            if held.is_empty() {
+                return Ok(());
+            }
+            // The flush thread works in order: this completes once the removal queued by the
+            // flush above has run.
+            let (tx, removed) = oneshot::channel();
+            wal.flush(true, Some(Flushed::Wait(tx)))?;
+            (held, removed)
+        };
+        let freed = self.metrics.log_chunks_freed_in_background_total.clone();
+        tokio::spawn(async move {
+            // Even if the flush failed, closing or freeing the handles is what is left to do.
+            let _removed = removed.await;
+            freed.inc_by(purged_chunks::release(held) as u64);
+        });
+        Ok(())
     }
 }

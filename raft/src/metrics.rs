@@ -36,6 +36,9 @@ pub struct RaftStorageMetrics {
     pub log_append_seconds: Histogram,
     /// `statestore_disk_log_written_bytes_total`
     pub log_written_bytes_total: IntCounter,
+    /// `statestore_disk_log_chunks_freed_in_background_total`: purged Raft log chunks whose
+    /// blocks the background reaper freed, not the WAL's flush thread (`purged_chunks`).
+    pub log_chunks_freed_in_background_total: IntCounter,
     /// `statestore_disk_apply_commit_duration_seconds`
     pub apply_commit_seconds: Histogram,
     /// `statestore_disk_snapshot_duration_seconds{op=begin|build|install}` (`begin`: the part
@@ -77,6 +80,10 @@ impl Default for RaftStorageMetrics {
             log_written_bytes_total: counter(
                 "statestore_disk_log_written_bytes_total",
                 "Bytes of encoded entries appended to the log.",
+            ),
+            log_chunks_freed_in_background_total: counter(
+                "statestore_disk_log_chunks_freed_in_background_total",
+                "Purged Raft log chunks held open through their removal, so that the WAL's flush thread only removed their names and a background thread freed their blocks.",
             ),
             apply_commit_seconds: histogram(
                 "statestore_disk_apply_commit_duration_seconds",
@@ -140,6 +147,7 @@ impl RaftStorageMetrics {
         registry.register(Box::new(self.log_fsync_seconds.clone()))?;
         registry.register(Box::new(self.log_append_seconds.clone()))?;
         registry.register(Box::new(self.log_written_bytes_total.clone()))?;
+        registry.register(Box::new(self.log_chunks_freed_in_background_total.clone()))?;
         registry.register(Box::new(self.apply_commit_seconds.clone()))?;
         registry.register(Box::new(self.snapshot_seconds.clone()))?;
         for phase in crate::applier::Phase::ALL {

@@ -471,3 +471,56 @@ async fn the_unsynced_rest_of_the_sector_where_the_last_sync_ended_is_trimmed_th
     let trimmed = std::fs::read(&last).expect("read").len();
     assert_eq!(trimmed, torn.range.start, "cut where the torn Append began");
 }
+
+/// A purge frees the chunks it covers (their blocks off the flush thread: `purged_chunks`), and
+/// every entry after the purge point reads back, before and after a reopen.
+#[tokio::test]
+async fn a_purge_removes_the_chunks_below_it_and_every_later_entry_reads_back() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let purged_to = log_id::<TypeConfig>(1, 1, 30);
+    {
+        let metrics = Arc::new(RaftStorageMetrics::default());
+        let mut log = LogStore::open(&config(dir.path()), metrics.clone()).expect("open");
+        log.save_vote(&Vote::new(1, 1)).await.expect("vote");
+        for index in 1..=ENTRIES {
+            append(&mut log, vec![entry(index, 1)]).await;
+        }
+        let before = chunk_files(dir.path());
+        assert!(before.len() >= 4, "several chunks: {before:?}");
+        log.purge(purged_to).await.expect("purge");
+        // The flush thread removes the chunks after the purge record's sync, before this
+        // append's.
+        append(&mut log, vec![entry(ENTRIES + 1, 1)]).await;
+        let after = chunk_files(dir.path());
+        let removed = before.iter().filter(|path| !after.contains(path)).count();
+        assert!(removed >= 2, "chunks removed: {removed} of {before:?}");
+        // Each was held through its removal and handed to the reaper (counted once it is).
+        let freed = &metrics.log_chunks_freed_in_background_total;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while freed.get() < removed as u64 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "freed in background: {}",
+                freed.get()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(freed.get(), removed as u64);
+        let read = log
+            .try_get_log_entries(31..=ENTRIES + 1)
+            .await
+            .expect("read");
+        assert_eq!(read.len(), 11);
+    }
+    let mut reopened = open(dir.path()).expect("reopen");
+    let state = reopened.get_log_state().await.expect("state");
+    assert_eq!(state.last_purged_log_id, Some(purged_to));
+    let read = reopened
+        .try_get_log_entries(31..=ENTRIES + 1)
+        .await
+        .expect("read after reopen");
+    assert_eq!(
+        read.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+        (31..=ENTRIES + 1).collect::<Vec<_>>()
+    );
+}

@@ -232,5 +232,20 @@ pub fn remove(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Has the process's background thread free the blocks of `file`, whose last name is already
+/// gone (a Raft log chunk the WAL unlinked while this handle held it open): the cuts run there,
+/// not on the thread that removed the name. A file that still has a name is only closed:
+/// cutting it would cut the named file. Never waits for the freeing (unless the reaper's queue
+/// is full: then the blocks are freed as the handle closes, here). True if the file had no name
+/// left (its blocks were not freed by whoever removed the name).
+pub fn free_unlinked(file: File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let unnamed = file.metadata().is_ok_and(|meta| meta.nlink() == 0);
+    if unnamed && let Some(reaper) = reaper() {
+        reaper.free_later(Unlinked { file });
+    }
+    unnamed
+}
+
 #[cfg(test)]
 mod tests;
