@@ -223,10 +223,6 @@ pub struct StoreMetrics {
     pub files_being_freed: IntGauge,
     /// `statestore_disk_bytes_being_freed`
     pub bytes_being_freed: IntGauge,
-    /// `statestore_disk_early_writeback_bytes_total`
-    pub early_writeback_bytes_total: IntCounter,
-    /// `statestore_disk_early_writeback_files`
-    pub early_writeback_files: IntGauge,
     /// `statestore_reply_memory_resident_entries`
     pub remembered_replies: IntGauge,
     /// `statestore_reply_memory_resident_bytes`
@@ -347,14 +343,6 @@ impl StoreMetrics {
             bytes_being_freed: metric!(IntGauge::new(
                 "statestore_disk_bytes_being_freed",
                 "Bytes of the files in statestore_disk_files_being_freed, as they were when queued."
-            )),
-            early_writeback_bytes_total: metric!(IntCounter::new(
-                "statestore_disk_early_writeback_bytes_total",
-                "Bytes of the state database's table files whose writeback was started as they were written (every MiB), not left to the table's fsync."
-            )),
-            early_writeback_files: metric!(IntGauge::new(
-                "statestore_disk_early_writeback_files",
-                "State database files being written that the early writeback follows now (at most 32)."
             )),
             remembered_replies: metric!(IntGauge::new(
                 "statestore_reply_memory_resident_entries",
@@ -717,8 +705,6 @@ impl NodeMetrics {
         register(&registry, &store.compaction_waits_total)?;
         register(&registry, &store.files_being_freed)?;
         register(&registry, &store.bytes_being_freed)?;
-        register(&registry, &store.early_writeback_bytes_total)?;
-        register(&registry, &store.early_writeback_files)?;
         register(&registry, &store.remembered_replies)?;
         register(&registry, &store.reply_memory_bytes)?;
         register(&registry, &store.reply_log_bytes)?;

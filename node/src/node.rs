@@ -463,9 +463,6 @@ async fn sample_gauges(
             set_gauge(&gauges.db_level0_tables, state.level0_tables());
             raise_to(&gauges.compaction_waits_total, state.compaction_waits());
         }
-        let early = store.early_writeback();
-        raise_to(&gauges.early_writeback_bytes_total, early.started_bytes());
-        set_gauge(&gauges.early_writeback_files, early.followed());
         let (files, bytes) = statestore_storage::gradual_remove::pending();
         set_gauge(&gauges.files_being_freed, files);
         set_gauge(&gauges.bytes_being_freed, bytes);

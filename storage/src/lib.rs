@@ -25,7 +25,6 @@
 pub mod codec;
 pub mod devicebound;
 pub mod dirs;
-pub mod early_writeback;
 pub mod engine;
 pub mod error;
 pub mod gradual_remove;

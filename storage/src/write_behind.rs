@@ -54,21 +54,6 @@ impl WriteBehind {
     /// due once [`WRITE_BEHIND_BYTES`] have gathered (it then counts as started).
     pub fn wrote(&mut self, len: usize) -> Option<Due> {
         self.written += len as u64;
-        self.due()
-    }
-
-    /// The file is now `len` bytes long, written by someone else (seen, not counted): returns
-    /// the range whose writeback is due, as [`WriteBehind::wrote`] does. A file that shrank
-    /// (cut, or replaced under its name) is followed from its new length.
-    pub fn grew_to(&mut self, len: u64) -> Option<Due> {
-        if len < self.written {
-            self.started = self.started.min(len);
-        }
-        self.written = len;
-        self.due()
-    }
-
-    fn due(&mut self) -> Option<Due> {
         let pending = self.written - self.started;
         if pending < WRITE_BEHIND_BYTES {
             return None;

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::dirs;
-use crate::early_writeback::{Counters, EarlyWriteback};
 use crate::error::{Result, StorageError};
 use crate::store::memtable::MemtableConfig;
 use crate::store::recovery::{self, OpenKind, Recovery, STATE_DIR, SnapshotCovers};
@@ -94,8 +93,6 @@ pub struct Store {
     lock: Arc<std::fs::File>,
     /// How the open found the directory, and whether the rebuild is still to run.
     opened: Arc<Opened>,
-    /// The watch that starts the writeback of fjall's files as they are written.
-    early_writeback: Arc<EarlyWriteback>,
 }
 
 /// What [`Store::open`] found, for [`Store::recover`].
@@ -157,7 +154,6 @@ impl Store {
         dirs::create_durable(&config.dir.join("snapshots"))?;
         dirs::create_durable(&config.dir.join(STATE_DIR))?;
         let db = open_when_released(&config.dir.join(STATE_DIR), config.cache_capacity_bytes)?;
-        let early_writeback = Arc::new(EarlyWriteback::watch(&config.dir.join(STATE_DIR)));
         Ok(Store {
             db,
             dir: config.dir.clone(),
@@ -169,13 +165,7 @@ impl Store {
                 started,
                 recovered: Mutex::new(None),
             }),
-            early_writeback,
         })
-    }
-
-    /// What the early writeback of fjall's files did so far (`early_writeback`).
-    pub fn early_writeback(&self) -> &Counters {
-        self.early_writeback.counters()
     }
 
     /// How the open found the data directory.

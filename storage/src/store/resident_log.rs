@@ -25,7 +25,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::num::NonZeroU64;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +34,6 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::error::{Result, StorageError};
 use crate::store::resident::ResidentTables;
 use crate::store::resident_journal::{self, JournalEntry};
-use crate::write_behind::{self, Due, WRITE_BEHIND_BYTES};
 
 /// First bytes of every file.
 pub const MAGIC: &[u8; 8] = b"SSREPL01";
@@ -361,35 +359,9 @@ fn write_frame(out: &mut File, entry: &JournalEntry) -> Result<usize> {
     Ok(frame.len())
 }
 
-/// Writes `bytes` at the file's position. Past a mebibyte, in pieces whose writeback starts as
-/// each is written (`write_behind`): a base is tens of MiB, and left dirty until its
-/// `fdatasync` it would reach the disk at once, with the Raft log's `fdatasync` waiting behind
-/// it. The `fdatasync` after this is still what makes the frame durable.
+#[cfg(not(test))]
 fn write_out(out: &mut File, bytes: &[u8]) -> std::io::Result<()> {
-    #[cfg(test)]
-    if let Some(fault::Fault::DiskFullAfter(stored)) = fault::NEXT.with(|next| next.get()) {
-        fault::NEXT.with(|next| next.set(None));
-        out.write_all(&bytes[..stored.min(bytes.len())])?;
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::StorageFull,
-            "no space left on device (test fault)",
-        ));
-    }
-    let piece_bytes = WRITE_BEHIND_BYTES as usize;
-    if bytes.len() <= piece_bytes {
-        return out.write_all(bytes);
-    }
-    let mut offset = out.stream_position()?;
-    for piece in bytes.chunks(piece_bytes) {
-        out.write_all(piece)?;
-        if let Some(len) = NonZeroU64::new(piece.len() as u64)
-            && let Err(err) = write_behind::start_writeback(&*out, Due { offset, len })
-        {
-            tracing::debug!(error = %err, "cannot start the writeback of a reply-log frame early");
-        }
-        offset += piece.len() as u64;
-    }
-    Ok(())
+    out.write_all(bytes)
 }
 
 #[cfg(not(test))]
@@ -420,6 +392,19 @@ pub(crate) mod fault {
     pub(crate) fn arm(fault: Fault) {
         NEXT.with(|next| next.set(Some(fault)));
     }
+}
+
+#[cfg(test)]
+fn write_out(out: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(fault::Fault::DiskFullAfter(stored)) = fault::NEXT.with(|next| next.get()) {
+        fault::NEXT.with(|next| next.set(None));
+        out.write_all(&bytes[..stored.min(bytes.len())])?;
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            "no space left on device (test fault)",
+        ));
+    }
+    out.write_all(bytes)
 }
 
 #[cfg(test)]

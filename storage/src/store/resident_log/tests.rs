@@ -217,28 +217,3 @@ fn after_a_failed_sync_the_log_refuses_every_append() {
         "a retry would sync pages the kernel may have dropped"
     );
 }
-
-#[test]
-fn frames_of_several_mebibytes_written_in_pieces_read_back_whole() {
-    // A base and a delta each over 2 MiB: written in 1 MiB pieces (their writeback started as
-    // each is written), they must read back byte for byte.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut log = ResidentLog::open(dir.path(), None).expect("open").log;
-    let mut journal = ResidentJournal::starting_at(0);
-    let mut tables = ResidentTables::default();
-    let value = |i: u32| -> Vec<u8> { (0..40_000u32).map(|b| (b ^ i) as u8).collect() };
-    for i in 0..60 {
-        tables.put(row(i), value(i));
-    }
-    log.append(&journal.base(&tables)).expect("base");
-    for i in 60..120 {
-        tables.put(row(i), value(i));
-        journal.note(&row(i), Some(&value(i)[..]));
-    }
-    let delta = journal.layer_entry(&tables).expect("changed");
-    assert!(delta.rows.len() > 2 * WRITE_BEHIND_BYTES as usize);
-    log.append(&delta).expect("delta");
-    drop(log);
-    let opened = ResidentLog::open(dir.path(), Some(1)).expect("reopen");
-    assert_eq!(opened.tables, tables);
-}
