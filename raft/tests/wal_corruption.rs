@@ -496,15 +496,11 @@ async fn a_purge_removes_the_chunks_below_it_and_every_later_entry_reads_back() 
         assert!(removed >= 2, "chunks removed: {removed} of {before:?}");
         // Each was held through its removal and handed to the reaper (counted once it is).
         let freed = &metrics.log_chunks_freed_in_background_total;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while freed.get() < removed as u64 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "freed in background: {}",
-                freed.get()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let counted = statestore_harness::wait_for(std::time::Duration::from_secs(20), || {
+            std::future::ready((freed.get() >= removed as u64).then_some(()))
+        })
+        .await;
+        assert!(counted.is_some(), "freed in background: {}", freed.get());
         assert_eq!(freed.get(), removed as u64);
         let read = log
             .try_get_log_entries(31..=ENTRIES + 1)

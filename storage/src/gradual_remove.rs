@@ -239,9 +239,13 @@ pub fn remove(path: &Path) -> io::Result<()> {
 /// is full: then the blocks are freed as the handle closes, here). True if the file had no name
 /// left (its blocks were not freed by whoever removed the name).
 pub fn free_unlinked(file: File) -> bool {
+    free_unlinked_by(reaper(), file)
+}
+
+fn free_unlinked_by(reaper: Option<&Reaper>, file: File) -> bool {
     use std::os::unix::fs::MetadataExt;
     let unnamed = file.metadata().is_ok_and(|meta| meta.nlink() == 0);
-    if unnamed && let Some(reaper) = reaper() {
+    if unnamed && let Some(reaper) = reaper {
         reaper.free_later(Unlinked { file });
     }
     unnamed

@@ -113,28 +113,34 @@ fn the_reaper_frees_what_it_was_handed_before_it_finishes() {
 }
 
 #[test]
-fn a_handle_whose_file_still_has_a_name_is_only_closed_never_cut() {
+fn a_handle_is_cut_only_once_its_file_has_no_name_left() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("still-named");
-    file_of(&path, 100_000);
-    let handle = OpenOptions::new().write(true).open(&path).expect("open");
-    free_unlinked(handle);
-    assert_eq!(std::fs::metadata(&path).expect("stat").len(), 100_000);
-}
-
-#[test]
-fn a_handle_whose_name_is_gone_is_cut_by_the_process_reaper() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("unlinked-by-another");
-    file_of(&path, 2 * 1024 * 1024);
-    let handle = OpenOptions::new().write(true).open(&path).expect("open");
-    let watcher = handle.try_clone().expect("dup");
-    std::fs::remove_file(&path).expect("unlink");
-    free_unlinked(handle);
-    // The process's reaper runs on its own thread: wait (bounded) for its cut.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while watcher.metadata().expect("stat").len() != 0 {
-        assert!(std::time::Instant::now() < deadline, "never cut");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let reaper = Reaper::start().expect("reaper");
+    let (named, unnamed) = (dir.path().join("still-named"), dir.path().join("unlinked"));
+    file_of(&named, 100_000);
+    file_of(&unnamed, 2 * 1024 * 1024);
+    let open = |path: &Path| OpenOptions::new().write(true).open(path).expect("open");
+    let (named_handle, unnamed_handle) = (open(&named), open(&unnamed));
+    let watcher = unnamed_handle.try_clone().expect("dup");
+    // What another remover (the WAL's flush thread) does while the handle is held.
+    std::fs::remove_file(&unnamed).expect("unlink");
+    assert!(
+        !free_unlinked_by(Some(&reaper), named_handle),
+        "still named"
+    );
+    assert!(
+        free_unlinked_by(Some(&reaper), unnamed_handle),
+        "no name left"
+    );
+    reaper.finish();
+    assert_eq!(
+        std::fs::metadata(&named).expect("stat").len(),
+        100_000,
+        "never cut"
+    );
+    assert_eq!(
+        watcher.metadata().expect("stat").len(),
+        0,
+        "cut by the reaper"
+    );
 }

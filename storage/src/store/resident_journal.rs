@@ -120,10 +120,12 @@ pub struct PendingEntry {
     pub held_bytes: usize,
 }
 
-/// Changed rows in the order they changed: a row set (`Some`) or removed (`None`); a row
-/// changed twice is there twice, and replaying in order leaves its last state. The bytes are
-/// shared with the tables (reference-counted).
-type ChangeLog = Vec<(Arc<[u8]>, Option<Arc<[u8]>>)>;
+/// A changed row: set (`Some`) or removed (`None`), its bytes shared with the tables
+/// (reference-counted).
+type Change = (Arc<[u8]>, Option<Arc<[u8]>>);
+/// Changed rows in the order they changed; a row changed twice is there twice, and replaying in
+/// order leaves its last state.
+type ChangeLog = Vec<Change>;
 
 impl PendingEntry {
     /// True for a base (every row), false for a delta.
@@ -304,7 +306,7 @@ impl ResidentJournal {
         let slots = self
             .logged
             .len()
-            .saturating_mul(std::mem::size_of::<(Arc<[u8]>, Option<Arc<[u8]>>)>());
+            .saturating_mul(std::mem::size_of::<Change>());
         estimate.max(self.logged_bytes.saturating_add(slots))
     }
 
